@@ -1,0 +1,153 @@
+// Package embedded runs a nats-server with JetStream inside the current
+// process: for the default run of jetsaga's demo and examples, and for
+// tests, which need a real server but no setup.
+//
+// The server listens on loopback only. Stop it with Shutdown, which waits
+// until its store is closed; a temporary store directory it created is
+// then removed. StartProcess runs the same server in a child process so a
+// test can kill it with SIGKILL.
+//
+// A production deployment runs nats-server (or a JetStream cluster) on its
+// own and connects with nats.Connect and the usual options (credentials,
+// NKEYs, TLS); nothing in jetsaga depends on the server being embedded.
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// ErrNotReady is returned when the server does not accept connections in time.
+var ErrNotReady = errors.New("embedded: nats-server not ready")
+
+// Options configure an embedded server. The zero value is a loopback
+// server on a random port with a temporary store directory.
+type Options struct {
+	// Host to listen on. Default: "127.0.0.1".
+	Host string
+	// Port to listen on. Default: 0, a random free port.
+	Port int
+	// StoreDir holds JetStream's files. Default: a new temporary directory,
+	// removed by Shutdown.
+	StoreDir string
+	// MaxPayload is the largest message the server accepts, in bytes.
+	// Default: 1 MiB, nats-server's default.
+	MaxPayload int32
+	// SyncAlways makes the server fsync every write before acknowledging
+	// it, so an acknowledged message survives a power loss, at a large cost
+	// in throughput. Default: false: writes reach the OS at once (they
+	// survive a process crash) and are fsynced every 2 minutes.
+	SyncAlways bool
+	// Debug enables the server's own logging to stderr. Default: false.
+	Debug bool
+	// ReadyTimeout bounds the wait for the server to accept connections.
+	// Default: 10s.
+	ReadyTimeout time.Duration
+}
+
+// Server is a running embedded nats-server.
+type Server struct {
+	ns      *server.Server
+	opts    Options
+	tempDir bool
+}
+
+// Start starts a server and waits until it accepts connections.
+func Start(opts Options) (*Server, error) {
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if opts.ReadyTimeout == 0 {
+		opts.ReadyTimeout = 10 * time.Second
+	}
+	s := &Server{opts: opts}
+	if s.opts.StoreDir == "" {
+		dir, err := os.MkdirTemp("", "jetsaga-nats-*")
+		if err != nil {
+			return nil, fmt.Errorf("embedded: store dir: %w", err)
+		}
+		s.opts.StoreDir, s.tempDir = dir, true
+	}
+	if err := s.start(); err != nil {
+		s.removeTemp()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) start() error {
+	port := s.opts.Port
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	so := &server.Options{
+		ServerName: "jetsaga-embedded",
+		Host:       s.opts.Host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   s.opts.StoreDir,
+		MaxPayload: s.opts.MaxPayload,
+		NoSigs:     true,
+		NoLog:      !s.opts.Debug,
+		SyncAlways: s.opts.SyncAlways,
+	}
+	ns, err := server.NewServer(so)
+	if err != nil {
+		return fmt.Errorf("embedded: %w", err)
+	}
+	if s.opts.Debug {
+		ns.ConfigureLogger()
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(s.opts.ReadyTimeout) {
+		ns.Shutdown()
+		return fmt.Errorf("%w after %v", ErrNotReady, s.opts.ReadyTimeout)
+	}
+	s.ns = ns
+	// Keep the port across Restart so clients reconnect to the same URL.
+	s.opts.Port = ns.Addr().(*net.TCPAddr).Port
+	return nil
+}
+
+// ClientURL returns the nats:// URL clients connect to.
+func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// StoreDir returns the JetStream store directory.
+func (s *Server) StoreDir() string { return s.opts.StoreDir }
+
+// Connect opens a client connection to the server. It retries reconnects
+// forever, so that the connection survives a Restart.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	base := []nats.Option{nats.Name("jetsaga"), nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}
+	return nats.Connect(s.ClientURL(), append(base, opts...)...)
+}
+
+// Restart shuts the server down gracefully and starts it again on the same
+// port and store directory, as an operator restarting nats-server would.
+func (s *Server) Restart() error {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+	return s.start()
+}
+
+// Shutdown stops the server gracefully and waits until it has stopped. A
+// temporary store directory is removed.
+func (s *Server) Shutdown() {
+	if s.ns != nil {
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+	}
+	s.removeTemp()
+}
+
+func (s *Server) removeTemp() {
+	if s.tempDir {
+		os.RemoveAll(s.opts.StoreDir)
+	}
+}

@@ -1,0 +1,56 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalidQueueName is returned for an empty or malformed queue name.
+	ErrInvalidQueueName = errors.New("transport: invalid queue name")
+	// ErrInvalidMessage is returned for a message that cannot be stored as
+	// given: a bad ID, session ID, property key or value, or a zero
+	// schedule time. The wrapping error says which field.
+	ErrInvalidMessage = errors.New("transport: invalid message")
+	// ErrMessageTooLarge is returned when a message exceeds the server's
+	// max payload. Nothing is stored.
+	ErrMessageTooLarge = errors.New("transport: message too large")
+	// ErrInvalidConfig is returned by OpenQueue for a QueueConfig it refuses,
+	// for example one whose limits would silently drop pending schedules.
+	ErrInvalidConfig = errors.New("transport: invalid queue config")
+	// ErrInvalidOption is wrapped by options given invalid values.
+	ErrInvalidOption = errors.New("transport: invalid option")
+
+	// ErrNotFound is returned by Cancel when no pending scheduled message
+	// has the sequence number: it never existed, was already cancelled, or
+	// activated earlier than this call could observe.
+	ErrNotFound = errors.New("transport: scheduled message not found")
+	// ErrAlreadyActivated is returned by Cancel when the scheduled message
+	// has activated: it has been or will be delivered.
+	ErrAlreadyActivated = errors.New("transport: scheduled message already activated")
+
+	// ErrSessionRequired is returned when a message without SessionID is
+	// sent to a session queue, or when Receive is used on one.
+	ErrSessionRequired = errors.New("transport: queue requires sessions")
+	// ErrNotSessionQueue is returned by AcceptSession on a queue without
+	// RequiresSession.
+	ErrNotSessionQueue = errors.New("transport: queue does not use sessions")
+	// ErrNoSession is returned by AcceptNextSession when no session has
+	// messages before the context ends.
+	ErrNoSession = errors.New("transport: no session available")
+	// ErrLockLost is returned when settling a delivery whose lock expired:
+	// the message has been or will be redelivered.
+	ErrLockLost = errors.New("transport: message lock lost")
+	// ErrAlreadySettled is returned when a delivery is settled twice.
+	ErrAlreadySettled = errors.New("transport: delivery already settled")
+	// ErrClosed is returned after the broker or its connection closed.
+	ErrClosed = errors.New("transport: closed")
+	// ErrUnsupported matches errors.ErrUnsupported; it is returned for
+	// operations a queue does not offer, such as scheduling on a
+	// dead-letter queue.
+	ErrUnsupported = fmt.Errorf("transport: %w", errors.ErrUnsupported)
+)
+
+func invalid(field, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidMessage, field, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,117 @@
+package transport
+
+import (
+	"maps"
+	"time"
+)
+
+// Message is what a queue stores: a body, the properties a sender sets, and
+// the facts the broker assigns. It follows Azure Service Bus's message model;
+// DESIGN.md maps each field to its Service Bus name.
+type Message struct {
+	// Body is the payload. Its size plus the encoded properties must fit the
+	// server's max payload, else the send fails with ErrMessageTooLarge.
+	Body []byte
+
+	// ContentType describes Body, for example "application/json".
+	ContentType string
+	// MessageID identifies the message for duplicate detection: a second
+	// message with the same MessageID sent to the same queue within the
+	// queue's DuplicateWindow is accepted but not stored again.
+	// Default: empty, which disables duplicate detection for this message.
+	MessageID string
+	// CorrelationID links a reply to its request.
+	CorrelationID string
+	// SessionID groups messages that must be processed one at a time in
+	// sequence order. Required on queues with RequiresSession set.
+	SessionID string
+	// ReplyTo names the queue a reply should go to.
+	ReplyTo string
+	// Subject is an application label (Service Bus calls it Subject/Label).
+	Subject string
+	// Properties are application key/value pairs. Keys are 1–64 characters
+	// of [A-Za-z0-9_-]; values are any UTF-8 without control characters.
+	Properties map[string]string
+
+	// ScheduledAt, when set on Send, schedules the message for that instant
+	// (Service Bus's ScheduledEnqueueTime). On an activated message it keeps
+	// the time the message was due, so EnqueuedAt-ScheduledAt is lateness.
+	ScheduledAt time.Time
+
+	// Seq is the broker-assigned sequence number (read-only). For an active
+	// message it is gap-free per queue partition; for a scheduled message it
+	// carries the ScheduledBit. See the package documentation.
+	Seq uint64
+	// EnqueuedAt is the broker's UTC time of acceptance; for an activated
+	// scheduled message, the activation instant (read-only).
+	EnqueuedAt time.Time
+	// State tells active and scheduled messages apart when browsing.
+	State State
+
+	// DeadLetterReason and DeadLetterDescription are set on messages in a
+	// dead-letter queue; DeadLetterSource names the queue it came from and
+	// DeadLetterSeq its sequence number there.
+	DeadLetterReason      string
+	DeadLetterDescription string
+	DeadLetterSource      string
+	DeadLetterSeq         uint64
+}
+
+// Clone returns a deep copy of m.
+func (m *Message) Clone() *Message {
+	c := *m
+	c.Body = append([]byte(nil), m.Body...)
+	c.Properties = maps.Clone(m.Properties)
+	return &c
+}
+
+// State is the lifecycle state of a stored message.
+type State int
+
+const (
+	// Active messages can be received.
+	Active State = iota + 1
+	// Scheduled messages wait for their ScheduledAt time.
+	Scheduled
+)
+
+func (s State) String() string {
+	switch s {
+	case Active:
+		return "active"
+	case Scheduled:
+		return "scheduled"
+	}
+	return "unknown"
+}
+
+// Sequence number layout.
+const (
+	// PartitionShift is where the partition id starts in a sequence number:
+	// the top 16 bits are the partition, the low 48 bits its own sequence.
+	PartitionShift = 48
+	// ScheduledBit marks the sequence number of a scheduled message, which
+	// is drawn from the partition's schedule log rather than its queue log,
+	// so that the two can never collide and active sequence numbers stay
+	// gap-free. It leaves 47 bits (1.4e14) for each log.
+	ScheduledBit = uint64(1) << 47
+	seqMask      = ScheduledBit - 1
+)
+
+// Partition returns the partition id held in the top 16 bits of seq.
+func Partition(seq uint64) int { return int(seq >> PartitionShift) }
+
+// IsScheduledSeq reports whether seq names a scheduled message.
+func IsScheduledSeq(seq uint64) bool { return seq&ScheduledBit != 0 }
+
+// LocalSeq returns the per-partition sequence inside seq, without the
+// partition id and the ScheduledBit.
+func LocalSeq(seq uint64) uint64 { return seq & seqMask }
+
+func makeSeq(partition int, scheduled bool, local uint64) uint64 {
+	s := uint64(partition)<<PartitionShift | local&seqMask
+	if scheduled {
+		s |= ScheduledBit
+	}
+	return s
+}

@@ -1,0 +1,390 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"iter"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Broker opens queues on one backend: JetStream (NewJetStream) or memory
+// (NewMemory). Both keep the same promises; transporttest checks that.
+type Broker struct {
+	d    driver
+	opts options
+}
+
+// OpenQueue creates the queue cfg describes, or updates it to cfg if it
+// exists; it is idempotent. It returns ErrInvalidQueueName or
+// ErrInvalidConfig for a config it refuses, including an existing queue
+// whose storage limits could silently drop pending scheduled messages.
+func (b *Broker) OpenQueue(ctx context.Context, cfg QueueConfig) (*Queue, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	qd, err := b.d.openQueue(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Queue{cfg: cfg, d: qd, b: b}, nil
+}
+
+// DeleteQueue removes a queue, its dead-letter queue and all their
+// messages, scheduled ones included. Deleting a missing queue is not an error.
+func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
+	if err := ValidateQueueName(name); err != nil {
+		return err
+	}
+	return b.d.deleteQueue(ctx, name)
+}
+
+// Close releases the broker's resources. It does not close a *nats.Conn
+// the caller passed in.
+func (b *Broker) Close() error { return b.d.close() }
+
+// Queue is a queue opened on a Broker. It is safe for concurrent use.
+type Queue struct {
+	cfg QueueConfig
+	d   queueDriver
+	b   *Broker
+	rr  atomic.Uint64
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.cfg.Name }
+
+// Config returns the queue's config with defaults filled in.
+func (q *Queue) Config() QueueConfig { return q.cfg }
+
+// SendResult reports what the broker did with a sent message.
+type SendResult struct {
+	// Seq is the message's sequence number: an active one for an immediate
+	// send, a scheduled one (ScheduledBit set) when ScheduledAt was set.
+	Seq uint64
+	// Duplicate is true when the MessageID was seen within the
+	// DuplicateWindow; the message was not stored again and Seq is the
+	// sequence number of the first copy.
+	Duplicate bool
+}
+
+// Send stores m in the queue. If m.ScheduledAt is set, Send schedules it
+// for that time, as Schedule does. m is not modified.
+//
+// Errors: ErrInvalidMessage, ErrSessionRequired, ErrMessageTooLarge,
+// ErrUnsupported (sending to a dead-letter queue), ErrClosed.
+func (q *Queue) Send(ctx context.Context, m *Message) (SendResult, error) {
+	if err := validateMessage(m, q.cfg.RequiresSession); err != nil {
+		return SendResult{}, err
+	}
+	p := q.partitionOf(m)
+	if !m.ScheduledAt.IsZero() {
+		return q.d.schedule(ctx, m, p, m.ScheduledAt)
+	}
+	return q.d.send(ctx, m, p)
+}
+
+// Schedule stores m to become active at time at and returns its scheduled
+// sequence number, which Cancel takes. A time in the past activates at
+// once, as in Service Bus; a zero time is refused with ErrInvalidMessage.
+// On activation the message is appended to the queue as if sent at that
+// instant: a new sequence number, EnqueuedAt at activation, ScheduledAt
+// kept. It is never delivered before at (by the server's clock).
+func (q *Queue) Schedule(ctx context.Context, m *Message, at time.Time) (uint64, error) {
+	if at.IsZero() {
+		return 0, invalid("ScheduledAt", "zero time")
+	}
+	if err := validateMessage(m, q.cfg.RequiresSession); err != nil {
+		return 0, err
+	}
+	r, err := q.d.schedule(ctx, m, q.partitionOf(m), at)
+	return r.Seq, err
+}
+
+// Cancel deletes the scheduled message with sequence number seq and
+// returns a definite outcome:
+//   - nil: cancelled; it will never be delivered.
+//   - ErrAlreadyActivated: it activated first; it has been or will be delivered.
+//   - ErrNotFound: no pending scheduled message has this number (never
+//     existed, already cancelled, or activated before this call).
+//
+// Any other error (a closed connection, a timeout) leaves the outcome
+// unknown; calling Cancel again is safe.
+func (q *Queue) Cancel(ctx context.Context, seq uint64) error {
+	if !IsScheduledSeq(seq) || Partition(seq) >= q.cfg.Partitions {
+		return fmt.Errorf("%w: seq %d is not a scheduled sequence number of this queue", ErrNotFound, seq)
+	}
+	return q.d.cancel(ctx, seq)
+}
+
+// CancelMany cancels several scheduled messages concurrently and returns
+// one outcome per sequence number, in order, each as Cancel reports it.
+func (q *Queue) CancelMany(ctx context.Context, seqs []uint64) []error {
+	errs := make([]error, len(seqs))
+	const workers = 64
+	sem := make(chan struct{}, workers)
+	var wg sync.WaitGroup
+	for i, s := range seqs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = q.Cancel(ctx, s)
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// Peek returns up to max messages, active and scheduled, with sequence
+// numbers at or above from, in sequence order, without locking them. Pass
+// the last Seq plus one to read the next page. Active messages sort before
+// scheduled ones of the same partition, because of the ScheduledBit.
+func (q *Queue) Peek(ctx context.Context, from uint64, max int) ([]*Message, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("%w: max %d: must be positive", ErrInvalidOption, max)
+	}
+	return q.d.peek(ctx, from, max)
+}
+
+// Browse iterates over the queue's messages from sequence number from on,
+// page by page, as Peek returns them. It stops at the first error.
+func (q *Queue) Browse(ctx context.Context, from uint64) iter.Seq2[*Message, error] {
+	const page = 256
+	return func(yield func(*Message, error) bool) {
+		for {
+			ms, err := q.Peek(ctx, from, page)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, m := range ms {
+				if !yield(m, nil) {
+					return
+				}
+			}
+			if len(ms) < page {
+				return
+			}
+			from = ms[len(ms)-1].Seq + 1
+		}
+	}
+}
+
+// Receive waits for messages and returns between 1 and max of them, each
+// locked to the caller for the queue's LockDuration (peek-lock). It returns
+// the context's error if none arrives before ctx ends. Messages are
+// retrieved in sequence order per partition; competing receivers, in this
+// process or others, each get different messages. On a session queue it
+// returns ErrSessionRequired: use AcceptSession.
+func (q *Queue) Receive(ctx context.Context, max int) ([]*Delivery, error) {
+	if q.cfg.RequiresSession {
+		return nil, ErrSessionRequired
+	}
+	if max <= 0 {
+		return nil, fmt.Errorf("%w: max %d: must be positive", ErrInvalidOption, max)
+	}
+	return q.d.receive(ctx, max)
+}
+
+// AcceptSession returns a receiver for one session's messages. Messages of
+// a session are handed out one at a time in sequence order: the next is
+// not delivered, to this receiver or any other in any process, until the
+// current one is completed or dead-lettered, or its lock expires.
+func (q *Queue) AcceptSession(ctx context.Context, sessionID string) (*SessionReceiver, error) {
+	if !q.cfg.RequiresSession {
+		return nil, ErrNotSessionQueue
+	}
+	if sessionID == "" {
+		return nil, invalid("SessionID", "empty")
+	}
+	if err := validID("SessionID", sessionID); err != nil {
+		return nil, err
+	}
+	sd, err := q.d.acceptSession(ctx, sessionID, q.partitionOfSession(sessionID))
+	if err != nil {
+		return nil, err
+	}
+	return &SessionReceiver{id: sessionID, d: sd}, nil
+}
+
+// AcceptNextSession waits for a session that has messages and no message
+// locked to another receiver, and accepts it. It returns ErrNoSession if
+// none turns up before ctx ends.
+func (q *Queue) AcceptNextSession(ctx context.Context) (*SessionReceiver, error) {
+	if !q.cfg.RequiresSession {
+		return nil, ErrNotSessionQueue
+	}
+	id, err := q.d.nextSession(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNoSession, context.Cause(ctx))
+		}
+		return nil, err
+	}
+	return q.AcceptSession(ctx, id)
+}
+
+// DeadLetterQueue returns the queue's dead-letter queue. It can be browsed
+// and received from like any queue; sending or scheduling to it returns
+// ErrUnsupported.
+func (q *Queue) DeadLetterQueue() *Queue {
+	cfg := q.cfg
+	cfg.Partitions, cfg.RequiresSession = 1, false
+	return &Queue{cfg: cfg, d: q.d.deadLetter(), b: q.b}
+}
+
+func (q *Queue) partitionOf(m *Message) int {
+	switch {
+	case q.cfg.Partitions == 1:
+		return 0
+	case m.SessionID != "":
+		return q.partitionOfSession(m.SessionID)
+	case m.MessageID != "":
+		return hashMod(m.MessageID, q.cfg.Partitions)
+	}
+	return int(q.rr.Add(1) % uint64(q.cfg.Partitions))
+}
+
+func (q *Queue) partitionOfSession(id string) int { return hashMod(id, q.cfg.Partitions) }
+
+func hashMod(s string, n int) int {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return int(h.Sum64() % uint64(n))
+}
+
+// Delivery is a received message, locked to its receiver until it is
+// settled with Complete, Abandon or DeadLetter, or its lock expires.
+// Settle each delivery once; its methods are safe for concurrent use.
+type Delivery struct {
+	*Message
+	// DeliveryCount is 1 on the first delivery and rises with each
+	// redelivery (after Abandon or an expired lock).
+	DeliveryCount int
+
+	s           settler
+	mu          sync.Mutex
+	lockedUntil time.Time
+	settled     bool
+}
+
+func newDelivery(m *Message, count int, lockedUntil time.Time, s settler) *Delivery {
+	return &Delivery{Message: m, DeliveryCount: count, lockedUntil: lockedUntil, s: s}
+}
+
+// LockedUntil returns when the lock expires unless renewed.
+func (d *Delivery) LockedUntil() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lockedUntil
+}
+
+// Complete removes the message from the queue.
+// It returns ErrLockLost if the lock expired and the message was, or will
+// be, redelivered; ErrAlreadySettled if it was settled before.
+func (d *Delivery) Complete(ctx context.Context) error {
+	return d.settle(func() error { return d.s.complete(ctx) })
+}
+
+// Abandon releases the lock so the message is redelivered, with a higher
+// DeliveryCount.
+func (d *Delivery) Abandon(ctx context.Context) error {
+	return d.settle(func() error { return d.s.abandon(ctx) })
+}
+
+// DeadLetter moves the message to the queue's dead-letter queue with a
+// reason and a description, which the dead-lettered copy carries.
+func (d *Delivery) DeadLetter(ctx context.Context, reason, description string) error {
+	if err := validValue("reason", reason); err != nil {
+		return err
+	}
+	if err := validValue("description", description); err != nil {
+		return err
+	}
+	return d.settle(func() error { return d.s.deadLetter(ctx, reason, description) })
+}
+
+// RenewLock extends the lock by the queue's LockDuration from now.
+func (d *Delivery) RenewLock(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return ErrAlreadySettled
+	}
+	until, err := d.s.renew(ctx)
+	if err != nil {
+		return err
+	}
+	d.lockedUntil = until
+	return nil
+}
+
+func (d *Delivery) settle(f func() error) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return ErrAlreadySettled
+	}
+	err := f()
+	if err == nil {
+		d.settled = true
+	}
+	return err
+}
+
+// SessionReceiver receives the messages of one session, in order.
+type SessionReceiver struct {
+	id string
+	d  sessionDriver
+}
+
+// SessionID returns the session this receiver accepted.
+func (s *SessionReceiver) SessionID() string { return s.id }
+
+// Receive waits for the session's next message. The one after it is not
+// delivered to anyone until this one is settled or its lock expires.
+// It returns the context's error if no message arrives before ctx ends.
+func (s *SessionReceiver) Receive(ctx context.Context) (*Delivery, error) {
+	return s.d.receive(ctx)
+}
+
+// Close releases the receiver. A message it still holds is redelivered
+// when its lock expires.
+func (s *SessionReceiver) Close() error { return s.d.close() }
+
+// driver is a backend: the JetStream or the in-memory one.
+type driver interface {
+	openQueue(ctx context.Context, cfg QueueConfig) (queueDriver, error)
+	deleteQueue(ctx context.Context, name string) error
+	close() error
+}
+
+// queueDriver does what Queue's methods promise, after Queue has checked
+// the arguments and picked the partition.
+type queueDriver interface {
+	send(ctx context.Context, m *Message, partition int) (SendResult, error)
+	schedule(ctx context.Context, m *Message, partition int, at time.Time) (SendResult, error)
+	cancel(ctx context.Context, seq uint64) error
+	peek(ctx context.Context, from uint64, max int) ([]*Message, error)
+	receive(ctx context.Context, max int) ([]*Delivery, error)
+	acceptSession(ctx context.Context, id string, partition int) (sessionDriver, error)
+	// nextSession returns the ID of a session that has messages and none
+	// locked, waiting until there is one or ctx ends.
+	nextSession(ctx context.Context) (string, error)
+	deadLetter() queueDriver
+}
+
+type sessionDriver interface {
+	receive(ctx context.Context) (*Delivery, error)
+	close() error
+}
+
+type settler interface {
+	complete(ctx context.Context) error
+	abandon(ctx context.Context) error
+	deadLetter(ctx context.Context, reason, description string) error
+	renew(ctx context.Context) (time.Time, error)
+}
