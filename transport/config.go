@@ -32,8 +32,10 @@ type QueueConfig struct {
 	// DuplicateWindow is how long MessageIDs are remembered for duplicate
 	// detection. Default: 10m (Service Bus's default).
 	DuplicateWindow time.Duration
-	// MaxBytes caps the stored size of each partition; a send that would
-	// exceed it fails rather than evicting anything. Default: 0 (no cap).
+	// MaxBytes caps the stored size of each partition's active messages; a
+	// send that would exceed it fails rather than evicting anything.
+	// Scheduled messages are not capped: JetStream can only cap a schedule
+	// stream by evicting pending schedules. Default: 0 (no cap).
 	MaxBytes int64
 	// Replicas is the JetStream replication factor. Default: 1.
 	Replicas int

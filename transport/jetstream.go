@@ -1,0 +1,334 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NewJetStream returns a Broker whose queues live in JetStream on the
+// server nc is connected to. The caller keeps ownership of nc; the Broker
+// never closes it.
+//
+// Each queue partition is two streams (see the package documentation): a
+// schedule stream holding scheduled messages, and a queue stream that
+// holds active messages and sources the schedule stream's activations.
+func NewJetStream(nc *nats.Conn, opts ...Option) (*Broker, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if nc == nil {
+		return nil, fmt.Errorf("%w: nil connection", ErrInvalidOption)
+	}
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(o.apiTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("transport: %w", err)
+	}
+	return &Broker{d: &jsDriver{nc: nc, js: js, o: o}, opts: o}, nil
+}
+
+type jsDriver struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	o      options
+	closed atomic.Bool
+}
+
+func (d *jsDriver) close() error {
+	d.closed.Store(true)
+	return nil
+}
+
+// check returns ErrClosed once the broker or its connection closed.
+func (d *jsDriver) check() error {
+	if d.closed.Load() || d.nc.IsClosed() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// mapErr turns nats.go errors into the package's sentinels, keeping the
+// original in the chain.
+func (d *jsDriver) mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, nats.ErrConnectionClosed), d.check() != nil:
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	case errors.Is(err, nats.ErrMaxPayload):
+		return fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
+	}
+	return fmt.Errorf("transport: %w", err)
+}
+
+// Names. With prefix P, queue N and partition p:
+//
+//	stream P_Q_N_p  subjects P.Q.N.p.>   active messages (work queue)
+//	                           .m           messages without session
+//	                           .s.<sid>     messages of session sid
+//	stream P_S_N_p  subjects P.S.N.p.>   scheduled messages (limits)
+//	                           .s.<id>      one schedule per subject
+//	                           .x.<id>      its cancel record
+//	                           .f.m/.f.s.<sid> activations, sourced
+//	                                        into P.Q.N.p.m / .s.<sid>
+//	stream P_D_N    subjects P.D.N.0.>   the dead-letter queue
+//
+// N is [A-Za-z0-9_-] and the partition is decimal after the last '_', so
+// the names never collide; session IDs are encoded by subjectToken.
+type jsNames struct {
+	queue, sched         string // stream names
+	qSubj, sSubj         string // subject prefixes, without trailing dot
+	consumer             string
+	isDeadLetter, hasSch bool
+}
+
+func (d *jsDriver) names(queue string, p int) jsNames {
+	ps := strconv.Itoa(p)
+	return jsNames{
+		queue:    d.o.prefix + "_Q_" + queue + "_" + ps,
+		sched:    d.o.prefix + "_S_" + queue + "_" + ps,
+		qSubj:    d.o.prefix + ".Q." + queue + "." + ps,
+		sSubj:    d.o.prefix + ".S." + queue + "." + ps,
+		consumer: "recv",
+		hasSch:   true,
+	}
+}
+
+func (d *jsDriver) deadLetterNames(queue string) jsNames {
+	return jsNames{
+		queue:        d.o.prefix + "_D_" + queue,
+		qSubj:        d.o.prefix + ".D." + queue + ".0",
+		consumer:     "recv",
+		isDeadLetter: true,
+	}
+}
+
+const (
+	metaPartitions = "jetsaga.partitions"
+	metaSession    = "jetsaga.requires_session"
+)
+
+func (d *jsDriver) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	if err := d.checkExisting(ctx, cfg); err != nil {
+		return nil, err
+	}
+	q := &jsQueue{d: d, cfg: cfg, sessions: make(map[string]jetstream.Consumer)}
+	for p := range cfg.Partitions {
+		part, err := d.provision(ctx, cfg, d.names(cfg.Name, p), p)
+		if err != nil {
+			return nil, err
+		}
+		q.parts = append(q.parts, part)
+	}
+	dl, err := d.provision(ctx, cfg, d.deadLetterNames(cfg.Name), 0)
+	if err != nil {
+		return nil, err
+	}
+	dlCfg := cfg
+	dlCfg.Partitions, dlCfg.RequiresSession = 1, false
+	q.dlq = &jsQueue{d: d, cfg: dlCfg, parts: []*jsPartition{dl}, isDLQ: true}
+	q.dlq.dlq = q.dlq
+	return q, nil
+}
+
+// checkExisting refuses to reopen a queue with a different shape, and a
+// queue whose streams were changed to limits that drop messages.
+func (d *jsDriver) checkExisting(ctx context.Context, cfg QueueConfig) error {
+	n := d.names(cfg.Name, 0)
+	s, err := d.js.Stream(ctx, n.queue)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return d.mapErr(err)
+	}
+	md := s.CachedInfo().Config.Metadata
+	if md[metaPartitions] != strconv.Itoa(cfg.Partitions) {
+		return fmt.Errorf("%w: queue %q has %s partitions, config asks for %d",
+			ErrInvalidConfig, cfg.Name, md[metaPartitions], cfg.Partitions)
+	}
+	if md[metaSession] != strconv.FormatBool(cfg.RequiresSession) {
+		return fmt.Errorf("%w: queue %q has RequiresSession=%s, config asks for %t",
+			ErrInvalidConfig, cfg.Name, md[metaSession], cfg.RequiresSession)
+	}
+	for p := range cfg.Partitions {
+		for _, name := range []string{d.names(cfg.Name, p).sched, d.names(cfg.Name, p).queue} {
+			s, err := d.js.Stream(ctx, name)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				continue
+			}
+			if err != nil {
+				return d.mapErr(err)
+			}
+			if err := refuseLossyLimits(s.CachedInfo().Config); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// refuseLossyLimits rejects stream settings under which JetStream deletes
+// messages nobody received, pending schedules included, without telling
+// anyone: an age limit, a message-count limit, a per-subject limit, or a
+// byte limit that discards old messages.
+func refuseLossyLimits(c jetstream.StreamConfig) error {
+	bad := func(what string) error {
+		return fmt.Errorf("%w: stream %s has %s, which would silently drop pending messages; remove it",
+			ErrInvalidConfig, c.Name, what)
+	}
+	switch {
+	case c.MaxAge > 0:
+		return bad("MaxAge " + c.MaxAge.String())
+	case c.MaxMsgs > 0:
+		return bad("MaxMsgs")
+	case c.MaxMsgsPerSubject > 0:
+		return bad("MaxMsgsPerSubject")
+	case c.MaxBytes > 0 && c.Discard != jetstream.DiscardNew:
+		return bad("MaxBytes with DiscardOld")
+	}
+	return nil
+}
+
+func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p int) (*jsPartition, error) {
+	storage := jetstream.FileStorage
+	if cfg.MemoryStorage {
+		storage = jetstream.MemoryStorage
+	}
+	maxBytes := cfg.MaxBytes
+	if maxBytes == 0 {
+		maxBytes = -1
+	}
+	meta := map[string]string{
+		metaPartitions: strconv.Itoa(cfg.Partitions),
+		metaSession:    strconv.FormatBool(cfg.RequiresSession),
+	}
+	base := jetstream.StreamConfig{
+		Storage:     storage,
+		Replicas:    cfg.Replicas,
+		Discard:     jetstream.DiscardNew,
+		MaxBytes:    maxBytes,
+		MaxMsgs:     -1,
+		MaxAge:      0,
+		Duplicates:  cfg.DuplicateWindow,
+		AllowDirect: true,
+		Metadata:    meta,
+	}
+	part := &jsPartition{idx: p, n: n}
+	if n.hasSch {
+		sc := base
+		sc.Name = n.sched
+		sc.Description = "jetsaga: scheduled messages of queue " + cfg.Name
+		sc.Subjects = []string{n.sSubj + ".>"}
+		sc.Retention = jetstream.LimitsPolicy
+		sc.AllowMsgSchedules = true
+		sc.AllowMsgTTL = true
+		// The server refuses DiscardNew on a schedule stream; with no limit
+		// set, DiscardOld never discards anything either.
+		sc.Discard, sc.MaxBytes = jetstream.DiscardOld, -1
+		s, err := d.js.CreateOrUpdateStream(ctx, sc)
+		if err != nil {
+			return nil, d.mapErr(err)
+		}
+		part.sched = s
+	}
+	qc := base
+	qc.Name = n.queue
+	qc.Description = "jetsaga: queue " + cfg.Name
+	qc.Subjects = []string{n.qSubj + ".>"}
+	qc.Retention = jetstream.WorkQueuePolicy
+	if n.hasSch {
+		qc.Sources = []*jetstream.StreamSource{{
+			Name: n.sched,
+			SubjectTransforms: []jetstream.SubjectTransformConfig{{
+				Source:      n.sSubj + ".f.>",
+				Destination: n.qSubj + ".>",
+			}},
+		}}
+	}
+	s, err := d.js.CreateOrUpdateStream(ctx, qc)
+	if err != nil {
+		return nil, d.mapErr(err)
+	}
+	part.queue = s
+	if !cfg.RequiresSession || n.isDeadLetter {
+		c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       n.consumer,
+			FilterSubject: n.qSubj + ".m",
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       cfg.LockDuration,
+			MaxDeliver:    -1,
+			MaxAckPending: -1,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			return nil, d.mapErr(err)
+		}
+		part.cons = c
+	}
+	return part, nil
+}
+
+func (d *jsDriver) deleteQueue(ctx context.Context, name string) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	del := func(stream string) error {
+		err := d.js.DeleteStream(ctx, stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil
+		}
+		return d.mapErr(err)
+	}
+	for p := 0; p < maxPartitions; p++ {
+		n := d.names(name, p)
+		if _, err := d.js.Stream(ctx, n.queue); errors.Is(err, jetstream.ErrStreamNotFound) {
+			break
+		}
+		if err := errors.Join(del(n.queue), del(n.sched)); err != nil {
+			return err
+		}
+	}
+	return del(d.deadLetterNames(name).queue)
+}
+
+// apiContext bounds ctx by the API timeout if it has no deadline.
+func (d *jsDriver) apiContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d.o.apiTimeout)
+}
+
+// jsPartition is one partition's streams and, for queues without
+// sessions, its shared pull consumer.
+type jsPartition struct {
+	idx   int
+	n     jsNames
+	queue jetstream.Stream
+	sched jetstream.Stream
+	cons  jetstream.Consumer
+
+	// Activation copies stay in the schedule stream after the queue stream
+	// has sourced them; receivers note the highest sourced one and purge
+	// below it now and then (see notePurge).
+	sourcedUpTo atomic.Uint64
+	purgeMu     sync.Mutex
+	purgedUpTo  uint64
+	lastPurge   time.Time
+}

@@ -1,0 +1,378 @@
+package transport
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// pollWait bounds one pull request, so that a receive spread over several
+// partitions, or a closed broker, is noticed promptly.
+const pollWait = 250 * time.Millisecond
+
+func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
+	start := rand.IntN(len(q.parts))
+	for {
+		if err := q.d.check(); err != nil {
+			return nil, err
+		}
+		// One pass without waiting over every partition, then a short
+		// blocking pull on one of them.
+		for i := range q.parts {
+			part := q.parts[(start+i)%len(q.parts)]
+			b, err := part.cons.FetchNoWait(max)
+			if err != nil {
+				return nil, q.d.mapErr(err)
+			}
+			if ds := q.collect(ctx, part, b); len(ds) > 0 {
+				return ds, nil
+			}
+		}
+		wait := pollWait
+		if len(q.parts) == 1 {
+			wait = 5 * time.Second
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, context.Cause(ctx)
+		}
+		if wait >= time.Millisecond {
+			// Wait for one message only: a batch pull returns when full or
+			// expired, and its messages' locks would run out meanwhile.
+			part := q.parts[start]
+			b, err := part.cons.Fetch(1, jetstream.FetchMaxWait(wait))
+			if err != nil {
+				return nil, q.d.mapErr(err)
+			}
+			if ds := q.collect(ctx, part, b); len(ds) > 0 {
+				if max > 1 {
+					if b, err := part.cons.FetchNoWait(max - 1); err == nil {
+						ds = append(ds, q.collect(ctx, part, b)...)
+					}
+				}
+				return ds, nil
+			}
+		}
+		start = (start + 1) % len(q.parts)
+	}
+}
+
+// collect turns a pulled batch into deliveries, dropping those the
+// transport settles itself (cancelled activations, exhausted ones).
+func (q *jsQueue) collect(ctx context.Context, part *jsPartition, b jetstream.MessageBatch) []*Delivery {
+	var out []*Delivery
+	for msg := range b.Messages() {
+		if d := q.delivery(ctx, part, msg); d != nil {
+			out = append(out, d)
+		}
+	}
+	if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: pull failed", slogErr(err), slogQueue(q.cfg.Name))
+	}
+	return out
+}
+
+func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream.Msg) *Delivery {
+	md, err := msg.Metadata()
+	if err != nil {
+		q.d.o.logger.LogAttrs(ctx, slog.LevelError, "transport: message without metadata", slogErr(err), slogQueue(q.cfg.Name))
+		return nil
+	}
+	received := time.Now()
+	m := &Message{
+		Body:       msg.Data(),
+		Seq:        makeSeq(part.idx, false, md.Sequence.Stream),
+		EnqueuedAt: md.Timestamp.UTC(),
+		State:      Active,
+	}
+	h := msg.Headers()
+	decodeHeader(h, m)
+	s := &jsSettler{q: q, msg: msg, m: m, lockedUntil: received.Add(q.cfg.LockDuration)}
+	if sched := h.Get(natsScheduler); sched != "" && !q.isDLQ {
+		part.noteSourced(h.Get(natsStreamSource))
+		if q.dropCancelled(ctx, part, sched) {
+			if err := msg.Ack(); err != nil {
+				q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: ack of cancelled activation failed", slogErr(err), slogQueue(q.cfg.Name))
+			}
+			return nil
+		}
+		q.maybePurge(ctx, part)
+	}
+	count := int(md.NumDelivered)
+	if count > q.cfg.MaxDeliveryCount && !q.isDLQ {
+		if err := s.deadLetter(ctx, ReasonMaxDeliveryCountExceeded,
+			fmt.Sprintf("delivered %d times, MaxDeliveryCount is %d", count-1, q.cfg.MaxDeliveryCount)); err != nil {
+			q.d.o.logger.LogAttrs(ctx, slog.LevelError, "transport: dead-lettering failed", slogErr(err), slogQueue(q.cfg.Name))
+		}
+		return nil
+	}
+	return newDelivery(m, count, s.lockedUntil, s)
+}
+
+// dropCancelled reports whether the activation of the schedule on
+// subject sched was cancelled in the instant it activated: then Cancel
+// returned nil and the message must not be delivered.
+func (q *jsQueue) dropCancelled(ctx context.Context, part *jsPartition, sched string) bool {
+	id, ok := strings.CutPrefix(sched, part.n.sSubj+".s.")
+	if !ok {
+		return false
+	}
+	_, err := part.sched.GetLastMsgForSubject(ctx, part.n.sSubj+".x."+id)
+	return err == nil
+}
+
+// noteSourced records the schedule-stream sequence of an activation copy
+// that reached the queue (from its Nats-Stream-Source header: "<stream>
+// <seq> ..."). Sourcing is in order, so every activation below it has
+// reached the queue too.
+func (p *jsPartition) noteSourced(src string) {
+	f := strings.Fields(src)
+	if len(f) < 2 {
+		return
+	}
+	seq, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return
+	}
+	for {
+		cur := p.sourcedUpTo.Load()
+		if seq <= cur || p.sourcedUpTo.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// maybePurge removes activation copies the queue stream has already
+// sourced from the schedule stream, at most every few seconds.
+func (q *jsQueue) maybePurge(ctx context.Context, part *jsPartition) {
+	if !part.purgeMu.TryLock() {
+		return
+	}
+	defer part.purgeMu.Unlock()
+	upTo := part.sourcedUpTo.Load()
+	if upTo <= part.purgedUpTo || time.Since(part.lastPurge) < 5*time.Second {
+		return
+	}
+	part.lastPurge = time.Now()
+	err := part.sched.Purge(context.WithoutCancel(ctx),
+		jetstream.WithPurgeSubject(part.n.sSubj+".f.>"), jetstream.WithPurgeSequence(upTo))
+	if err != nil {
+		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: purging activation copies failed", slogErr(err), slogQueue(q.cfg.Name))
+		return
+	}
+	part.purgedUpTo = upTo
+}
+
+// jsSettler settles one JetStream delivery. The lock is tracked on the
+// client from the moment of receipt, which is never later than the
+// server's own ack deadline: a settle after it returns ErrLockLost and
+// leaves the message to its redelivery.
+type jsSettler struct {
+	q           *jsQueue
+	msg         jetstream.Msg
+	m           *Message
+	lockedUntil time.Time
+}
+
+func (s *jsSettler) live() error {
+	if err := s.q.d.check(); err != nil {
+		return err
+	}
+	if time.Now().After(s.lockedUntil) {
+		return fmt.Errorf("%w: seq %d locked until %s", ErrLockLost, s.m.Seq, s.lockedUntil.Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+func (s *jsSettler) complete(ctx context.Context) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	return s.q.d.mapErr(s.msg.DoubleAck(ctx))
+}
+
+func (s *jsSettler) abandon(ctx context.Context) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	return s.q.d.mapErr(s.msg.Nak())
+}
+
+func (s *jsSettler) renew(ctx context.Context) (time.Time, error) {
+	if err := s.live(); err != nil {
+		return time.Time{}, err
+	}
+	until := time.Now().Add(s.q.cfg.LockDuration)
+	if err := s.msg.InProgress(); err != nil {
+		return time.Time{}, s.q.d.mapErr(err)
+	}
+	s.lockedUntil = until
+	return until, nil
+}
+
+// deadLetter copies the message to the dead-letter stream, deduplicated
+// by its queue and sequence number, and then acks it. A crash between the
+// two redelivers the message, and dead-lettering it again is a duplicate.
+func (s *jsSettler) deadLetter(ctx context.Context, reason, description string) error {
+	if s.q.isDLQ {
+		return fmt.Errorf("%w: dead-lettering from a dead-letter queue", ErrUnsupported)
+	}
+	if err := s.q.d.check(); err != nil {
+		return err
+	}
+	dl := *s.m
+	dl.DeadLetterReason, dl.DeadLetterDescription = reason, description
+	dl.DeadLetterSource, dl.DeadLetterSeq = s.q.cfg.Name, s.m.Seq
+	dlq := s.q.dlq.parts[0]
+	msg := &nats.Msg{Subject: dlq.n.qSubj + ".m", Header: encodeHeader(&dl), Data: dl.Body}
+	msg.Header.Set(jetstream.MsgIDHeader, "dl-"+strconv.FormatUint(s.m.Seq, 10)+"-"+s.m.EnqueuedAt.Format(time.RFC3339Nano))
+	if _, err := s.q.d.js.PublishMsg(ctx, msg); err != nil {
+		return s.q.d.mapErr(err)
+	}
+	return s.q.d.mapErr(s.msg.DoubleAck(ctx))
+}
+
+// Sessions. Each session has its own durable consumer, filtered on the
+// session's subject, with MaxAckPending 1: the server hands out the next
+// message of a session only after the previous one is acked, or its ack
+// wait (the lock) expires and it is redelivered first. That holds across
+// any number of receivers in any number of processes.
+
+func sessionConsumerName(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return "s_" + hex.EncodeToString(h[:16])
+}
+
+func (q *jsQueue) acceptSession(ctx context.Context, id string, p int) (sessionDriver, error) {
+	if err := q.d.check(); err != nil {
+		return nil, err
+	}
+	part := q.parts[p]
+	name := sessionConsumerName(id)
+	q.mu.Lock()
+	c, ok := q.sessions[name]
+	q.mu.Unlock()
+	if !ok {
+		actx, cancel := q.d.apiContext(ctx)
+		defer cancel()
+		var err error
+		c, err = part.queue.CreateOrUpdateConsumer(actx, jetstream.ConsumerConfig{
+			Durable:           name,
+			Description:       "jetsaga session",
+			FilterSubject:     part.n.qSubj + ".s." + subjectToken(id),
+			AckPolicy:         jetstream.AckExplicitPolicy,
+			AckWait:           q.cfg.LockDuration,
+			MaxDeliver:        -1,
+			MaxAckPending:     1,
+			DeliverPolicy:     jetstream.DeliverAllPolicy,
+			InactiveThreshold: max(10*q.cfg.LockDuration, 5*time.Minute),
+		})
+		if err != nil {
+			return nil, q.d.mapErr(err)
+		}
+		q.mu.Lock()
+		q.sessions[name] = c
+		q.mu.Unlock()
+	}
+	return &jsSession{q: q, part: part, c: c}, nil
+}
+
+type jsSession struct {
+	q    *jsQueue
+	part *jsPartition
+	c    jetstream.Consumer
+}
+
+func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
+	for {
+		if err := s.q.d.check(); err != nil {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, context.Cause(ctx)
+		}
+		wait := 5 * time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(dl))
+		}
+		if wait < time.Millisecond {
+			continue
+		}
+		b, err := s.c.Fetch(1, jetstream.FetchMaxWait(wait))
+		if err != nil {
+			return nil, s.q.d.mapErr(err)
+		}
+		if ds := s.q.collect(ctx, s.part, b); len(ds) > 0 {
+			return ds[0], nil
+		}
+	}
+}
+
+func (s *jsSession) close() error { return nil }
+
+// nextSession looks for a session subject with messages whose consumer
+// has nothing locked, polling with backoff until one appears.
+func (q *jsQueue) nextSession(ctx context.Context) (string, error) {
+	backoff := 20 * time.Millisecond
+	for {
+		if err := q.d.check(); err != nil {
+			return "", err
+		}
+		for _, p := range rand.Perm(len(q.parts)) {
+			id, err := q.freeSession(ctx, q.parts[p])
+			if err != nil || id != "" {
+				return id, err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 500*time.Millisecond)
+		}
+	}
+}
+
+func (q *jsQueue) freeSession(ctx context.Context, part *jsPartition) (string, error) {
+	prefix := part.n.qSubj + ".s."
+	info, err := part.queue.Info(ctx, jetstream.WithSubjectFilter(prefix+"*"))
+	if err != nil {
+		return "", q.d.mapErr(err)
+	}
+	subjects := make([]string, 0, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		if n > 0 {
+			subjects = append(subjects, subj)
+		}
+	}
+	rand.Shuffle(len(subjects), func(i, j int) { subjects[i], subjects[j] = subjects[j], subjects[i] })
+	for _, subj := range subjects {
+		id, ok := fromSubjectToken(strings.TrimPrefix(subj, prefix))
+		if !ok {
+			continue
+		}
+		ci, err := part.queue.Consumer(ctx, sessionConsumerName(id))
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return id, nil
+		}
+		if err != nil {
+			return "", q.d.mapErr(err)
+		}
+		if c := ci.CachedInfo(); c.NumAckPending == 0 && c.NumWaiting == 0 {
+			return id, nil
+		}
+	}
+	return "", nil
+}
