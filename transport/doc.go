@@ -1,0 +1,122 @@
+// Package transport is a scheduled-message queue with Azure Service Bus's
+// semantics, on NATS JetStream or in memory.
+//
+// A [Broker] opens named queues: [NewJetStream] on a NATS connection, or
+// [NewMemory] inside the process (for tests and the sagatest harness; it
+// runs on a [Clock] it is given, by default the time package, which a
+// testing/synctest bubble makes virtual). Both keep the same promises, and
+// the transporttest conformance suite runs against both.
+//
+// # Messages and sequence numbers
+//
+// A [Message] carries a body and Service Bus's properties (MessageID,
+// CorrelationID, SessionID, ReplyTo, Subject, ContentType, application
+// Properties). The broker stamps each stored message with a sequence number
+// (Seq, Service Bus's SequenceNumber) and the broker's UTC time of
+// acceptance (EnqueuedAt, Service Bus's EnqueuedTimeUtc). Send returns the
+// sequence number; received and browsed messages carry both.
+//
+// Active sequence numbers are unique, increasing and gap-free per queue
+// partition: 1, 2, 3, ... in arrival order. A queue with Partitions > 1
+// puts the partition id in the top 16 bits and the partition's own
+// sequence in the low 48 ([Partition], [LocalSeq]); a session, and a
+// MessageID, always map to the same partition. The 47-bit local range
+// (1.4e14 messages per partition) does not roll over in practice; if it
+// were exhausted JetStream would refuse new messages rather than wrap.
+//
+// # Scheduled messages
+//
+// [Queue.Schedule], or [Queue.Send] with ScheduledAt set, stores a message
+// to become active at a given time and returns its scheduled sequence
+// number, which has [ScheduledBit] set: scheduled and active messages are
+// numbered in two separate logs per partition, so schedules (and their
+// cancellations) never leave gaps among active sequence numbers. A
+// scheduled message never activates before its time. On activation it is
+// appended to the queue as if sent at that instant: a new (active)
+// sequence number, EnqueuedAt set to the activation time, and ScheduledAt
+// kept, so EnqueuedAt−ScheduledAt is its lateness. A time in the past
+// activates at once.
+//
+// [Queue.Cancel] gives a definite answer, which Service Bus does not: nil
+// means the message will never be delivered; [ErrAlreadyActivated] means
+// it has been or will be delivered; [ErrNotFound] means no scheduled
+// message with that number is pending (never existed, cancelled, or
+// activated before the call). [Queue.CancelMany] cancels a batch
+// concurrently.
+//
+// [Queue.Peek] and [Queue.Browse] list active and scheduled messages (with
+// State, Seq, ScheduledAt, EnqueuedAt) from a sequence number, page by
+// page, without receiving them.
+//
+// # Receiving
+//
+// [Queue.Receive] hands out messages under a peek-lock for the queue's
+// LockDuration. [Delivery.Complete] removes one, [Delivery.Abandon]
+// releases it for redelivery (DeliveryCount rises), [Delivery.DeadLetter]
+// moves it to the queue's dead-letter queue with a reason and a
+// description, and [Delivery.RenewLock] extends the lock. A message whose
+// lock expires is redelivered; one delivered more than MaxDeliveryCount
+// times is dead-lettered with reason [ReasonMaxDeliveryCountExceeded].
+// Competing receivers, in one process or many, each get different
+// messages, retrieved in sequence order; the order in which they are
+// processed needs sessions.
+//
+// # Sessions
+//
+// On a queue with RequiresSession every message has a SessionID. A
+// session's messages are delivered one at a time in sequence order: the
+// next one goes to no receiver, in any process, until the current one is
+// completed or dead-lettered, or its lock expires — so a receiver that dies
+// holds its session for at most LockDuration. Different sessions proceed
+// in parallel. Use [Queue.AcceptSession] for a known session or
+// [Queue.AcceptNextSession] for any session with work.
+//
+// # Duplicate detection
+//
+// A message with a MessageID that the queue has seen within its
+// DuplicateWindow is acknowledged but not stored again;
+// [SendResult].Duplicate reports it. Immediate sends and schedules are
+// detected separately (they are stored in different JetStream streams).
+//
+// # Input checks
+//
+// Queue names are 1–64 characters of [A-Za-z0-9_-]. IDs and session IDs
+// may contain anything but control characters, up to 128 bytes; they are
+// encoded before they reach a NATS subject, so '.', '*', '>' and spaces
+// can never act as subject separators or wildcards. Every check is made
+// before anything is written, and returns an error that errors.Is matches:
+// [ErrInvalidQueueName], [ErrInvalidMessage], [ErrMessageTooLarge],
+// [ErrSessionRequired], [ErrClosed].
+//
+// # On JetStream
+//
+// Each partition p of queue N is two streams. The schedule stream
+// (P_S_N_p, limits retention, message schedules enabled) holds each
+// scheduled message on its own subject; nats-server's scheduler activates
+// it by writing a copy to an activation subject in the same stream. The
+// queue stream (P_Q_N_p, work-queue retention) receives immediate sends
+// and sources the activation subjects, so active messages take the queue
+// stream's contiguous sequence numbers and EnqueuedAt is the time the copy
+// was stored there. Receivers share one durable pull consumer per
+// partition; each session has its own durable consumer with MaxAckPending
+// 1. The dead-letter queue is the stream P_D_N.
+//
+// Cancel writes a cancel record that the server accepts only while the
+// schedule is still stored (an expected-last-subject-sequence condition),
+// and that purges the schedule in the same step. The scheduler may have
+// read the schedule an instant before and still write the activation; a
+// receiver drops any activation that has a cancel record, so a nil from
+// Cancel always holds. Cancel records live for CancelRecordTTL.
+//
+// Limits of the guarantees: a message is safe once Send or Schedule
+// returned; with nats-server's default sync policy it has reached the
+// operating system, so it survives a crash of the server process, and is
+// fsynced within 2 minutes (sync_interval), so a power loss can lose the
+// last writes unless the server runs with sync: always or a replicated
+// stream (Replicas 3). The scheduler fires at most every 250 ms, so
+// activations are up to about 250 ms late under load, never early; overdue
+// schedules fire about 250 ms after a server restart. Streams whose limits
+// would silently drop pending messages (MaxAge, MaxMsgs,
+// MaxMsgsPerSubject, MaxBytes with DiscardOld) are refused by OpenQueue
+// with [ErrInvalidConfig].
+package transport
