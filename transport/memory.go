@@ -1,0 +1,689 @@
+package transport
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// NewMemory returns a Broker that keeps queues in this process's memory.
+// It keeps the same promises as the JetStream broker, on the clock set with
+// WithClock (default: the time package, which is virtual inside a
+// testing/synctest bubble), so a test can run a month of scheduled messages
+// in milliseconds. Nothing survives the process. WithPrefix and
+// WithAPITimeout are accepted and have no effect.
+//
+// Where the memory broker must choose, it is deterministic: a message
+// scheduled for a time not after now activates within the Schedule call,
+// Cancel knows every activation for as long as the queue lives, and
+// AcceptNextSession picks the session whose oldest message has waited
+// longest, preferring sessions no open SessionReceiver has accepted.
+// Messages in a dead-letter queue are never dead-lettered again, however
+// often they are delivered.
+func NewMemory(opts ...Option) (*Broker, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Broker{d: &memBroker{clock: o.clock, queues: make(map[string]*memQueue)}, opts: o}, nil
+}
+
+// errQueueDeleted is returned by the handles of a queue after DeleteQueue.
+var errQueueDeleted = errors.New("transport: queue deleted")
+
+// memBroker is the in-memory driver. Lock order: memBroker.mu before
+// memQueue.mu.
+type memBroker struct {
+	clock  Clock
+	mu     sync.Mutex
+	queues map[string]*memQueue
+	closed bool
+}
+
+func (b *memBroker) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver, error) {
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	q, ok := b.queues[cfg.Name]
+	if !ok {
+		q = newMemQueue(b.clock, cfg)
+		b.queues[cfg.Name] = q
+	} else if err := q.reconfigure(cfg); err != nil {
+		return nil, err
+	}
+	return q.main, nil
+}
+
+func (b *memBroker) deleteQueue(ctx context.Context, name string) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	q := b.queues[name]
+	delete(b.queues, name)
+	b.mu.Unlock()
+	if q != nil {
+		q.shutdown(errQueueDeleted)
+	}
+	return nil
+}
+
+func (b *memBroker) close() error {
+	b.mu.Lock()
+	qs := b.queues
+	b.queues, b.closed = nil, true
+	b.mu.Unlock()
+	for _, q := range qs {
+		q.shutdown(ErrClosed)
+	}
+	return nil
+}
+
+// memQueue is one queue and its dead-letter queue under one mutex, so that
+// moving a message between them is atomic.
+type memQueue struct {
+	clock Clock
+
+	mu      sync.Mutex
+	cfg     QueueConfig
+	err     error         // why the queue is unusable: ErrClosed or errQueueDeleted
+	changed chan struct{} // closed on a change of state; nil while no one waits
+	main    *memLog
+	dead    *memLog
+}
+
+func newMemQueue(clock Clock, cfg QueueConfig) *memQueue {
+	q := &memQueue{clock: clock, cfg: cfg}
+	q.dead = newMemLog(q, 1, nil)
+	q.main = newMemLog(q, cfg.Partitions, q.dead)
+	return q
+}
+
+// reconfigure applies cfg to an existing queue, refusing to change its shape.
+func (q *memQueue) reconfigure(cfg QueueConfig) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if cfg.Partitions != q.cfg.Partitions || cfg.RequiresSession != q.cfg.RequiresSession {
+		return fmt.Errorf("%w: queue %s exists with Partitions %d and RequiresSession %t",
+			ErrInvalidConfig, q.cfg.Name, q.cfg.Partitions, q.cfg.RequiresSession)
+	}
+	q.cfg = cfg
+	return nil
+}
+
+// shutdown makes every later operation fail with err, wakes all waiters
+// and stops all timers.
+func (q *memQueue) shutdown(err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.err != nil {
+		return
+	}
+	q.err = err
+	for _, l := range []*memLog{q.main, q.dead} {
+		for _, p := range l.parts {
+			for _, e := range p.pending {
+				e.stop()
+			}
+			for _, e := range p.active {
+				if e.lock != nil {
+					e.lock.stop()
+				}
+			}
+		}
+	}
+	q.notify()
+}
+
+// enter locks q for an operation, or reports why the operation cannot run.
+func (q *memQueue) enter(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	q.mu.Lock()
+	if q.err != nil {
+		q.mu.Unlock()
+		return q.err
+	}
+	return nil
+}
+
+// await calls try under the lock until it reports success, waiting for a
+// change of state in between. It fails when ctx ends or the queue shuts down.
+func (q *memQueue) await(ctx context.Context, try func(now time.Time) bool) error {
+	for {
+		if err := q.enter(ctx); err != nil {
+			return err
+		}
+		if try(q.clock.Now()) {
+			q.mu.Unlock()
+			return nil
+		}
+		if q.changed == nil {
+			q.changed = make(chan struct{})
+		}
+		changed := q.changed
+		q.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// notify wakes every waiter in await. Call it with q.mu held whenever a
+// message may have become available.
+func (q *memQueue) notify() {
+	if q.changed != nil {
+		close(q.changed)
+		q.changed = nil
+	}
+}
+
+// memLog holds the messages of a queue or of its dead-letter queue, and is
+// the queueDriver of either.
+type memLog struct {
+	q        *memQueue
+	parts    []*memPartition
+	dlq      *memLog        // nil on a dead-letter queue
+	rr       int            // partition the next receive starts at
+	attached map[string]int // open session receivers by session ID
+}
+
+func newMemLog(q *memQueue, partitions int, dlq *memLog) *memLog {
+	l := &memLog{q: q, dlq: dlq, attached: make(map[string]int)}
+	for i := range partitions {
+		l.parts = append(l.parts, &memPartition{id: i, activated: make(map[uint64]struct{})})
+	}
+	return l
+}
+
+// memPartition is one partition: its active log and its schedule log.
+type memPartition struct {
+	id         int
+	lastActive uint64      // last local seq of the active log
+	lastSched  uint64      // last local seq of the schedule log
+	active     []*memEntry // by Seq, locked ones included
+	pending    []*memEntry // scheduled, by Seq
+	activated  map[uint64]struct{}
+	bytes      int64 // stored size of active and pending messages
+	dedup      memDedup
+	dedupSched memDedup
+}
+
+// memEntry is a stored message.
+type memEntry struct {
+	m     *Message
+	size  int
+	count int         // deliveries so far
+	lock  *memLock    // set while locked to a receiver
+	stop  func() bool // stops the activation timer while pending
+}
+
+// memLock is a receiver's lock on an entry. gen tells the current expiry
+// timer from those that a renewal replaced.
+type memLock struct {
+	until time.Time
+	gen   int
+	stop  func() bool
+}
+
+// appendActive adds e to the active log as if enqueued at now, and returns
+// its sequence number.
+func (p *memPartition) appendActive(e *memEntry, now time.Time) uint64 {
+	p.lastActive++
+	e.m.Seq, e.m.EnqueuedAt, e.m.State = makeSeq(p.id, false, p.lastActive), now.UTC(), Active
+	p.active = append(p.active, e)
+	return e.m.Seq
+}
+
+// sessionHead returns the oldest message of session id, or nil if the
+// session has none or has a message locked.
+func (p *memPartition) sessionHead(id string) *memEntry {
+	var head *memEntry
+	for _, e := range p.active {
+		if e.m.SessionID != id {
+			continue
+		}
+		if e.lock != nil {
+			return nil
+		}
+		if head == nil {
+			head = e
+		}
+	}
+	return head
+}
+
+// memIndex finds seq in es, which is sorted by Seq.
+func memIndex(es []*memEntry, seq uint64) (int, bool) {
+	return slices.BinarySearchFunc(es, seq, func(e *memEntry, s uint64) int { return cmp.Compare(e.m.Seq, s) })
+}
+
+// memDedup remembers the MessageIDs seen within the duplicate window.
+type memDedup struct {
+	seen  map[string]memSeen
+	order []string // IDs in the order they were seen, for expiry
+}
+
+type memSeen struct {
+	seq uint64
+	at  time.Time
+}
+
+// lookup forgets expired IDs and returns the sequence number of id's first
+// copy, if it is remembered.
+func (d *memDedup) lookup(id string, now time.Time, window time.Duration) (uint64, bool) {
+	for len(d.order) > 0 && now.Sub(d.seen[d.order[0]].at) >= window {
+		delete(d.seen, d.order[0])
+		d.order = d.order[1:]
+	}
+	s, ok := d.seen[id]
+	return s.seq, ok
+}
+
+func (d *memDedup) remember(id string, seq uint64, now time.Time) {
+	if id == "" {
+		return
+	}
+	if d.seen == nil {
+		d.seen = make(map[string]memSeen)
+	}
+	d.seen[id] = memSeen{seq: seq, at: now}
+	d.order = append(d.order, id)
+}
+
+func (l *memLog) send(ctx context.Context, m *Message, partition int) (SendResult, error) {
+	return l.put(ctx, m, partition, time.Time{})
+}
+
+func (l *memLog) schedule(ctx context.Context, m *Message, partition int, at time.Time) (SendResult, error) {
+	return l.put(ctx, m, partition, at)
+}
+
+// put stores a copy of m in partition p: active if at is zero, else
+// scheduled for at.
+func (l *memLog) put(ctx context.Context, m *Message, p int, at time.Time) (SendResult, error) {
+	if l.dlq == nil {
+		return SendResult{}, fmt.Errorf("%w: a dead-letter queue takes no new messages", ErrUnsupported)
+	}
+	c := m.Clone()
+	if !at.IsZero() {
+		c.ScheduledAt = at.UTC()
+	}
+	size := wireSize(c)
+	if size > DefaultMaxPayload {
+		return SendResult{}, fmt.Errorf("%w: %d bytes, max %d", ErrMessageTooLarge, size, DefaultMaxPayload)
+	}
+	if err := l.q.enter(ctx); err != nil {
+		return SendResult{}, err
+	}
+	defer l.q.mu.Unlock()
+	now, part, cfg := l.q.clock.Now(), l.parts[p], l.q.cfg
+	dedup := &part.dedup
+	if !at.IsZero() {
+		dedup = &part.dedupSched
+	}
+	if seq, ok := dedup.lookup(c.MessageID, now, cfg.DuplicateWindow); ok {
+		return SendResult{Seq: seq, Duplicate: true}, nil
+	}
+	if cfg.MaxBytes > 0 && part.bytes+int64(size) > cfg.MaxBytes {
+		return SendResult{}, fmt.Errorf("transport: queue %s partition %d: MaxBytes %d reached", cfg.Name, p, cfg.MaxBytes)
+	}
+	e := &memEntry{m: c, size: size}
+	part.bytes += int64(size)
+	var seq uint64
+	if at.IsZero() {
+		seq = part.appendActive(e, now)
+		l.q.notify()
+	} else {
+		seq = l.addPending(part, e, now)
+	}
+	dedup.remember(c.MessageID, seq, now)
+	return SendResult{Seq: seq}, nil
+}
+
+// addPending gives e a scheduled sequence number, which it returns, and
+// arranges its activation at e.m.ScheduledAt; a due message activates at once.
+func (l *memLog) addPending(p *memPartition, e *memEntry, now time.Time) uint64 {
+	p.lastSched++
+	seq := makeSeq(p.id, true, p.lastSched)
+	e.m.Seq, e.m.EnqueuedAt, e.m.State = seq, now.UTC(), Scheduled
+	p.pending = append(p.pending, e)
+	l.activateWhenDue(p, e, now)
+	return seq
+}
+
+// activateWhenDue activates the pending entry e if it is due, else sets a
+// timer to call it again when it is.
+func (l *memLog) activateWhenDue(p *memPartition, e *memEntry, now time.Time) {
+	if d := e.m.ScheduledAt.Sub(now); d > 0 {
+		e.stop = l.q.clock.AfterFunc(d, func() { l.onTimer(p, e) })
+		return
+	}
+	i, _ := memIndex(p.pending, e.m.Seq)
+	p.pending = slices.Delete(p.pending, i, i+1)
+	p.activated[e.m.Seq] = struct{}{}
+	p.appendActive(e, now)
+	l.q.notify()
+}
+
+// onTimer runs activateWhenDue from an activation timer, unless the entry was
+// cancelled or the queue shut down meanwhile.
+func (l *memLog) onTimer(p *memPartition, e *memEntry) {
+	l.q.mu.Lock()
+	defer l.q.mu.Unlock()
+	if _, pending := memIndex(p.pending, e.m.Seq); pending && l.q.err == nil {
+		l.activateWhenDue(p, e, l.q.clock.Now())
+	}
+}
+
+func (l *memLog) cancel(ctx context.Context, seq uint64) error {
+	if l.dlq == nil {
+		return fmt.Errorf("%w: a dead-letter queue has no scheduled messages", ErrUnsupported)
+	}
+	if err := l.q.enter(ctx); err != nil {
+		return err
+	}
+	defer l.q.mu.Unlock()
+	if Partition(seq) >= len(l.parts) {
+		return ErrNotFound
+	}
+	p := l.parts[Partition(seq)]
+	if i, ok := memIndex(p.pending, seq); ok {
+		e := p.pending[i]
+		e.stop()
+		p.pending = slices.Delete(p.pending, i, i+1)
+		p.bytes -= int64(e.size)
+		return nil
+	}
+	if _, ok := p.activated[seq]; ok {
+		return ErrAlreadyActivated
+	}
+	return ErrNotFound
+}
+
+func (l *memLog) peek(ctx context.Context, from uint64, max int) ([]*Message, error) {
+	if err := l.q.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer l.q.mu.Unlock()
+	var ms []*Message
+	for _, p := range l.parts[min(Partition(from), len(l.parts)):] {
+		for _, es := range [][]*memEntry{p.active, p.pending} {
+			i, _ := memIndex(es, from)
+			for _, e := range es[i:] {
+				if len(ms) == max {
+					return ms, nil
+				}
+				ms = append(ms, e.m.Clone())
+			}
+		}
+	}
+	return ms, nil
+}
+
+func (l *memLog) receive(ctx context.Context, max int) ([]*Delivery, error) {
+	var ds []*Delivery
+	err := l.q.await(ctx, func(now time.Time) bool {
+		for i := range l.parts {
+			p := l.parts[(l.rr+i)%len(l.parts)]
+			for j := 0; j < len(p.active) && len(ds) < max; {
+				if p.active[j].lock != nil {
+					j++
+				} else if d := l.take(p, p.active[j], now); d != nil {
+					ds = append(ds, d)
+					j++
+				} // else take removed p.active[j]: look at j again.
+			}
+		}
+		l.rr++
+		return len(ds) > 0
+	})
+	return ds, err
+}
+
+// take delivers e, locking it, or moves it to the dead-letter queue if it
+// has had MaxDeliveryCount deliveries already and returns nil.
+func (l *memLog) take(p *memPartition, e *memEntry, now time.Time) *Delivery {
+	if max := l.q.cfg.MaxDeliveryCount; l.dlq != nil && e.count >= max {
+		l.deadLetterEntry(p, e, ReasonMaxDeliveryCountExceeded, fmt.Sprintf("delivered %d times", max), now)
+		return nil
+	}
+	e.count++
+	e.lock = &memLock{}
+	l.relock(e, e.lock, now)
+	return newDelivery(e.m.Clone(), e.count, e.lock.until, &memSettler{l: l, p: p, e: e, lock: e.lock})
+}
+
+// relock (re)starts lock's expiry timer, LockDuration from now.
+func (l *memLog) relock(e *memEntry, lock *memLock, now time.Time) {
+	if lock.stop != nil {
+		lock.stop()
+	}
+	lock.gen++
+	gen, d := lock.gen, l.q.cfg.LockDuration
+	lock.until = now.Add(d)
+	lock.stop = l.q.clock.AfterFunc(d, func() {
+		l.q.mu.Lock()
+		defer l.q.mu.Unlock()
+		if l.q.err == nil && e.lock == lock && lock.gen == gen {
+			e.lock = nil
+			l.q.notify()
+		}
+	})
+}
+
+// unlock releases e's lock, if any.
+func (l *memLog) unlock(e *memEntry) {
+	if e.lock != nil {
+		e.lock.stop()
+		e.lock = nil
+		l.q.notify()
+	}
+}
+
+// remove deletes e from p's active log.
+func (l *memLog) remove(p *memPartition, e *memEntry) {
+	l.unlock(e)
+	i, _ := memIndex(p.active, e.m.Seq)
+	p.active = slices.Delete(p.active, i, i+1)
+	p.bytes -= int64(e.size)
+	l.q.notify()
+}
+
+// deadLetterEntry moves e from p to the dead-letter queue.
+func (l *memLog) deadLetterEntry(p *memPartition, e *memEntry, reason, description string, now time.Time) {
+	l.remove(p, e)
+	m := e.m
+	m.DeadLetterReason, m.DeadLetterDescription = reason, description
+	m.DeadLetterSource, m.DeadLetterSeq = l.q.cfg.Name, m.Seq
+	dp := l.dlq.parts[0]
+	dp.appendActive(&memEntry{m: m, size: e.size}, now)
+	dp.bytes += int64(e.size)
+}
+
+func (l *memLog) acceptSession(ctx context.Context, id string, partition int) (sessionDriver, error) {
+	if err := l.q.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer l.q.mu.Unlock()
+	l.attached[id]++
+	return &memSession{l: l, p: l.parts[partition], id: id}, nil
+}
+
+func (l *memLog) nextSession(ctx context.Context) (string, error) {
+	var id string
+	err := l.q.await(ctx, func(time.Time) bool {
+		id = l.freeSession()
+		return id != ""
+	})
+	return id, err
+}
+
+// freeSession returns a session with messages and none locked: among them,
+// one without open receivers if there is one, then the one whose oldest
+// message has waited longest. It returns "" if there is none.
+func (l *memLog) freeSession() string {
+	attached := func(e *memEntry) int { return min(l.attached[e.m.SessionID], 1) }
+	var best *memEntry
+	for _, p := range l.parts {
+		skip := make(map[string]bool) // sessions that are locked or whose head was seen
+		for _, e := range p.active {
+			if e.lock != nil {
+				skip[e.m.SessionID] = true
+			}
+		}
+		for _, e := range p.active {
+			if skip[e.m.SessionID] {
+				continue
+			}
+			skip[e.m.SessionID] = true
+			if best == nil || cmp.Or(
+				cmp.Compare(attached(e), attached(best)),
+				e.m.EnqueuedAt.Compare(best.m.EnqueuedAt),
+				cmp.Compare(e.m.Seq, best.m.Seq),
+			) < 0 {
+				best = e
+			}
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.m.SessionID
+}
+
+func (l *memLog) deadLetter() queueDriver {
+	if l.dlq == nil {
+		return l
+	}
+	return l.dlq
+}
+
+// memSettler settles one delivery of an entry.
+type memSettler struct {
+	l    *memLog
+	p    *memPartition
+	e    *memEntry
+	lock *memLock
+}
+
+// hold locks the queue if the delivery still holds its lock, and returns
+// the time.
+func (s *memSettler) hold(ctx context.Context) (time.Time, error) {
+	if err := s.l.q.enter(ctx); err != nil {
+		return time.Time{}, err
+	}
+	if s.e.lock != s.lock {
+		s.l.q.mu.Unlock()
+		return time.Time{}, ErrLockLost
+	}
+	return s.l.q.clock.Now(), nil
+}
+
+func (s *memSettler) complete(ctx context.Context) error {
+	if _, err := s.hold(ctx); err != nil {
+		return err
+	}
+	defer s.l.q.mu.Unlock()
+	s.l.remove(s.p, s.e)
+	return nil
+}
+
+func (s *memSettler) abandon(ctx context.Context) error {
+	if _, err := s.hold(ctx); err != nil {
+		return err
+	}
+	defer s.l.q.mu.Unlock()
+	s.l.unlock(s.e)
+	return nil
+}
+
+func (s *memSettler) deadLetter(ctx context.Context, reason, description string) error {
+	if s.l.dlq == nil {
+		return fmt.Errorf("%w: dead-lettering from a dead-letter queue", ErrUnsupported)
+	}
+	now, err := s.hold(ctx)
+	if err != nil {
+		return err
+	}
+	defer s.l.q.mu.Unlock()
+	s.l.deadLetterEntry(s.p, s.e, reason, description, now)
+	return nil
+}
+
+func (s *memSettler) renew(ctx context.Context) (time.Time, error) {
+	now, err := s.hold(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer s.l.q.mu.Unlock()
+	s.l.relock(s.e, s.lock, now)
+	return s.lock.until, nil
+}
+
+// memSession receives one session's messages. closed is guarded by the
+// queue's mutex.
+type memSession struct {
+	l      *memLog
+	p      *memPartition
+	id     string
+	closed bool
+}
+
+func (s *memSession) receive(ctx context.Context) (*Delivery, error) {
+	var d *Delivery
+	err := s.l.q.await(ctx, func(now time.Time) bool {
+		if s.closed {
+			return true
+		}
+		d = s.next(now)
+		return d != nil
+	})
+	if err == nil && d == nil {
+		err = ErrClosed
+	}
+	return d, err
+}
+
+// next delivers the session's oldest message unless one of the session's
+// messages is locked.
+func (s *memSession) next(now time.Time) *Delivery {
+	for {
+		e := s.p.sessionHead(s.id)
+		if e == nil {
+			return nil
+		}
+		if d := s.l.take(s.p, e, now); d != nil {
+			return d
+		}
+	}
+}
+
+func (s *memSession) close() error {
+	s.l.q.mu.Lock()
+	defer s.l.q.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		if s.l.attached[s.id]--; s.l.attached[s.id] == 0 {
+			delete(s.l.attached, s.id)
+		}
+		s.l.q.notify()
+	}
+	return nil
+}
