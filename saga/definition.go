@@ -1,0 +1,210 @@
+package saga
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// Definition describes a saga type whose data is S: its name, the
+// messages that start it, those it handles, and its timeouts. Build it
+// with Define and the functions StartedBy, Handles and OnTimeout, once,
+// at program start; register it with a Dispatcher (WithSagas) or a
+// sagatest environment.
+type Definition[S any] struct {
+	name     string
+	routes   map[string]route[S]
+	notFound NotFoundPolicy
+	err      error
+}
+
+// Handler handles a message of type M for a saga with data S. It reads and
+// changes c.Data and asks for effects through c; the effects take place
+// only if the step commits.
+type Handler[S, M any] func(ctx context.Context, c *Context[S], m M) error
+
+// Finder maps a message to the ID of the saga instance it belongs to. Use
+// By for the common case, a property of the message.
+type Finder[M any] func(ctx context.Context, m M) (string, error)
+
+// By returns a Finder that takes the instance ID from a property of m.
+func By[M any](id func(m M) string) Finder[M] {
+	return func(_ context.Context, m M) (string, error) { return id(m), nil }
+}
+
+type route[S any] struct {
+	kind    routeKind
+	find    func(ctx context.Context, m any) (string, error)
+	decode  func(c Codec, body []byte) (any, error)
+	handler func(ctx context.Context, c *Context[S], m any) error
+}
+
+type routeKind int
+
+const (
+	routeStart routeKind = iota + 1
+	routeHandle
+	routeTimeout
+)
+
+// NotFoundPolicy says what happens to a message that a saga handles but
+// that starts no instance and finds none.
+type NotFoundPolicy struct {
+	// DeadLetter moves the message to the dead-letter queue with reason
+	// ErrSagaNotFound. Default: false, the message is completed and
+	// logged at Debug level (a late message for a finished saga is normal).
+	DeadLetter bool
+	// Hook, if set, is called instead; its error fails the step as a
+	// handler error would.
+	Hook func(ctx context.Context, sagaName, id string, m any) error
+}
+
+// Define starts a saga definition. name identifies the saga type in the
+// store and in timeout messages: 1–64 characters of [A-Za-z0-9_-], stable
+// for the saga's lifetime.
+func Define[S any](name string, opts ...DefinitionOption) *Definition[S] {
+	d := &Definition[S]{name: name, routes: make(map[string]route[S])}
+	if err := transport.ValidateQueueName(name); err != nil {
+		d.err = fmt.Errorf("%w: name %q: 1-64 characters of [A-Za-z0-9_-]", ErrInvalidDefinition, name)
+	}
+	for _, o := range opts {
+		o(&d.notFound)
+	}
+	return d
+}
+
+// DefinitionOption configures a Definition.
+type DefinitionOption func(*NotFoundPolicy)
+
+// WhenNotFound sets the saga-not-found policy.
+func WhenNotFound(p NotFoundPolicy) DefinitionOption {
+	return func(np *NotFoundPolicy) { *np = p }
+}
+
+// StartedBy makes messages of type M start an instance of d (or, if the
+// instance exists, be handled by it). find maps a message to its instance
+// ID; two starters with the same ID racing yield one instance.
+func StartedBy[S, M any](d *Definition[S], find Finder[M], h Handler[S, M]) {
+	addRoute(d, routeStart, find, h)
+}
+
+// Handles makes messages of type M be handled by an existing instance of
+// d, found by find. A message for a missing instance follows d's
+// NotFoundPolicy.
+func Handles[S, M any](d *Definition[S], find Finder[M], h Handler[S, M]) {
+	addRoute(d, routeHandle, find, h)
+}
+
+// OnTimeout makes timeouts with payload type T, requested with
+// Context.RequestTimeout, be handled by h. A timeout that arrives after it
+// was cancelled or rescheduled, or after the saga completed, is dropped.
+func OnTimeout[S, T any](d *Definition[S], h Handler[S, T]) {
+	addRoute[S, T](d, routeTimeout, nil, h)
+}
+
+func addRoute[S, M any](d *Definition[S], kind routeKind, find Finder[M], h Handler[S, M]) {
+	name := MessageName[M]()
+	if _, dup := d.routes[name]; dup && d.err == nil {
+		d.err = fmt.Errorf("%w: saga %s: message type %s registered twice", ErrInvalidDefinition, d.name, name)
+	}
+	r := route[S]{
+		kind: kind,
+		decode: func(c Codec, body []byte) (any, error) {
+			var m M
+			if err := c.Unmarshal(body, &m); err != nil {
+				return nil, err
+			}
+			return m, nil
+		},
+		handler: func(ctx context.Context, c *Context[S], m any) error { return h(ctx, c, m.(M)) },
+	}
+	if find != nil {
+		r.find = func(ctx context.Context, m any) (string, error) { return find(ctx, m.(M)) }
+	}
+	d.routes[name] = r
+}
+
+// Name returns the saga's name.
+func (d *Definition[S]) Name() string { return d.name }
+
+// Saga is a saga definition of any data type, as a Dispatcher takes it.
+// Only *Definition implements it.
+type Saga interface {
+	Name() string
+	runtime() sagaRuntime
+}
+
+func (d *Definition[S]) runtime() sagaRuntime { return d }
+
+// sagaRuntime is the type-erased view of a Definition the dispatcher uses.
+type sagaRuntime interface {
+	Name() string
+	validate() error
+	messageTypes() []string
+	policy() NotFoundPolicy
+	lookup(msgType string) (routeKind, bool)
+	decode(c Codec, msgType string, body []byte) (any, error)
+	find(ctx context.Context, msgType string, m any) (string, error)
+	// run runs the handler for m on the instance in rec (nil: new) and
+	// returns the resulting record, not yet stored.
+	run(ctx context.Context, s *step, msgType string, m any) error
+}
+
+func (d *Definition[S]) validate() error {
+	if d.err != nil {
+		return d.err
+	}
+	for _, r := range d.routes {
+		if r.kind == routeStart {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: saga %s: no message starts it (use StartedBy)", ErrInvalidDefinition, d.name)
+}
+
+func (d *Definition[S]) messageTypes() []string {
+	out := make([]string, 0, len(d.routes))
+	for name := range d.routes {
+		out = append(out, name)
+	}
+	return out
+}
+
+func (d *Definition[S]) policy() NotFoundPolicy { return d.notFound }
+
+func (d *Definition[S]) lookup(msgType string) (routeKind, bool) {
+	r, ok := d.routes[msgType]
+	return r.kind, ok
+}
+
+func (d *Definition[S]) decode(c Codec, msgType string, body []byte) (any, error) {
+	return d.routes[msgType].decode(c, body)
+}
+
+func (d *Definition[S]) find(ctx context.Context, msgType string, m any) (string, error) {
+	id, err := d.routes[msgType].find(ctx, m)
+	if err == nil && id == "" {
+		err = fmt.Errorf("%w: %s gives an empty ID for saga %s", ErrCorrelation, msgType, d.name)
+	}
+	return id, err
+}
+
+func (d *Definition[S]) run(ctx context.Context, s *step, msgType string, m any) error {
+	c := &Context[S]{step: s}
+	if len(s.rec.Data) > 0 {
+		if err := s.codec.Unmarshal(s.rec.Data, &c.Data); err != nil {
+			return fmt.Errorf("saga %s: decoding stored data: %w", d.name, err)
+		}
+	}
+	if err := d.routes[msgType].handler(ctx, c, m); err != nil {
+		return err
+	}
+	data, err := s.codec.Marshal(&c.Data)
+	if err != nil {
+		return fmt.Errorf("saga %s: encoding data: %w", d.name, err)
+	}
+	s.rec.Data = data
+	s.rec.Updated = s.now
+	return nil
+}

@@ -1,0 +1,64 @@
+package saga
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrConflict is returned by a Store when the record changed since it
+	// was read (or exists, on create). The dispatcher reloads and runs the
+	// handler again on the fresh state.
+	ErrConflict = errors.New("saga: state changed concurrently")
+	// ErrNotFound is returned by a Store for a missing record.
+	ErrNotFound = errors.New("saga: not found")
+	// ErrUnknownMessage is the reason a message whose type no saga of the
+	// dispatcher handles is dead-lettered.
+	ErrUnknownMessage = errors.New("saga: unknown message type")
+	// ErrMalformed is the reason a message whose body cannot be decoded is
+	// dead-lettered.
+	ErrMalformed = errors.New("saga: malformed message")
+	// ErrInvalidDefinition is returned for a saga definition that cannot
+	// work (no name, no starting message, a type handled twice).
+	ErrInvalidDefinition = errors.New("saga: invalid definition")
+	// ErrInvalidOption is wrapped by options given invalid values.
+	ErrInvalidOption = errors.New("saga: invalid option")
+	// ErrSagaNotFound is the reason a message for a missing instance is
+	// dead-lettered under the DeadLetterIfNotFound policy.
+	ErrSagaNotFound = errors.New("saga: instance not found")
+	// ErrCorrelation is returned when a message maps to no saga ID.
+	ErrCorrelation = errors.New("saga: cannot correlate message")
+	// ErrPanic wraps a value a handler panicked with.
+	ErrPanic = errors.New("saga: handler panicked")
+	// ErrPermanent matches errors made by Permanent.
+	ErrPermanent = errors.New("saga: permanent error")
+)
+
+// Permanent marks err as not worth retrying: the dispatcher dead-letters
+// the message at once instead of retrying it. The result matches both
+// ErrPermanent and err with errors.Is.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string        { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error        { return e.err }
+func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
+
+// HandlerError is the error a failed step reports: which saga, instance
+// and message type, and why.
+type HandlerError struct {
+	Saga, ID, Message string
+	Err               error
+}
+
+func (e *HandlerError) Error() string {
+	return fmt.Sprintf("saga %s/%s: handling %s: %v", e.Saga, e.ID, e.Message, e.Err)
+}
+
+func (e *HandlerError) Unwrap() error { return e.Err }

@@ -1,0 +1,216 @@
+package saga
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// Option configures a Dispatcher.
+type Option interface{ apply(*config) error }
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
+
+type config struct {
+	sagas       []Saga
+	queue       transport.QueueConfig
+	timeouts    timeout.Scheduler
+	codec       Codec
+	logger      *slog.Logger
+	hooks       Hooks
+	concurrency int
+	retry       RetryPolicy
+	conflicts   int
+	drain       time.Duration
+	subscribers map[string][]string
+	now         func() time.Time
+}
+
+// RetryPolicy says how a failing message is retried before it is
+// dead-lettered.
+type RetryPolicy struct {
+	// Immediate is how many times a failed step is run again at once.
+	// Default: 3.
+	Immediate int
+	// Delayed is how many times the message is then rescheduled, with
+	// Backoff between tries. Default: 3.
+	Delayed int
+	// Backoff returns the delay before delayed retry n (1-based).
+	// Default: 10s, 20s, 40s, ... up to 10 minutes.
+	Backoff func(n int) time.Duration
+}
+
+// NoRetry dead-letters a failing message at once.
+var NoRetry = RetryPolicy{Immediate: -1, Delayed: -1}
+
+func defaultBackoff(n int) time.Duration {
+	return min(10*time.Second<<(n-1), 10*time.Minute)
+}
+
+// WithSagas registers saga definitions. Required, at least one.
+func WithSagas(sagas ...Saga) Option {
+	return optionFunc(func(c *config) error {
+		c.sagas = append(c.sagas, sagas...)
+		return nil
+	})
+}
+
+// WithQueueConfig sets the config the dispatcher opens its queue with;
+// its Name is set to the dispatcher's queue. Default: the defaults of
+// transport.QueueConfig.
+func WithQueueConfig(qc transport.QueueConfig) Option {
+	return optionFunc(func(c *config) error {
+		name := c.queue.Name
+		c.queue, c.queue.Name = qc, name
+		return nil
+	})
+}
+
+// WithTimeouts sets the timeout engine. Default: timeout.NewTransport on
+// the dispatcher's broker.
+func WithTimeouts(s timeout.Scheduler) Option {
+	return optionFunc(func(c *config) error {
+		if s == nil {
+			return fmt.Errorf("%w: nil timeout scheduler", ErrInvalidOption)
+		}
+		c.timeouts = s
+		return nil
+	})
+}
+
+// WithCodec sets the codec of message bodies and saga data. Default: JSON.
+func WithCodec(codec Codec) Option {
+	return optionFunc(func(c *config) error {
+		if codec == nil {
+			return fmt.Errorf("%w: nil codec", ErrInvalidOption)
+		}
+		c.codec = codec
+		return nil
+	})
+}
+
+// WithLogger sets the logger. Default: slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		c.logger = l
+		return nil
+	})
+}
+
+// WithHooks sets callbacks for metrics and tracing.
+func WithHooks(h Hooks) Option {
+	return optionFunc(func(c *config) error {
+		c.hooks = h
+		return nil
+	})
+}
+
+// WithConcurrency sets how many messages are handled at once.
+// Default: 8.
+func WithConcurrency(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: concurrency %d: must be at least 1", ErrInvalidOption, n)
+		}
+		c.concurrency = n
+		return nil
+	})
+}
+
+// WithRetry sets the retry policy. Default: RetryPolicy's defaults.
+func WithRetry(p RetryPolicy) Option {
+	return optionFunc(func(c *config) error {
+		if p.Backoff == nil {
+			p.Backoff = defaultBackoff
+		}
+		c.retry = p
+		return nil
+	})
+}
+
+// WithConflictRetries sets how many times a step is run again on fresh
+// state after a concurrent update, before it counts as a failure.
+// Default: 10.
+func WithConflictRetries(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("%w: conflict retries %d: must not be negative", ErrInvalidOption, n)
+		}
+		c.conflicts = n
+		return nil
+	})
+}
+
+// WithDrainTimeout bounds how long Run waits for messages in flight after
+// its context ends. Default: 30s.
+func WithDrainTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: drain timeout %v: must be positive", ErrInvalidOption, d)
+		}
+		c.drain = d
+		return nil
+	})
+}
+
+// WithSubscribers makes Context.Publish of messages of type M send them
+// to the given queues.
+func WithSubscribers[M any](queues ...string) Option {
+	return optionFunc(func(c *config) error {
+		for _, q := range queues {
+			if err := transport.ValidateQueueName(q); err != nil {
+				return fmt.Errorf("%w: subscriber: %w", ErrInvalidOption, err)
+			}
+		}
+		name := MessageName[M]()
+		c.subscribers[name] = append(c.subscribers[name], queues...)
+		return nil
+	})
+}
+
+// Hooks are optional callbacks for metrics and tracing. Unset hooks cost
+// nothing.
+type Hooks struct {
+	// StepStarted is called before a message is handled; the context it
+	// returns (e.g. with a span) is used for the step.
+	StepStarted func(context.Context, StepInfo) context.Context
+	// StepDone is called after a message is settled.
+	StepDone func(context.Context, StepInfo, StepResult)
+}
+
+// StepInfo identifies a step for hooks. Saga and ID are empty for a
+// message no saga handles.
+type StepInfo struct {
+	Queue, MessageType, Saga, ID string
+	Seq                          uint64
+	DeliveryCount                int
+}
+
+// StepResult reports how a step ended.
+type StepResult struct {
+	Outcome   Outcome
+	Err       error
+	Duration  time.Duration
+	Conflicts int
+}
+
+// Outcome is how a message was settled.
+type Outcome string
+
+const (
+	Handled      Outcome = "handled"       // committed and completed
+	Duplicate    Outcome = "duplicate"     // already handled: no second effect
+	Dropped      Outcome = "dropped"       // stale timeout or saga not found (ignored)
+	Retried      Outcome = "retried"       // rescheduled for a delayed retry
+	DeadLettered Outcome = "dead-lettered" // moved to the dead-letter queue
+	Abandoned    Outcome = "abandoned"     // left to redelivery (e.g. on shutdown)
+)

@@ -1,0 +1,114 @@
+package saga
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jetsaga/jetsaga/timeout"
+)
+
+// record is what the Store holds for one saga instance: the user's data
+// and everything that makes a step all-or-nothing.
+//
+// A step writes the new data together with the step's effects (Outbox)
+// and the incoming message's identity (Inbox) in one conditional Put.
+// Only then are the effects carried out, with IDs fixed in the record, so
+// that carrying them out again after a crash is deduplicated downstream;
+// a second Put clears the Outbox and records timeout refs. A redelivered
+// message whose identity is in the Inbox has no second effect: its Outbox,
+// if still there, is carried out, and it is acknowledged.
+type record struct {
+	Data       []byte                  `json:"data"`
+	Timeouts   map[string]timeoutEntry `json:"timeouts,omitempty"`
+	Inbox      []string                `json:"inbox,omitempty"`
+	Outbox     []effect                `json:"outbox,omitempty"`
+	Originator *address                `json:"originator,omitempty"`
+	Completed  bool                    `json:"completed,omitempty"`
+	Started    time.Time               `json:"started"`
+	Updated    time.Time               `json:"updated"`
+}
+
+// inboxSize bounds the identities kept for deduplication. A message is
+// redelivered long before this many newer messages reach one instance.
+const inboxSize = 128
+
+func (r *record) seen(id string) bool { return slices.Contains(r.Inbox, id) }
+
+func (r *record) remember(id string) {
+	r.Inbox = append(r.Inbox, id)
+	if n := len(r.Inbox) - inboxSize; n > 0 {
+		r.Inbox = slices.Delete(r.Inbox, 0, n)
+	}
+}
+
+// timeoutEntry is a pending timeout. Ref is empty until the timeout has
+// been scheduled.
+type timeoutEntry struct {
+	Type string      `json:"type"`
+	At   time.Time   `json:"at"`
+	Ref  timeout.Ref `json:"ref,omitempty"`
+}
+
+type address struct {
+	ReplyTo       string `json:"reply_to,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+}
+
+// effect is one outgoing operation of a step.
+type effect struct {
+	Kind  effectKind  `json:"kind"`
+	Queue string      `json:"queue,omitempty"`
+	Msg   *envelope   `json:"msg,omitempty"`
+	At    time.Time   `json:"at,omitzero"`
+	Token string      `json:"token,omitempty"`
+	Ref   timeout.Ref `json:"ref,omitempty"`
+}
+
+type effectKind string
+
+const (
+	effectSend     effectKind = "send"
+	effectSchedule effectKind = "schedule"
+	effectCancel   effectKind = "cancel"
+)
+
+// envelope is an outgoing message as the outbox keeps it.
+type envelope struct {
+	ID            string            `json:"id"`
+	Type          string            `json:"type"`
+	Body          []byte            `json:"body"`
+	ContentType   string            `json:"content_type,omitempty"`
+	CorrelationID string            `json:"correlation_id,omitempty"`
+	ReplyTo       string            `json:"reply_to,omitempty"`
+	SessionID     string            `json:"session_id,omitempty"`
+	Properties    map[string]string `json:"properties,omitempty"`
+}
+
+func encodeRecord(r *record) ([]byte, error) { return json.Marshal(r) }
+
+func decodeRecord(b []byte) (*record, error) {
+	r := new(record)
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// storeKey makes a Store key from saga name and instance ID. The ID is
+// base64url-encoded, so any ID is a safe key and NATS subject token.
+func storeKey(sagaName, id string) string {
+	return sagaName + "." + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+// effectID derives the ID of the n-th effect of a step from the saga
+// instance and the incoming message's identity: stable across re-runs of
+// the same committed step.
+func effectID(key, incoming string, n int) string {
+	h := sha256.Sum256([]byte(key + "\x00" + incoming + "\x00" + strconv.Itoa(n)))
+	return hex.EncodeToString(h[:16])
+}

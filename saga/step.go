@@ -1,0 +1,152 @@
+package saga
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// Transport properties the dispatcher sets on messages it sends.
+const (
+	propType    = "jetsaga-type"    // message type name
+	propSaga    = "jetsaga-saga"    // saga name, on timeouts
+	propSagaID  = "jetsaga-saga-id" // instance ID, on timeouts
+	propToken   = "jetsaga-token"   // timeout token
+	propOrigin  = "jetsaga-origin"  // identity of the original message, on retries
+	propAttempt = "jetsaga-attempt" // delayed retry count, on retries
+)
+
+// step is one handler run on one instance: the loaded record, changed in
+// place by the handler through its Context, and the facts it may read.
+type step struct {
+	d        *Dispatcher
+	sagaName string
+	id       string
+	key      string
+	identity string // the incoming message's identity, for the inbox
+	in       *transport.Message
+	rec      *record
+	isNew    bool
+	now      time.Time
+	codec    Codec
+	n        int // effects so far, for effect IDs
+}
+
+func (s *step) envelope(m any, opts []SendOption) (*envelope, error) {
+	if m == nil {
+		return nil, fmt.Errorf("saga %s/%s: nil message", s.sagaName, s.id)
+	}
+	body, err := s.codec.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("saga %s/%s: encoding %T: %w", s.sagaName, s.id, m, err)
+	}
+	e := &envelope{
+		ID:          effectID(s.key, s.identity, s.n),
+		Type:        nameOf(m),
+		Body:        body,
+		ContentType: s.codec.ContentType(),
+	}
+	s.n++
+	for _, o := range opts {
+		o(e)
+	}
+	return e, nil
+}
+
+func (s *step) send(queue string, m any, opts []SendOption) error {
+	e, err := s.envelope(m, opts)
+	if err != nil {
+		return err
+	}
+	s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectSend, Queue: queue, Msg: e})
+	return nil
+}
+
+func (s *step) subscribers(msgType string) []string { return s.d.subscribers[msgType] }
+
+func (s *step) replyAddress() *address {
+	return &address{ReplyTo: s.in.ReplyTo, CorrelationID: cmp.Or(s.in.CorrelationID, s.in.MessageID)}
+}
+
+func (s *step) reply(to *address, m any, opts []SendOption) error {
+	if to == nil || to.ReplyTo == "" {
+		return fmt.Errorf("saga %s/%s: cannot reply: the message has no ReplyTo", s.sagaName, s.id)
+	}
+	if err := transport.ValidateQueueName(to.ReplyTo); err != nil {
+		return fmt.Errorf("saga %s/%s: cannot reply: %w", s.sagaName, s.id, err)
+	}
+	return s.send(to.ReplyTo, m, append([]SendOption{WithCorrelationID(to.CorrelationID)}, opts...))
+}
+
+func (s *step) requestTimeout(at time.Time, payload any) (TimeoutHandle, error) {
+	e, err := s.envelope(payload, nil)
+	if err != nil {
+		return "", err
+	}
+	token := e.ID
+	e.Properties = map[string]string{propSaga: s.sagaName, propSagaID: s.id, propToken: token}
+	if s.rec.Timeouts == nil {
+		s.rec.Timeouts = make(map[string]timeoutEntry)
+	}
+	s.rec.Timeouts[token] = timeoutEntry{Type: e.Type, At: at}
+	s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectSchedule, Queue: s.d.queueName, Msg: e, At: at, Token: token})
+	return TimeoutHandle(token), nil
+}
+
+// cancelTimeout forgets a pending timeout. If it was scheduled in an
+// earlier step, its ref is cancelled after commit; if it was requested in
+// this step, it is never scheduled.
+func (s *step) cancelTimeout(token string) {
+	te, ok := s.rec.Timeouts[token]
+	if !ok {
+		return
+	}
+	delete(s.rec.Timeouts, token)
+	if te.Ref != "" {
+		s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectCancel, Ref: te.Ref, Token: token})
+		return
+	}
+	s.rec.Outbox = slices.DeleteFunc(s.rec.Outbox, func(e effect) bool {
+		return e.Kind == effectSchedule && e.Token == token
+	})
+}
+
+func (s *step) pending() []PendingTimeout {
+	out := make([]PendingTimeout, 0, len(s.rec.Timeouts))
+	for _, tok := range slices.Sorted(maps.Keys(s.rec.Timeouts)) {
+		te := s.rec.Timeouts[tok]
+		out = append(out, PendingTimeout{Handle: TimeoutHandle(tok), Type: te.Type, At: te.At})
+	}
+	slices.SortStableFunc(out, func(a, b PendingTimeout) int { return a.At.Compare(b.At) })
+	return out
+}
+
+// complete turns a completed record into a tombstone: every pending
+// timeout is cancelled, the data dropped; the inbox stays, so that a
+// redelivered message cannot start the instance again.
+func (s *step) complete() {
+	for _, tok := range slices.Sorted(maps.Keys(s.rec.Timeouts)) {
+		s.cancelTimeout(tok)
+	}
+	s.rec.Data = nil
+}
+
+// transportMessage makes the transport message for an outgoing envelope.
+func (e *envelope) transportMessage() *transport.Message {
+	props := make(map[string]string, len(e.Properties)+1)
+	maps.Copy(props, e.Properties)
+	props[propType] = e.Type
+	return &transport.Message{
+		Body:          e.Body,
+		ContentType:   e.ContentType,
+		MessageID:     e.ID,
+		CorrelationID: e.CorrelationID,
+		ReplyTo:       e.ReplyTo,
+		SessionID:     e.SessionID,
+		Properties:    props,
+	}
+}

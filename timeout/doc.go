@@ -1,0 +1,18 @@
+// Package timeout is the scheduling API sagas use for their timeouts, with
+// engines beneath it.
+//
+// A [Timeout] is a message to deliver to a transport queue at or after a
+// due time. A [Scheduler] schedules it and returns a [Ref]; Cancel with
+// that ref has a definite outcome: nil (never delivered),
+// [ErrAlreadyFired] (has been or will be delivered) or [ErrNotFound].
+//
+// Engines:
+//   - [Transport], the default: a scheduled message on the transport queue
+//     (JetStream's message schedules, or the in-memory broker on a virtual
+//     clock in tests);
+//   - the Temporal engine, in the nested module timeout/temporal, for
+//     timeouts days or months away;
+//   - [Router], which sends each timeout to an engine by its delay.
+//
+// Every engine passes the conformance suite in timeout/timeouttest.
+package timeout
