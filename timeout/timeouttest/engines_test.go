@@ -1,0 +1,78 @@
+package timeouttest_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/timeout/timeouttest"
+	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/transport/embedded"
+)
+
+func memoryBroker(t *testing.T) *transport.Broker {
+	b, err := transport.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func TestTransportOnMemory(t *testing.T) {
+	timeouttest.Run(t, func(t *testing.T) timeouttest.Env {
+		b := memoryBroker(t)
+		return timeouttest.Env{Scheduler: timeout.NewTransport(b), Broker: b}
+	}, timeouttest.Features{Slack: 100 * time.Millisecond})
+}
+
+func TestTransportOnJetStream(t *testing.T) {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	timeouttest.Run(t, func(t *testing.T) timeouttest.Env {
+		nc, err := srv.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := transport.NewJetStream(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close(); nc.Close() })
+		return timeouttest.Env{Scheduler: timeout.NewTransport(b), Broker: b}
+	}, timeouttest.Features{Slack: time.Second})
+}
+
+// TestRouter runs the suite on a router whose long route is a second
+// transport engine on the same broker, so both of its paths are covered.
+func TestRouter(t *testing.T) {
+	timeouttest.Run(t, func(t *testing.T) timeouttest.Env {
+		b := memoryBroker(t)
+		r := &timeout.Router{
+			Default: timeout.NewTransport(b),
+			Routes:  []timeout.Route{{Beyond: 400 * time.Millisecond, Engine: "long", Scheduler: longEngine{timeout.NewTransport(b)}}},
+		}
+		return timeouttest.Env{Scheduler: r, Broker: b}
+	}, timeouttest.Features{Slack: 100 * time.Millisecond})
+}
+
+// longEngine re-labels a transport engine's refs as engine "long".
+type longEngine struct{ inner *timeout.Transport }
+
+func (l longEngine) Schedule(ctx context.Context, t timeout.Timeout) (timeout.Ref, error) {
+	ref, err := l.inner.Schedule(ctx, t)
+	return "long:" + ref, err
+}
+
+func (l longEngine) Cancel(ctx context.Context, ref timeout.Ref) error {
+	inner, ok := strings.CutPrefix(string(ref), "long:")
+	if !ok {
+		return timeout.ErrInvalidRef
+	}
+	return l.inner.Cancel(ctx, timeout.Ref(inner))
+}
