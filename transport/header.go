@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"encoding/base64"
 	"strconv"
 	"strings"
 	"time"
@@ -37,7 +38,7 @@ func encodeHeader(m *Message) nats.Header {
 	h := make(nats.Header, 8+len(m.Properties))
 	set := func(k, v string) {
 		if v != "" {
-			h[k] = []string{v}
+			h[k] = []string{escapeValue(v)}
 		}
 	}
 	set(hdrMessageID, m.MessageID)
@@ -56,9 +57,33 @@ func encodeHeader(m *Message) nats.Header {
 		set(hdrDLSeq, strconv.FormatUint(m.DeadLetterSeq, 10))
 	}
 	for k, v := range m.Properties {
-		h[hdrProp+k] = []string{v}
+		h[hdrProp+k] = []string{escapeValue(v)}
 	}
 	return h
+}
+
+// escapePrefix marks a header value stored base64-encoded. NATS trims
+// leading and trailing whitespace from header values, so such values, and
+// any that start with the prefix itself, are encoded to round-trip intact.
+const escapePrefix = "~b64~"
+
+func escapeValue(v string) string {
+	if v == "" || v == strings.TrimSpace(v) && !strings.HasPrefix(v, escapePrefix) {
+		return v
+	}
+	return escapePrefix + base64.RawURLEncoding.EncodeToString([]byte(v))
+}
+
+func unescapeValue(v string) string {
+	rest, ok := strings.CutPrefix(v, escapePrefix)
+	if !ok {
+		return v
+	}
+	b, err := base64.RawURLEncoding.DecodeString(rest)
+	if err != nil {
+		return v
+	}
+	return string(b)
 }
 
 // decodeHeader fills the sender-controlled fields of m from h. Unknown
@@ -66,7 +91,7 @@ func encodeHeader(m *Message) nats.Header {
 func decodeHeader(h nats.Header, m *Message) {
 	get := func(k string) string {
 		if v := h[k]; len(v) > 0 {
-			return v[0]
+			return unescapeValue(v[0])
 		}
 		return ""
 	}
@@ -90,7 +115,7 @@ func decodeHeader(h nats.Header, m *Message) {
 			if m.Properties == nil {
 				m.Properties = make(map[string]string)
 			}
-			m.Properties[key] = v[0]
+			m.Properties[key] = unescapeValue(v[0])
 		}
 	}
 }

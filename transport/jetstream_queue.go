@@ -53,7 +53,7 @@ func (q *jsQueue) natsMsg(subject string, m *Message) (*nats.Msg, error) {
 	}
 	msg := &nats.Msg{Subject: subject, Header: encodeHeader(m), Data: m.Body}
 	if m.MessageID != "" {
-		msg.Header.Set(jetstream.MsgIDHeader, m.MessageID)
+		msg.Header.Set(jetstream.MsgIDHeader, escapeValue(m.MessageID))
 	}
 	return msg, nil
 }

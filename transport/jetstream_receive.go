@@ -370,9 +370,21 @@ func (q *jsQueue) freeSession(ctx context.Context, part *jsPartition) (string, e
 		if err != nil {
 			return "", q.d.mapErr(err)
 		}
-		if c := ci.CachedInfo(); c.NumAckPending == 0 && c.NumWaiting == 0 {
+		if sessionFree(ci.CachedInfo(), q.cfg.LockDuration) {
 			return id, nil
 		}
 	}
 	return "", nil
+}
+
+// sessionFree reports whether no receiver holds a session: nothing is
+// locked and nobody waits for the next message, or the lock on the one
+// message in flight has expired (the server redelivers it to the next
+// receiver).
+func sessionFree(c *jetstream.ConsumerInfo, lock time.Duration) bool {
+	if c.NumAckPending == 0 {
+		return c.NumWaiting == 0
+	}
+	last := c.Delivered.Last
+	return last != nil && time.Since(*last) > lock
 }
