@@ -15,6 +15,9 @@ var (
 	// ErrMessageTooLarge is returned when a message exceeds the server's
 	// max payload. Nothing is stored.
 	ErrMessageTooLarge = errors.New("transport: message too large")
+	// ErrQueueFull is returned when a partition's MaxBytes is reached.
+	// Nothing is stored and nothing is evicted.
+	ErrQueueFull = errors.New("transport: queue full")
 	// ErrInvalidConfig is returned by OpenQueue for a QueueConfig it refuses,
 	// for example one whose limits would silently drop pending schedules.
 	ErrInvalidConfig = errors.New("transport: invalid queue config")

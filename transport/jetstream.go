@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,6 +66,10 @@ func (d *jsDriver) mapErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
+	case strings.Contains(err.Error(), "maximum bytes exceeded"):
+		// JetStream reports a full stream as a generic store failure
+		// (10077) whose text names the limit.
+		return fmt.Errorf("%w: %w", ErrQueueFull, err)
 	}
 	return fmt.Errorf("transport: %w", err)
 }

@@ -342,7 +342,7 @@ func (l *memLog) put(ctx context.Context, m *Message, p int, at time.Time) (Send
 		return SendResult{Seq: seq, Duplicate: true}, nil
 	}
 	if cfg.MaxBytes > 0 && part.bytes+int64(size) > cfg.MaxBytes {
-		return SendResult{}, fmt.Errorf("transport: queue %s partition %d: MaxBytes %d reached", cfg.Name, p, cfg.MaxBytes)
+		return SendResult{}, fmt.Errorf("%w: queue %s partition %d: MaxBytes %d reached", ErrQueueFull, cfg.Name, p, cfg.MaxBytes)
 	}
 	e := &memEntry{m: c, size: size}
 	part.bytes += int64(size)
