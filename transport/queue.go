@@ -46,6 +46,9 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
 // the caller passed in.
 func (b *Broker) Close() error { return b.d.close() }
 
+// DeadLetterSuffix ends the Name of every dead-letter queue.
+const DeadLetterSuffix = "/$DeadLetterQueue"
+
 // Queue is a queue opened on a Broker. It is safe for concurrent use.
 type Queue struct {
 	cfg QueueConfig
@@ -227,11 +230,13 @@ func (q *Queue) AcceptNextSession(ctx context.Context) (*SessionReceiver, error)
 	return q.AcceptSession(ctx, id)
 }
 
-// DeadLetterQueue returns the queue's dead-letter queue. It can be browsed
-// and received from like any queue; sending or scheduling to it returns
+// DeadLetterQueue returns the queue's dead-letter queue, named like
+// Service Bus's: "<queue>/$DeadLetterQueue". It can be browsed and
+// received from like any queue; sending or scheduling to it returns
 // ErrUnsupported.
 func (q *Queue) DeadLetterQueue() *Queue {
 	cfg := q.cfg
+	cfg.Name += DeadLetterSuffix
 	cfg.Partitions, cfg.RequiresSession = 1, false
 	return &Queue{cfg: cfg, d: q.d.deadLetter(), b: q.b}
 }
