@@ -118,7 +118,7 @@ func (d *Dispatcher) queue(ctx context.Context, name string) (*transport.Queue, 
 	if q, ok := d.queues.Load(name); ok {
 		return q.(*transport.Queue), nil
 	}
-	q, err := d.broker.OpenQueue(ctx, transport.QueueConfig{Name: name})
+	q, err := d.broker.Queue(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -460,7 +460,7 @@ func (d *Dispatcher) fail(ctx context.Context, del *transport.Delivery, identity
 	}
 	delay := d.cfg.retry.Backoff(attempt + 1)
 	retry := del.Message.Clone()
-	retry.MessageID = identity + "/retry-" + strconv.Itoa(attempt+1)
+	retry.MessageID = effectID(identity, "retry", attempt+1)
 	retry.Properties[propOrigin] = identity
 	retry.Properties[propAttempt] = strconv.Itoa(attempt + 1)
 	retry.ScheduledAt = time.Time{}

@@ -10,6 +10,11 @@ import (
 	"github.com/jetsaga/jetsaga/transport"
 )
 
+// TypeProperty is the transport property that carries a message's type
+// name (see MessageName). Services that exchange messages with sagas
+// without this package set and read it.
+const TypeProperty = propType
+
 // Transport properties the dispatcher sets on messages it sends.
 const (
 	propType    = "jetsaga-type"    // message type name

@@ -25,9 +25,8 @@ type Transport struct {
 	queues map[string]*transport.Queue
 }
 
-// NewTransport returns a scheduler on broker b. The queues it schedules
-// on must have been opened on b (OpenQueue) with the config they need;
-// Transport opens unknown ones with default settings.
+// NewTransport returns a scheduler on broker b. It schedules on queues as
+// they exist (Broker.Queue), creating missing ones with default settings.
 func NewTransport(b *transport.Broker) *Transport {
 	return &Transport{b: b, queues: make(map[string]*transport.Queue)}
 }
@@ -39,7 +38,7 @@ func (s *Transport) queue(ctx context.Context, name string) (*transport.Queue, e
 	if ok {
 		return q, nil
 	}
-	q, err := s.b.OpenQueue(ctx, transport.QueueConfig{Name: name})
+	q, err := s.b.Queue(ctx, name)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,8 @@ var (
 	// ErrMessageTooLarge is returned when a message exceeds the server's
 	// max payload. Nothing is stored.
 	ErrMessageTooLarge = errors.New("transport: message too large")
+	// ErrQueueNotFound is returned for a queue that does not exist.
+	ErrQueueNotFound = errors.New("transport: queue not found")
 	// ErrQueueFull is returned when a partition's MaxBytes is reached.
 	// Nothing is stored and nothing is evicted.
 	ErrQueueFull = errors.New("transport: queue full")

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -119,6 +120,7 @@ func (d *jsDriver) deadLetterNames(queue string) jsNames {
 const (
 	metaPartitions = "jetsaga.partitions"
 	metaSession    = "jetsaga.requires_session"
+	metaConfig     = "jetsaga.config"
 )
 
 func (d *jsDriver) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver, error) {
@@ -130,23 +132,73 @@ func (d *jsDriver) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver,
 	if err := d.checkExisting(ctx, cfg); err != nil {
 		return nil, err
 	}
+	return d.newQueue(ctx, cfg, d.provision)
+}
+
+// attachQueue opens an existing queue with the config it was provisioned
+// with, which its streams keep in their metadata.
+func (d *jsDriver) attachQueue(ctx context.Context, name string) (queueDriver, QueueConfig, error) {
+	if err := d.check(); err != nil {
+		return nil, QueueConfig{}, err
+	}
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	s, err := d.js.Stream(ctx, d.names(name, 0).queue)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, QueueConfig{}, fmt.Errorf("%w: %s", ErrQueueNotFound, name)
+	}
+	if err != nil {
+		return nil, QueueConfig{}, d.mapErr(err)
+	}
+	var cfg QueueConfig
+	if err := json.Unmarshal([]byte(s.CachedInfo().Config.Metadata[metaConfig]), &cfg); err != nil || cfg.Name != name {
+		return nil, QueueConfig{}, fmt.Errorf("%w: stream %s has no jetsaga config; open it with OpenQueue", ErrInvalidConfig, s.CachedInfo().Config.Name)
+	}
+	q, err := d.newQueue(ctx, cfg, d.lookup)
+	return q, cfg, err
+}
+
+// newQueue assembles a queue from its partitions and dead-letter queue,
+// each made (provisioned or looked up) by part.
+func (d *jsDriver) newQueue(ctx context.Context, cfg QueueConfig, part func(context.Context, QueueConfig, jsNames, int) (*jsPartition, error)) (*jsQueue, error) {
 	q := &jsQueue{d: d, cfg: cfg, sessions: make(map[string]jetstream.Consumer)}
 	for p := range cfg.Partitions {
-		part, err := d.provision(ctx, cfg, d.names(cfg.Name, p), p)
+		pt, err := part(ctx, cfg, d.names(cfg.Name, p), p)
 		if err != nil {
 			return nil, err
 		}
-		q.parts = append(q.parts, part)
+		q.parts = append(q.parts, pt)
 	}
-	dl, err := d.provision(ctx, cfg, d.deadLetterNames(cfg.Name), 0)
+	dl, err := part(ctx, cfg, d.deadLetterNames(cfg.Name), 0)
 	if err != nil {
 		return nil, err
 	}
 	dlCfg := cfg
+	dlCfg.Name += DeadLetterSuffix
 	dlCfg.Partitions, dlCfg.RequiresSession = 1, false
 	q.dlq = &jsQueue{d: d, cfg: dlCfg, parts: []*jsPartition{dl}, isDLQ: true}
 	q.dlq.dlq = q.dlq
 	return q, nil
+}
+
+// lookup finds the streams and consumer of an existing partition.
+func (d *jsDriver) lookup(ctx context.Context, cfg QueueConfig, n jsNames, p int) (*jsPartition, error) {
+	part := &jsPartition{idx: p, n: n}
+	var err error
+	if part.queue, err = d.js.Stream(ctx, n.queue); err != nil {
+		return nil, d.mapErr(err)
+	}
+	if n.hasSch {
+		if part.sched, err = d.js.Stream(ctx, n.sched); err != nil {
+			return nil, d.mapErr(err)
+		}
+	}
+	if !cfg.RequiresSession || n.isDeadLetter {
+		if part.cons, err = part.queue.Consumer(ctx, n.consumer); err != nil {
+			return nil, d.mapErr(err)
+		}
+	}
+	return part, nil
 }
 
 // checkExisting refuses to reopen a queue with a different shape, and a
@@ -217,9 +269,14 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 	if maxBytes == 0 {
 		maxBytes = -1
 	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
 	meta := map[string]string{
 		metaPartitions: strconv.Itoa(cfg.Partitions),
 		metaSession:    strconv.FormatBool(cfg.RequiresSession),
+		metaConfig:     string(cfgJSON),
 	}
 	base := jetstream.StreamConfig{
 		Storage:     storage,

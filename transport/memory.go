@@ -63,6 +63,24 @@ func (b *memBroker) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver
 	return q.main, nil
 }
 
+func (b *memBroker) attachQueue(ctx context.Context, name string) (queueDriver, QueueConfig, error) {
+	if ctx.Err() != nil {
+		return nil, QueueConfig{}, context.Cause(ctx)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, QueueConfig{}, ErrClosed
+	}
+	q, ok := b.queues[name]
+	if !ok {
+		return nil, QueueConfig{}, fmt.Errorf("%w: %s", ErrQueueNotFound, name)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.main, q.cfg, nil
+}
+
 func (b *memBroker) deleteQueue(ctx context.Context, name string) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)

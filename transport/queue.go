@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"iter"
@@ -27,6 +28,23 @@ func (b *Broker) OpenQueue(ctx context.Context, cfg QueueConfig) (*Queue, error)
 		return nil, err
 	}
 	qd, err := b.d.openQueue(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Queue{cfg: cfg, d: qd, b: b}, nil
+}
+
+// Queue returns the queue named name as it exists, without changing its
+// configuration, for a sender that does not own the queue. A queue that
+// does not exist yet is created with the default QueueConfig.
+func (b *Broker) Queue(ctx context.Context, name string) (*Queue, error) {
+	if err := ValidateQueueName(name); err != nil {
+		return nil, err
+	}
+	qd, cfg, err := b.d.attachQueue(ctx, name)
+	if errors.Is(err, ErrQueueNotFound) {
+		return b.OpenQueue(ctx, QueueConfig{Name: name})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -363,6 +381,9 @@ func (s *SessionReceiver) Close() error { return s.d.close() }
 // driver is a backend: the JetStream or the in-memory one.
 type driver interface {
 	openQueue(ctx context.Context, cfg QueueConfig) (queueDriver, error)
+	// attachQueue returns an existing queue and its config, or
+	// ErrQueueNotFound.
+	attachQueue(ctx context.Context, name string) (queueDriver, QueueConfig, error)
 	deleteQueue(ctx context.Context, name string) error
 	close() error
 }
