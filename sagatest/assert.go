@@ -92,7 +92,7 @@ func Sent[M any](e *Env, queue string) []M {
 	name := saga.MessageName[M]()
 	var out []M
 	for _, m := range e.Messages(queue) {
-		if m.Properties[typeProperty] != name {
+		if m.Properties[saga.TypeProperty] != name {
 			continue
 		}
 		var v M
@@ -125,7 +125,7 @@ func (e *Env) AssertSent(t testing.TB, queue string, want ...any) {
 	}
 	var got []any
 	for _, m := range e.Messages(queue) {
-		n := m.Properties[typeProperty]
+		n := m.Properties[saga.TypeProperty]
 		typ, ok := types[n]
 		if !ok && len(want) > 0 {
 			continue

@@ -462,9 +462,9 @@ func (e *Env) observe(w *watchedQueue, indent int) {
 		w.msgs = append(w.msgs, m)
 		var line string
 		if w == &e.dead {
-			line = fmt.Sprintf("dead-lettered %s: %s: %s", m.Properties[typeProperty], m.DeadLetterReason, firstLine(m.DeadLetterDescription))
+			line = fmt.Sprintf("dead-lettered %s: %s: %s", m.Properties[saga.TypeProperty], m.DeadLetterReason, firstLine(m.DeadLetterDescription))
 		} else {
-			line = fmt.Sprintf("sent %s to %s%s", m.Properties[typeProperty], w.name, bodySuffix(m.Body))
+			line = fmt.Sprintf("sent %s to %s%s", m.Properties[saga.TypeProperty], w.name, bodySuffix(m.Body))
 		}
 		e.recordLocked(indent, m.EnqueuedAt, line)
 	}

@@ -14,10 +14,6 @@ import (
 	"github.com/jetsaga/jetsaga/saga"
 )
 
-// typeProperty is the transport property in which the dispatcher names
-// the type of every message it sends (saga's wire format; saga does not
-// export the key).
-const typeProperty = "jetsaga-type"
 
 // event is one line of the journal.
 type event struct {
