@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/transport/embedded"
+)
+
+const (
+	baseCount     = 5000 // messages per round and side in the rate benches
+	latenessCount = 10000
+	cancelCount   = 2000
+	defaultSpread = 10 * time.Second
+	benchPrefix   = "BENCH" // jetsaga's stream and subject prefix
+)
+
+type config struct {
+	scale      float64
+	rounds     int
+	conc       int
+	spread     time.Duration
+	only       []string
+	jsonPath   string
+	cpuProfile string
+}
+
+// env is what every bench gets: one embedded server, and a connection per
+// side so that neither inherits the other's client state.
+type env struct {
+	cfg    config
+	srv    *embedded.Server
+	ncJet  *nats.Conn
+	ncRaw  *nats.Conn
+	broker *transport.Broker
+	js     jetstream.JetStream // the raw side
+	start  time.Time
+}
+
+func newEnv(cfg config) (*env, error) {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		return nil, err
+	}
+	e := &env{cfg: cfg, srv: srv, start: time.Now()}
+	if e.ncJet, err = srv.Connect(nats.Name("jetsaga-bench-jetsaga")); err != nil {
+		e.close()
+		return nil, err
+	}
+	if e.ncRaw, err = srv.Connect(nats.Name("jetsaga-bench-raw")); err != nil {
+		e.close()
+		return nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if e.broker, err = transport.NewJetStream(e.ncJet, transport.WithPrefix(benchPrefix), transport.WithLogger(logger)); err != nil {
+		e.close()
+		return nil, err
+	}
+	if e.js, err = jetstream.New(e.ncRaw); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *env) close() {
+	if e.broker != nil {
+		e.broker.Close()
+	}
+	for _, nc := range []*nats.Conn{e.ncJet, e.ncRaw} {
+		if nc != nil {
+			nc.Close()
+		}
+	}
+	e.srv.Shutdown()
+}
+
+// progress reports on stderr, so that stdout holds only the results.
+func (e *env) progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(e.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// scaled applies -n to a default count.
+func (e *env) scaled(n int) int { return max(1, int(float64(n)*e.cfg.scale)) }
+
+// openQueue opens a fresh jetsaga queue that is deleted again by the
+// returned function.
+func (e *env) openQueue(ctx context.Context, name string) (*transport.Queue, func(), error) {
+	if err := e.broker.DeleteQueue(ctx, name); err != nil {
+		return nil, nil, err
+	}
+	q, err := e.broker.OpenQueue(ctx, transport.QueueConfig{Name: name})
+	if err != nil {
+		return nil, nil, err
+	}
+	return q, func() { e.broker.DeleteQueue(context.WithoutCancel(ctx), name) }, nil
+}
+
+// dropStream deletes a raw stream, ignoring a missing one.
+func (e *env) dropStream(ctx context.Context, name string) {
+	if err := e.js.DeleteStream(context.WithoutCancel(ctx), name); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		e.progress("deleting stream %s: %v", name, err)
+	}
+}
+
+func printHeader(w io.Writer, e *env) {
+	fmt.Fprintf(w, "jetsaga-bench  %s  GOMAXPROCS=%d NumCPU=%d  nats-server %s (embedded, file storage)  nats.go %s\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), e.ncRaw.ConnectedServerVersion(), nats.Version)
+	fmt.Fprintf(w, "scale -n %g; rate benches: %d rounds, sides interleaved in small steps; %d concurrent publishers\n\n",
+		e.cfg.scale, e.cfg.rounds, e.cfg.conc)
+}

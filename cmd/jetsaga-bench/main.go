@@ -1,0 +1,130 @@
+// Command jetsaga-bench measures the JetStream transport against raw
+// nats.go doing the same work, in one run on one embedded nats-server, and
+// prints each figure beside its baseline with the ratio and the target
+// from DESIGN.md (P1, P3, P4). Absolute figures vary from machine to
+// machine and run to run; the ratios are what to read.
+//
+//	go run ./cmd/jetsaga-bench                      # everything, ~1 minute
+//	go run ./cmd/jetsaga-bench -only schedule,cancel
+//	go run ./cmd/jetsaga-bench -n 0.2               # a quick smoke run
+//	go run ./cmd/jetsaga-bench -json out.json -cpuprofile cpu.out
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"slices"
+	"strings"
+)
+
+// bench is one family of figures.
+type bench struct {
+	name string
+	desc string
+	run  func(ctx context.Context, e *env) ([]Result, error)
+}
+
+var benches = []bench{
+	{"schedule", "Queue.Schedule vs PublishMsg of the same schedule message, sequential", benchScheduleSeq},
+	{"schedule-par", "the same with -conc concurrent publishers", benchSchedulePar},
+	{"send", "Queue.Send vs PublishMsg to a work-queue stream", benchSend},
+	{"receive", "Queue.Receive(100)+Complete vs Fetch(100)+DoubleAck", benchReceive},
+	{"lateness", "firing lateness of timeouts spread over -spread", benchLateness},
+	{"cancel", "Queue.Cancel latency vs DeleteMsg and vs the same guarded purge", benchCancel},
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "jetsaga-bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "jetsaga-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("jetsaga-bench", flag.ContinueOnError)
+	fs.Float64Var(&cfg.scale, "n", 1, "scale factor for every message count (1: 5000 per round and side, 10000 timeouts, 2000 cancels)")
+	fs.IntVar(&cfg.rounds, "rounds", 5, "measured rounds of the rate benches; the median is reported")
+	fs.IntVar(&cfg.conc, "conc", 8, "concurrent publishers for schedule-par")
+	fs.DurationVar(&cfg.spread, "spread", defaultSpread, "time over which the lateness bench spreads its due times")
+	only := fs.String("only", "", "comma-separated benches to run: "+benchNames())
+	fs.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benches to this file")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.scale <= 0 || cfg.rounds < 1 || cfg.conc < 1 || cfg.spread <= 0 {
+		return cfg, fmt.Errorf("-n, -rounds, -conc and -spread must be positive")
+	}
+	for _, name := range strings.Split(*only, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if !slices.ContainsFunc(benches, func(b bench) bool { return b.name == name }) {
+			return cfg, fmt.Errorf("-only: unknown bench %q (have %s)", name, benchNames())
+		}
+		cfg.only = append(cfg.only, name)
+	}
+	return cfg, nil
+}
+
+func benchNames() string {
+	names := make([]string, len(benches))
+	for i, b := range benches {
+		names[i] = b.name
+	}
+	return strings.Join(names, ",")
+}
+
+func run(ctx context.Context, cfg config) error {
+	e, err := newEnv(cfg)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	printHeader(os.Stdout, e)
+
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	var results []Result
+	for _, b := range benches {
+		if len(cfg.only) > 0 && !slices.Contains(cfg.only, b.name) {
+			continue
+		}
+		e.progress("%s: %s", b.name, b.desc)
+		rs, err := b.run(ctx, e)
+		if err != nil {
+			return fmt.Errorf("%s: %w", b.name, err)
+		}
+		results = append(results, rs...)
+	}
+	printTable(os.Stdout, results)
+	if cfg.jsonPath != "" {
+		return writeJSON(cfg.jsonPath, e, results)
+	}
+	return nil
+}
