@@ -123,9 +123,11 @@ func decodeHeader(h nats.Header, m *Message) {
 // wireSize is the size NATS counts against max_payload for m: the body
 // plus the encoded header block, with room for the headers the transport
 // and the server add (schedule headers, Nats-Msg-Id, timestamps).
-func wireSize(m *Message) int {
-	n := len(m.Body) + len("NATS/1.0\r\n\r\n") + 512
-	for k, vs := range encodeHeader(m) {
+func wireSize(m *Message) int { return sizeWith(encodeHeader(m), m.Body) }
+
+func sizeWith(h nats.Header, body []byte) int {
+	n := len(body) + len("NATS/1.0\r\n\r\n") + 512
+	for k, vs := range h {
 		for _, v := range vs {
 			n += len(k) + len(v) + 4
 		}

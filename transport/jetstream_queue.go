@@ -48,10 +48,10 @@ func (q *jsQueue) targetSuffix(m *Message) string {
 // natsMsg encodes m for subject, with its MessageID as Nats-Msg-Id for
 // duplicate detection, and refuses it if it cannot fit max_payload.
 func (q *jsQueue) natsMsg(subject string, m *Message) (*nats.Msg, error) {
-	if n, max := wireSize(m), q.d.nc.MaxPayload(); int64(n) > max {
+	msg := &nats.Msg{Subject: subject, Header: encodeHeader(m), Data: m.Body}
+	if n, max := sizeWith(msg.Header, m.Body), q.d.nc.MaxPayload(); int64(n) > max {
 		return nil, fmt.Errorf("%w: %d bytes, server max_payload is %d", ErrMessageTooLarge, n, max)
 	}
-	msg := &nats.Msg{Subject: subject, Header: encodeHeader(m), Data: m.Body}
 	if m.MessageID != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, escapeValue(m.MessageID))
 	}
@@ -97,7 +97,7 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 	}
 	// RFC3339Nano: jetstream.WithScheduleAt rounds to whole seconds, which
 	// would fire up to a second early.
-	msg.Header.Set(natsSchedule, "@at "+at.UTC().Format(time.RFC3339Nano))
+	msg.Header.Set(natsSchedule, "@at "+msg.Header.Get(hdrScheduledAt))
 	msg.Header.Set(natsScheduleTarget, part.n.sSubj+".f"+q.targetSuffix(m))
 	ack, err := q.d.js.PublishMsg(ctx, msg)
 	if err != nil {

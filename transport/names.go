@@ -106,13 +106,13 @@ func validateMessage(m *Message, requiresSession bool) error {
 	if requiresSession && m.SessionID == "" {
 		return ErrSessionRequired
 	}
-	for f, v := range map[string]string{
-		"ContentType":   m.ContentType,
-		"CorrelationID": m.CorrelationID,
-		"ReplyTo":       m.ReplyTo,
-		"Subject":       m.Subject,
+	for _, f := range [...]struct{ name, v string }{
+		{"ContentType", m.ContentType},
+		{"CorrelationID", m.CorrelationID},
+		{"ReplyTo", m.ReplyTo},
+		{"Subject", m.Subject},
 	} {
-		if err := validValue(f, v); err != nil {
+		if err := validValue(f.name, f.v); err != nil {
 			return err
 		}
 	}
