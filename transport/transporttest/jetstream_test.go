@@ -1,0 +1,60 @@
+package transporttest_test
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/transport/embedded"
+	"github.com/jetsaga/jetsaga/transport/transporttest"
+)
+
+func TestMain(m *testing.M) {
+	embedded.RunChildIfRequested() // the nats-server child of TestJetStream
+	os.Exit(m.Run())
+}
+
+// TestJetStream runs the conformance suite on a real nats-server. The
+// server runs in a child process so that the restart tests can SIGKILL it.
+func TestJetStream(t *testing.T) {
+	srv, err := embedded.StartProcess(embedded.Options{})
+	if err != nil {
+		t.Fatalf("start nats-server: %v", err)
+	}
+	t.Cleanup(func() { srv.Close() })
+
+	newBroker := func(t *testing.T) *transport.Broker {
+		nc, err := nats.Connect(srv.ClientURL(),
+			nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.RetryOnFailedConnect(true))
+		if err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		b, err := transport.NewJetStream(nc)
+		if err != nil {
+			t.Fatalf("NewJetStream: %v", err)
+		}
+		t.Cleanup(func() {
+			b.Close()
+			nc.Close()
+		})
+		return b
+	}
+	transporttest.Run(t, newBroker, transporttest.Features{
+		ActivationSlack: time.Second,
+		Restart: func(t *testing.T, abrupt bool) {
+			stop := srv.Stop
+			if abrupt {
+				stop = srv.Kill
+			}
+			if err := stop(); err != nil && !abrupt {
+				t.Fatalf("stop nats-server: %v", err)
+			}
+			if err := srv.Restart(); err != nil {
+				t.Fatalf("restart nats-server: %v", err)
+			}
+		},
+	})
+}

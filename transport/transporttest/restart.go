@@ -1,0 +1,134 @@
+package transporttest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// testRestart checks R2: scheduled and active messages survive a restart
+// of the backend's server, graceful or abrupt; every message arrives
+// exactly once, none early, and overdue ones fire after the restart.
+// These subtests do not run in parallel: the server is shared.
+func (s *suite) testRestart(t *testing.T) {
+	if s.f.Restart == nil {
+		t.Skip("transporttest: Features.Restart is nil: the backend has no server to restart")
+	}
+	t.Run("Graceful", func(t *testing.T) { s.testRestartWith(t, false) })
+	t.Run("Abrupt", func(t *testing.T) { s.testRestartWith(t, true) })
+}
+
+func (s *suite) testRestartWith(t *testing.T, abrupt bool) {
+	_, q := s.open(t, transport.QueueConfig{})
+	const scheduled, active, far = 50, 10, 5
+	start := time.Now()
+	due := make([]time.Time, scheduled)
+	for i := range scheduled {
+		due[i] = start.Add(time.Second + time.Duration(i)*time.Second/scheduled)
+		schedule(t, q, numbered("scheduled", i), due[i])
+	}
+	for i := range active {
+		send(t, q, numbered("active", i))
+	}
+	farSeqs := make([]uint64, far)
+	for i := range far {
+		farSeqs[i] = schedule(t, q, numbered("far", i), start.Add(time.Hour))
+	}
+	if time.Now().After(due[0]) {
+		t.Logf("scheduling took %v, past the first due time: some messages may activate before the restart", time.Since(start))
+	}
+
+	before := time.Now()
+	s.f.Restart(t, abrupt)
+	restarted := time.Now()
+	overdue := 0
+	for _, d := range due {
+		if d.Before(restarted) {
+			overdue++
+		}
+	}
+	t.Logf("restart (abrupt %v) took %v; %d of %d scheduled messages were due by its end",
+		abrupt, restarted.Sub(before), overdue, scheduled)
+
+	deadline := due[scheduled-1].Add(s.f.ActivationSlack + awaitMargin)
+	if d := restarted.Add(2 * awaitMargin); d.After(deadline) {
+		deadline = d
+	}
+	ctx, cancel := context.WithDeadline(t.Context(), deadline)
+	defer cancel()
+	gotScheduled := make([]int, scheduled)
+	gotActive := make([]int, active)
+	var seqs []uint64
+	for received, failures := 0, 0; received < scheduled+active; {
+		ds, err := q.Receive(ctx, 20)
+		now := time.Now()
+		if err != nil {
+			if ctx.Err() != nil {
+				t.Fatalf("received %d of %d messages by %v after the restart: %v\nscheduled counts %v\nactive counts %v",
+					received, scheduled+active, now.Sub(restarted), err, gotScheduled, gotActive)
+			}
+			// The client may still be reconnecting: retry a while.
+			if failures++; failures > 100 {
+				t.Fatalf("Receive after the restart failed %d times, last: %v", failures, err)
+			}
+			t.Logf("Receive %v after the restart: %v (retrying)", now.Sub(restarted), err)
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			continue
+		}
+		for _, d := range ds {
+			if err := d.Complete(t.Context()); err != nil {
+				t.Errorf("Complete(%s): %v", describe(d.Message), err)
+			}
+			received++
+			seqs = append(seqs, d.Seq)
+			if i, ok := number(d.Message, "scheduled"); ok && i < scheduled {
+				gotScheduled[i]++
+				checkNotEarly(t, arrival{d, now}, due[i])
+				continue
+			}
+			if i, ok := number(d.Message, "active"); ok && i < active {
+				gotActive[i]++
+				continue
+			}
+			t.Errorf("received unexpected %s", describe(d.Message))
+		}
+	}
+	for i, n := range gotScheduled {
+		if n != 1 {
+			t.Errorf("scheduled-%d received %d times, want once", i, n)
+		}
+	}
+	for i, n := range gotActive {
+		if n != 1 {
+			t.Errorf("active-%d received %d times, want once", i, n)
+		}
+	}
+	checkSeqs(t, "active seqs across the restart", seqs)
+	expectNone(t, q, quietMargin)
+
+	// The far ones are still pending under the same seqs, and cancellable.
+	var pending []uint64
+	for _, m := range peekAll(t, q) {
+		if m.State == transport.Scheduled {
+			pending = append(pending, m.Seq)
+		}
+	}
+	if !slices.Equal(pending, farSeqs) {
+		t.Errorf("scheduled messages after the restart: %#x, want %#x", pending, farSeqs)
+	}
+	for _, seq := range farSeqs {
+		if err := q.Cancel(t.Context(), seq); err != nil {
+			t.Errorf("Cancel(%#x) after the restart = %v, want nil", seq, err)
+		}
+	}
+	if err := q.Cancel(t.Context(), farSeqs[0]); !errors.Is(err, transport.ErrNotFound) {
+		t.Errorf("second Cancel(%#x) after the restart = %v, want %v", farSeqs[0], err, transport.ErrNotFound)
+	}
+}
