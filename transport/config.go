@@ -33,9 +33,12 @@ type QueueConfig struct {
 	// detection. Default: 10m (Service Bus's default).
 	DuplicateWindow time.Duration
 	// MaxBytes caps the stored size of each partition's active messages; a
-	// send that would exceed it fails rather than evicting anything.
-	// Scheduled messages are not capped: JetStream can only cap a schedule
-	// stream by evicting pending schedules. Default: 0 (no cap).
+	// send that would exceed it fails with ErrQueueFull rather than
+	// evicting anything. Scheduled messages are not capped (JetStream can
+	// only cap a schedule stream by evicting pending schedules), and
+	// activations are never dropped: on JetStream an activation into a full
+	// partition waits until space frees; in memory it may exceed the cap.
+	// Default: 0 (no cap).
 	MaxBytes int64
 	// Replicas is the JetStream replication factor. Default: 1.
 	Replicas int

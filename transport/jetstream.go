@@ -34,7 +34,8 @@ func NewJetStream(nc *nats.Conn, opts ...Option) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
-	return &Broker{d: &jsDriver{nc: nc, js: js, o: o}, opts: o}, nil
+	life, stop := context.WithCancel(context.Background())
+	return &Broker{d: &jsDriver{nc: nc, js: js, o: o, life: life, stop: stop}, opts: o}, nil
 }
 
 type jsDriver struct {
@@ -42,11 +43,22 @@ type jsDriver struct {
 	js     jetstream.JetStream
 	o      options
 	closed atomic.Bool
+	life   context.Context // ends on close, waking blocked receives
+	stop   context.CancelFunc
 }
 
 func (d *jsDriver) close() error {
 	d.closed.Store(true)
+	d.stop()
 	return nil
+}
+
+// waitContext returns a context for one blocking pull: it ends after wait,
+// when ctx ends, or when the broker closes.
+func (d *jsDriver) waitContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	unhook := context.AfterFunc(d.life, cancel)
+	return wctx, func() { unhook(); cancel() }
 }
 
 // check returns ErrClosed once the broker or its connection closed.

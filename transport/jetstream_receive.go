@@ -34,52 +34,76 @@ func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
 			if err != nil {
 				return nil, q.d.mapErr(err)
 			}
-			if ds := q.collect(ctx, part, b); len(ds) > 0 {
+			if ds := q.collect(ctx, part, q.drain(ctx, b)); len(ds) > 0 {
 				return ds, nil
 			}
-		}
-		wait := pollWait
-		if len(q.parts) == 1 {
-			wait = 5 * time.Second
-		}
-		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl))
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, context.Cause(ctx)
 		}
-		if wait >= time.Millisecond {
-			// Wait for one message only: a batch pull returns when full or
-			// expired, and its messages' locks would run out meanwhile.
-			part := q.parts[start]
-			b, err := part.cons.Fetch(1, jetstream.FetchMaxWait(wait))
-			if err != nil {
-				return nil, q.d.mapErr(err)
-			}
-			if ds := q.collect(ctx, part, b); len(ds) > 0 {
-				if max > 1 {
-					if b, err := part.cons.FetchNoWait(max - 1); err == nil {
-						ds = append(ds, q.collect(ctx, part, b)...)
-					}
+		// Wait for one message only: a batch pull returns when full or
+		// expired, and its messages' locks would run out meanwhile.
+		wait := pollWait
+		if len(q.parts) == 1 {
+			wait = 5 * time.Second
+		}
+		part := q.parts[start]
+		msgs, err := q.fetchOne(ctx, part.cons, wait)
+		if err != nil {
+			return nil, err
+		}
+		if ds := q.collect(ctx, part, msgs); len(ds) > 0 {
+			if max > 1 {
+				if b, err := part.cons.FetchNoWait(max - 1); err == nil {
+					ds = append(ds, q.collect(ctx, part, q.drain(ctx, b))...)
 				}
-				return ds, nil
 			}
+			return ds, nil
 		}
 		start = (start + 1) % len(q.parts)
 	}
 }
 
-// collect turns a pulled batch into deliveries, dropping those the
-// transport settles itself (cancelled activations, exhausted ones).
-func (q *jsQueue) collect(ctx context.Context, part *jsPartition, b jetstream.MessageBatch) []*Delivery {
-	var out []*Delivery
+// fetchOne pulls at most one message, waiting up to wait, until ctx ends
+// or the broker closes.
+func (q *jsQueue) fetchOne(ctx context.Context, c jetstream.Consumer, wait time.Duration) ([]jetstream.Msg, error) {
+	wctx, cancel := q.d.waitContext(ctx, wait)
+	defer cancel()
+	if dl, _ := wctx.Deadline(); time.Until(dl) < time.Millisecond {
+		<-wctx.Done() // nats.go refuses a pull whose deadline is this close
+		return nil, nil
+	}
+	b, err := c.Fetch(1, jetstream.FetchContext(wctx))
+	if err != nil {
+		if ctx.Err() != nil || q.d.check() != nil {
+			return nil, nil // the caller reports why it stopped
+		}
+		return nil, q.d.mapErr(err)
+	}
+	return q.drain(ctx, b), nil
+}
+
+// drain reads a pulled batch to its end.
+func (q *jsQueue) drain(ctx context.Context, b jetstream.MessageBatch) []jetstream.Msg {
+	var msgs []jetstream.Msg
 	for msg := range b.Messages() {
+		msgs = append(msgs, msg)
+	}
+	if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, context.Canceled) && q.d.check() == nil {
+		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: pull failed", slogErr(err), slogQueue(q.cfg.Name))
+	}
+	return msgs
+}
+
+// collect turns pulled messages into deliveries, dropping those the
+// transport settles itself (cancelled activations, exhausted ones).
+func (q *jsQueue) collect(ctx context.Context, part *jsPartition, msgs []jetstream.Msg) []*Delivery {
+	var out []*Delivery
+	for _, msg := range msgs {
 		if d := q.delivery(ctx, part, msg); d != nil {
 			out = append(out, d)
 		}
-	}
-	if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: pull failed", slogErr(err), slogQueue(q.cfg.Name))
 	}
 	return out
 }
@@ -303,16 +327,9 @@ func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, context.Cause(ctx)
 		}
-		wait := 5 * time.Second
-		if dl, ok := ctx.Deadline(); ok {
-			wait = min(wait, time.Until(dl))
-		}
-		if wait < time.Millisecond {
-			continue
-		}
-		b, err := s.c.Fetch(1, jetstream.FetchMaxWait(wait))
+		b, err := s.q.fetchOne(ctx, s.c, 5*time.Second)
 		if err != nil {
-			return nil, s.q.d.mapErr(err)
+			return nil, err
 		}
 		if ds := s.q.collect(ctx, s.part, b); len(ds) > 0 {
 			return ds[0], nil
@@ -339,6 +356,8 @@ func (q *jsQueue) nextSession(ctx context.Context) (string, error) {
 		select {
 		case <-ctx.Done():
 			return "", context.Cause(ctx)
+		case <-q.d.life.Done():
+			return "", ErrClosed
 		case <-time.After(backoff):
 			backoff = min(2*backoff, 500*time.Millisecond)
 		}

@@ -238,7 +238,7 @@ type memPartition struct {
 	active     []*memEntry // by Seq, locked ones included
 	pending    []*memEntry // scheduled, by Seq
 	activated  map[uint64]struct{}
-	bytes      int64 // stored size of active and pending messages
+	bytes      int64 // stored size of active messages, which MaxBytes caps
 	dedup      memDedup
 	dedupSched memDedup
 }
@@ -266,6 +266,7 @@ func (p *memPartition) appendActive(e *memEntry, now time.Time) uint64 {
 	p.lastActive++
 	e.m.Seq, e.m.EnqueuedAt, e.m.State = makeSeq(p.id, false, p.lastActive), now.UTC(), Active
 	p.active = append(p.active, e)
+	p.bytes += int64(e.size) // activations are never refused, even past MaxBytes
 	return e.m.Seq
 }
 
@@ -359,11 +360,10 @@ func (l *memLog) put(ctx context.Context, m *Message, p int, at time.Time) (Send
 	if seq, ok := dedup.lookup(c.MessageID, now, cfg.DuplicateWindow); ok {
 		return SendResult{Seq: seq, Duplicate: true}, nil
 	}
-	if cfg.MaxBytes > 0 && part.bytes+int64(size) > cfg.MaxBytes {
+	if at.IsZero() && cfg.MaxBytes > 0 && part.bytes+int64(size) > cfg.MaxBytes {
 		return SendResult{}, fmt.Errorf("%w: queue %s partition %d: MaxBytes %d reached", ErrQueueFull, cfg.Name, p, cfg.MaxBytes)
 	}
 	e := &memEntry{m: c, size: size}
-	part.bytes += int64(size)
 	var seq uint64
 	if at.IsZero() {
 		seq = part.appendActive(e, now)
@@ -426,7 +426,6 @@ func (l *memLog) cancel(ctx context.Context, seq uint64) error {
 		e := p.pending[i]
 		e.stop()
 		p.pending = slices.Delete(p.pending, i, i+1)
-		p.bytes -= int64(e.size)
 		return nil
 	}
 	if _, ok := p.activated[seq]; ok {
@@ -532,7 +531,6 @@ func (l *memLog) deadLetterEntry(p *memPartition, e *memEntry, reason, descripti
 	m.DeadLetterSource, m.DeadLetterSeq = l.q.cfg.Name, m.Seq
 	dp := l.dlq.parts[0]
 	dp.appendActive(&memEntry{m: m, size: e.size}, now)
-	dp.bytes += int64(e.size)
 }
 
 func (l *memLog) acceptSession(ctx context.Context, id string, partition int) (sessionDriver, error) {

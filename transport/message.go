@@ -17,7 +17,9 @@ type Message struct {
 	ContentType string
 	// MessageID identifies the message for duplicate detection: a second
 	// message with the same MessageID sent to the same queue within the
-	// queue's DuplicateWindow is accepted but not stored again.
+	// queue's DuplicateWindow is accepted but not stored again. Immediate
+	// sends and schedules are checked separately: a scheduled message is a
+	// duplicate only of another schedule.
 	// Default: empty, which disables duplicate detection for this message.
 	MessageID string
 	// CorrelationID links a reply to its request.
