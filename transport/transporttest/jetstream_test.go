@@ -44,7 +44,7 @@ func TestJetStream(t *testing.T) {
 	}
 	transporttest.Run(t, newBroker, transporttest.Features{
 		ActivationSlack: time.Second,
-		Restart: func(t *testing.T, abrupt bool) {
+		Restart: func(t *testing.T, abrupt bool, downtime time.Duration) {
 			stop := srv.Stop
 			if abrupt {
 				stop = srv.Kill
@@ -52,6 +52,7 @@ func TestJetStream(t *testing.T) {
 			if err := stop(); err != nil && !abrupt {
 				t.Fatalf("stop nats-server: %v", err)
 			}
+			time.Sleep(downtime) // the outage itself, not a wait for a condition
 			if err := srv.Restart(); err != nil {
 				t.Fatalf("restart nats-server: %v", err)
 			}

@@ -17,12 +17,12 @@ import (
 
 // Features says what a backend can do beyond the common contract.
 type Features struct {
-	// Restart restarts the backend's server with scheduled messages
-	// pending; abrupt means SIGKILL. It returns once the server accepts
-	// connections again; brokers made before it must keep working (nats.go
-	// reconnects). nil: the backend has no server (restart tests are
-	// skipped with a message saying so).
-	Restart func(t *testing.T, abrupt bool)
+	// Restart stops the backend's server with messages pending (abrupt:
+	// SIGKILL), keeps it down for downtime, and starts it again. It
+	// returns once the server accepts connections again; brokers made
+	// before it must keep working (nats.go reconnects). nil: the backend
+	// has no server (restart tests are skipped with a message saying so).
+	Restart func(t *testing.T, abrupt bool, downtime time.Duration)
 	// ActivationSlack is how late a scheduled message may activate
 	// (JetStream's scheduler ticks every 250 ms). Used only as an upper
 	// bound when awaiting; lower bounds (never early) are always strict.
