@@ -1,0 +1,1190 @@
+package saga_test
+
+// Integration tests of the dispatcher against a real embedded nats-server:
+// JetStream queues, KV state, scheduled-message timeouts. They check the
+// reliability targets of DESIGN.md (R2, R3, R5) and the commit protocol
+// documented on record in record.go, with fault injection at each step of
+// that protocol.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/transport/embedded"
+)
+
+// R3: competing dispatchers on hot sagas.
+
+type Incr struct{ ID string }
+
+type counter struct{ Count int }
+
+func counterSaga() *saga.Definition[counter] {
+	d := saga.Define[counter]("counter")
+	saga.StartedBy(d, saga.By(func(m Incr) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], _ Incr) error {
+			c.Data.Count++
+			return nil
+		})
+	return d
+}
+
+func TestHotSagasCompetingDispatchers(t *testing.T) {
+	t.Parallel()
+	const (
+		instances = 5
+		perSaga   = 200
+		nodes     = 3
+	)
+	srv := startServer(t)
+	qcfg := transport.QueueConfig{Name: "hot", LockDuration: 5 * time.Second}
+	var conflicts, steps atomic.Int64
+	hooks := saga.Hooks{StepDone: func(_ context.Context, _ saga.StepInfo, res saga.StepResult) {
+		conflicts.Add(int64(res.Conflicts))
+		steps.Add(1)
+	}}
+	q := newNode(t, srv.ClientURL()).openQueue(t, qcfg)
+	var ds []*saga.Dispatcher
+	for range nodes {
+		n := newNode(t, srv.ClientURL())
+		ds = append(ds, n.dispatcher(t, nil, qcfg.Name,
+			saga.WithSagas(counterSaga()), saga.WithQueueConfig(qcfg), saga.WithHooks(hooks),
+			saga.WithConflictRetries(100),
+			saga.WithRetry(saga.RetryPolicy{Immediate: 3, Delayed: 3, Backoff: func(int) time.Duration { return 100 * time.Millisecond }})))
+	}
+	ctx := t.Context()
+	// Queue everything first, interleaved, then let the three dispatchers
+	// loose on it at once: every instance is hot from the first message on,
+	// including its creation (racing starters).
+	for i := range perSaga {
+		for k := range instances {
+			if _, err := ds[i%nodes].Send(ctx, Incr{ID: fmt.Sprintf("hot-%d", k)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, d := range ds {
+		run(t, d)
+	}
+	counts := func() []int {
+		out := make([]int, instances)
+		for k := range instances {
+			c, _, _ := data[counter](t, ds[0], "counter", fmt.Sprintf("hot-%d", k))
+			out[k] = c.Count
+		}
+		return out
+	}
+	eventually(t, 60*time.Second, func() string {
+		for _, c := range counts() {
+			if c < perSaga {
+				return fmt.Sprintf("counts %v, want %d each (%d steps so far)", counts(), perSaga, steps.Load())
+			}
+		}
+		return ""
+	})
+	eventually(t, 20*time.Second, func() string { return queueEmpty(t, q) })
+	for k, c := range counts() {
+		if c != perSaga {
+			t.Errorf("hot-%d: count %d, want exactly %d", k, c, perSaga)
+		}
+	}
+	if dl := peekAll(t, q.DeadLetterQueue()); len(dl) > 0 {
+		t.Errorf("%d messages dead-lettered, first: %s: %s", len(dl), dl[0].DeadLetterReason, dl[0].DeadLetterDescription)
+	}
+	if conflicts.Load() == 0 {
+		t.Logf("no conflicts in %d steps: the dispatchers did not overlap on an instance this run", steps.Load())
+	} else {
+		t.Logf("%d conflicts retried in %d steps", conflicts.Load(), steps.Load())
+	}
+}
+
+// Crash points of the commit protocol.
+
+type CrashStart struct{ ID string }
+
+type CrashDue struct{}
+
+type CrashOut struct{ Which, ID string }
+
+type crashData struct {
+	Count, Fired int
+	Due          time.Time
+	Early        string
+}
+
+// crashSaga: the starting step sends A, requests timeout T, sends B, in
+// that order; T's handler counts.
+func crashSaga(starts, fires *atomic.Int64) *saga.Definition[crashData] {
+	d := saga.Define[crashData]("crash")
+	saga.StartedBy(d, saga.By(func(m CrashStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[crashData], m CrashStart) error {
+			starts.Add(1)
+			c.Data.Count++
+			if err := c.Send("crash-out", CrashOut{Which: "A", ID: m.ID}); err != nil {
+				return err
+			}
+			c.Data.Due = c.Now().Add(2 * time.Second)
+			if _, err := c.RequestTimeoutAt(c.Data.Due, CrashDue{}); err != nil {
+				return err
+			}
+			return c.Send("crash-out", CrashOut{Which: "B", ID: m.ID})
+		})
+	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[crashData], _ CrashDue) error {
+		fires.Add(1)
+		c.Data.Fired++
+		if in := c.Incoming(); in.EnqueuedAt.Before(c.Data.Due) || c.Now().Before(c.Data.Due) {
+			c.Data.Early = fmt.Sprintf("activated at %v, handled at %v, due %v", in.EnqueuedAt, c.Now(), c.Data.Due)
+		}
+		return nil
+	})
+	return d
+}
+
+func TestCrashPoints(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name      string
+		put       putFault
+		scheduled bool // crash right after the timeout is scheduled
+	}{
+		{name: "after commit Put, before effects", put: func(_ string, v []byte) (bool, bool) { return false, hasOutbox(v) }},
+		{name: "after timeout scheduled, before next send", scheduled: true},
+		{name: "after effects, before clearing Put", put: func(_ string, v []byte) (bool, bool) { return !hasOutbox(v), false }},
+		{name: "after clearing Put, before ack", put: func(_ string, v []byte) (bool, bool) { return false, !hasOutbox(v) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := startServer(t)
+			qcfg := transport.QueueConfig{Name: "crash", LockDuration: time.Second}
+			var starts, fires atomic.Int64
+			var log stepLog
+			opts := []saga.Option{
+				saga.WithSagas(crashSaga(&starts, &fires)), saga.WithQueueConfig(qcfg),
+				saga.WithRetry(fastRetry), saga.WithHooks(log.hooks()),
+			}
+			// Create both queues before any dispatcher runs: concurrent
+			// creation of one queue trips a data race inside nats-server
+			// v2.15.2 (see the report).
+			obs := newNode(t, srv.ClientURL())
+			q := obs.openQueue(t, qcfg)
+			out := obs.openQueue(t, transport.QueueConfig{Name: "crash-out"})
+
+			// Dispatcher A, with faults.
+			a := newNode(t, srv.ClientURL())
+			c := newCrasher(a.nc)
+			sched := &crashScheduler{inner: timeout.NewTransport(a.broker), c: c}
+			if tc.scheduled {
+				sched.afterSchedule = func(timeout.Timeout) bool { return true }
+			}
+			store := &crashStore{Store: a.store, c: c, fault: tc.put}
+			da := a.dispatcher(t, store, qcfg.Name, append(opts, saga.WithTimeouts(sched))...)
+			if _, err := da.Send(t.Context(), CrashStart{ID: "c-1"}); err != nil {
+				t.Fatal(err)
+			}
+			ra := run(t, da)
+			select {
+			case <-c.done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("dispatcher A never reached the crash point")
+			}
+			ra.cancel()
+
+			// Dispatcher B, on a fresh connection, takes over.
+			b := newNode(t, srv.ClientURL())
+			db := b.dispatcher(t, nil, qcfg.Name, opts...)
+			run(t, db)
+			eventually(t, 20*time.Second, func() string {
+				d, _, ok := data[crashData](t, db, "crash", "c-1")
+				if !ok || d.Fired < 1 {
+					return fmt.Sprintf("timeout not handled yet: %+v", d)
+				}
+				return queueEmpty(t, q)
+			})
+
+			d, inst, _ := data[crashData](t, db, "crash", "c-1")
+			if d.Count != 1 || d.Fired != 1 || d.Early != "" {
+				t.Errorf("state %+v: want Count 1 and Fired 1, as if the step ran once, and the timeout not early", d)
+			}
+			if len(inst.Timeouts) != 0 {
+				t.Errorf("pending timeouts left: %+v", inst.Timeouts)
+			}
+			if n := starts.Load(); n != 1 {
+				t.Errorf("starting handler ran %d times, want 1 (B must finish A's committed step, not run it again)", n)
+			}
+			if n := fires.Load(); n != 1 {
+				// Legitimate only if T's step conflicted with B's finishing of
+				// the start step; Fired above is what counts.
+				t.Logf("timeout handler ran %d times", n)
+			}
+			// A crashed before settling the start message; B got it again and
+			// found it done (Duplicate): neither may report it Handled.
+			var redelivered bool
+			for _, e := range log.filter(saga.MessageName[CrashStart]()) {
+				if e.Result.Outcome == saga.Handled {
+					t.Errorf("start message handled (delivery %d): want A to crash first and B to find it done", e.Info.DeliveryCount)
+				}
+				redelivered = redelivered || e.Info.DeliveryCount >= 2 && e.Result.Outcome == saga.Duplicate
+			}
+			if !redelivered {
+				t.Errorf("start message steps %+v: want a redelivery settled as %s", log.filter(saga.MessageName[CrashStart]()), saga.Duplicate)
+			}
+			seqs := map[uint64]bool{}
+			for _, e := range log.filter(saga.MessageName[CrashDue]()) {
+				seqs[e.Info.Seq] = true
+			}
+			if len(seqs) != 1 {
+				t.Errorf("timeout fired %d times (distinct activations), want 1", len(seqs))
+			}
+
+			bodies := map[string]int{}
+			for _, m := range peekAll(t, out) {
+				bodies[string(m.Body)]++
+			}
+			want := map[string]int{`{"Which":"A","ID":"c-1"}`: 1, `{"Which":"B","ID":"c-1"}`: 1}
+			if fmt.Sprint(bodies) != fmt.Sprint(want) {
+				t.Errorf("messages in crash-out: got %v, want each exactly once: %v", bodies, want)
+			}
+			if dl := peekAll(t, q.DeadLetterQueue()); len(dl) > 0 {
+				t.Errorf("%d messages dead-lettered, first: %s: %s", len(dl), dl[0].DeadLetterReason, dl[0].DeadLetterDescription)
+			}
+		})
+	}
+}
+
+// R5: dead-lettering with reasons.
+
+type DLGood struct{ ID string }
+
+type DLPanic struct{ ID string }
+
+type DLPermanent struct{ ID string }
+
+type DLPoke struct{ ID string }
+
+func dlSaga(panics, perms *atomic.Int64) *saga.Definition[counter] {
+	d := saga.Define[counter]("dl", saga.WhenNotFound(saga.NotFoundPolicy{DeadLetter: true}))
+	saga.StartedBy(d, saga.By(func(m DLGood) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], _ DLGood) error {
+			c.Data.Count++
+			return nil
+		})
+	saga.StartedBy(d, saga.By(func(m DLPanic) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], m DLPanic) error {
+			panics.Add(1)
+			c.Data.Count++
+			panic("boom-" + m.ID)
+		})
+	saga.StartedBy(d, saga.By(func(m DLPermanent) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], m DLPermanent) error {
+			perms.Add(1)
+			c.Data.Count++
+			return saga.Permanent(errors.New("card declined for " + m.ID))
+		})
+	saga.Handles(d, saga.By(func(m DLPoke) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], _ DLPoke) error {
+			c.Data.Count++
+			return nil
+		})
+	return d
+}
+
+func TestDeadLetterReasons(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	qcfg := transport.QueueConfig{Name: "dl", LockDuration: 2 * time.Second}
+	q := n.openQueue(t, qcfg)
+	var panics, perms atomic.Int64
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(dlSaga(&panics, &perms)),
+		saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
+
+	typed := func(typ string, extra ...string) map[string]string {
+		p := map[string]string{saga.TypeProperty: typ}
+		for i := 0; i+1 < len(extra); i += 2 {
+			p[extra[i]] = extra[i+1]
+		}
+		return p
+	}
+	cases := []struct {
+		id, reason, descHas string
+		msg                 *transport.Message
+	}{
+		{id: "m-malformed", reason: saga.ReasonMalformed, descHas: "malformed",
+			msg: &transport.Message{Body: []byte("{not json"), ContentType: "application/json",
+				Properties: typed(saga.MessageName[DLGood](), "trace", "t-1")}},
+		{id: "m-unknown", reason: saga.ReasonUnknownType, descHas: "nobody.Handles",
+			msg: &transport.Message{Body: []byte(`{"ID":"u-1"}`), Properties: typed("nobody.Handles", "trace", "t-2")}},
+		{id: "m-untyped", reason: saga.ReasonUnknownType, descHas: "unknown message type",
+			msg: &transport.Message{Body: []byte("plain text")}},
+		{id: "m-foreign-timeout", reason: saga.ReasonUnknownType, descHas: "elsewhere",
+			msg: &transport.Message{Body: []byte(`{}`), Properties: typed(saga.MessageName[DLGood](),
+				"jetsaga-saga", "elsewhere", "jetsaga-saga-id", "x", "jetsaga-token", "tok")}},
+		{id: "m-panic", reason: saga.ReasonRetriesExhausted, descHas: "boom-p-1",
+			msg: &transport.Message{Body: []byte(`{"ID":"p-1"}`), Properties: typed(saga.MessageName[DLPanic](), "trace", "t-3")}},
+		{id: "m-permanent", reason: saga.ReasonPermanent, descHas: "card declined for x-1",
+			msg: &transport.Message{Body: []byte(`{"ID":"x-1"}`), Properties: typed(saga.MessageName[DLPermanent]())}},
+		{id: "m-notfound", reason: saga.ReasonSagaNotFound, descHas: "ghost",
+			msg: &transport.Message{Body: []byte(`{"ID":"ghost"}`), Properties: typed(saga.MessageName[DLPoke]())}},
+	}
+	for _, tc := range cases {
+		tc.msg.MessageID = tc.id
+		rawSend(t, q, tc.msg)
+	}
+	rawSend(t, q, &transport.Message{MessageID: "m-good", Body: []byte(`{"ID":"g-1"}`), Properties: typed(saga.MessageName[DLGood]())})
+	run(t, d)
+
+	dlq := q.DeadLetterQueue()
+	byID := map[string]*transport.Message{}
+	eventually(t, 20*time.Second, func() string {
+		clear(byID)
+		for _, m := range peekAll(t, dlq) {
+			byID[originalID(m)] = m
+		}
+		if len(byID) < len(cases) {
+			return fmt.Sprintf("%d of %d messages dead-lettered: %v", len(byID), len(cases), keys(byID))
+		}
+		return queueEmpty(t, q)
+	})
+	if len(byID) != len(cases) {
+		t.Errorf("dead-lettered %v, want exactly the %d bad messages", keys(byID), len(cases))
+	}
+	for _, tc := range cases {
+		m := byID[tc.id]
+		if m == nil {
+			t.Errorf("%s: not dead-lettered (dead letters: %v)", tc.id, keys(byID))
+			continue
+		}
+		if m.DeadLetterReason != tc.reason {
+			t.Errorf("%s: reason %q, want %q (description %q)", tc.id, m.DeadLetterReason, tc.reason, m.DeadLetterDescription)
+		}
+		if !strings.Contains(m.DeadLetterDescription, tc.descHas) {
+			t.Errorf("%s: description %q does not mention %q", tc.id, m.DeadLetterDescription, tc.descHas)
+		}
+		if string(m.Body) != string(tc.msg.Body) {
+			t.Errorf("%s: body %q, want the original %q", tc.id, m.Body, tc.msg.Body)
+		}
+		for k, v := range tc.msg.Properties {
+			if m.Properties[k] != v {
+				t.Errorf("%s: property %s = %q, want the original %q", tc.id, k, m.Properties[k], v)
+			}
+		}
+		if m.ContentType != tc.msg.ContentType || m.DeadLetterSource != qcfg.Name || m.DeadLetterSeq == 0 {
+			t.Errorf("%s: content type %q, source %q, seq %d; want %q, %q, the original seq",
+				tc.id, m.ContentType, m.DeadLetterSource, m.DeadLetterSeq, tc.msg.ContentType, qcfg.Name)
+		}
+	}
+	// (1 + Immediate) runs per delivery, 1 + Delayed deliveries.
+	if got, want := panics.Load(), int64((1+fastRetry.Immediate)*(1+fastRetry.Delayed)); got != want {
+		t.Errorf("panicking handler ran %d times, want %d", got, want)
+	}
+	if got := perms.Load(); got != 1 {
+		t.Errorf("handler failing permanently ran %d times, want 1 (no retries)", got)
+	}
+	for _, id := range []string{"p-1", "x-1", "ghost"} {
+		if _, inst, ok := data[counter](t, d, "dl", id); ok {
+			t.Errorf("instance %s stored (%+v) by a step that failed", id, inst)
+		}
+	}
+	if c, _, _ := data[counter](t, d, "dl", "g-1"); c.Count != 1 {
+		t.Errorf("good message: count %d, want 1", c.Count)
+	}
+}
+
+// originalID returns the MessageID of the message a dead letter came
+// from: a delayed retry has its own MessageID and carries the original's
+// identity in a property.
+func originalID(m *transport.Message) string {
+	if origin, ok := m.Properties["jetsaga-origin"]; ok {
+		return origin
+	}
+	return m.MessageID
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// R5: hostile instance IDs.
+
+type HStart struct{ ID string }
+
+// HRaw carries its ID as bytes, which JSON keeps even when they are not
+// UTF-8 (a string field would be repaired on decoding).
+type HRaw struct{ ID []byte }
+
+type HDue struct{}
+
+type hostileData struct {
+	Count, Fired int
+	Seen         string
+}
+
+func hostileSaga() *saga.Definition[hostileData] {
+	d := saga.Define[hostileData]("hostile")
+	saga.StartedBy(d, saga.By(func(m HStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[hostileData], _ HStart) error {
+			c.Data.Count++
+			c.Data.Seen = c.ID()
+			if c.IsNew() {
+				_, err := c.RequestTimeout(300*time.Millisecond, HDue{})
+				return err
+			}
+			return nil
+		})
+	saga.StartedBy(d, saga.By(func(m HRaw) string { return string(m.ID) }),
+		func(_ context.Context, c *saga.Context[hostileData], _ HRaw) error {
+			c.Data.Count++
+			return nil
+		})
+	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[hostileData], _ HDue) error {
+		c.Data.Fired++
+		return nil
+	})
+	return d
+}
+
+func TestHostileIDs(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	qcfg := transport.QueueConfig{Name: "hostile", LockDuration: 2 * time.Second}
+	q := n.openQueue(t, qcfg)
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(hostileSaga()), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
+	ctx := t.Context()
+
+	good := []string{
+		"a.b", "a.*", "a.>", "*", ">", "a b c", " ", "ünï.cødé 日本語 🙂",
+		strings.Repeat(".*> ", 125),   // 500 bytes of subject syntax
+		strings.Repeat("é", 250),      // 500 bytes, 250 runes
+		strings.Repeat("y", 512),      // the limit
+		"$KV.jetsaga_sagas.>",         // the store's own subject space
+		"JETSAGA.Q.hostile.0.m",       // the queue's own subject
+		`{"json":true}`, `a/b\c`, "=", // no padding confusion in keys
+	}
+	want := map[string]int{}
+	for _, id := range good {
+		want[id]++
+		if _, err := d.Send(ctx, HStart{ID: id}); err != nil {
+			t.Fatalf("send %.40q: %v", id, err)
+		}
+	}
+	want["a.*"]++ // a second message for a.* must not reach a.b
+	if _, err := d.Send(ctx, HStart{ID: "a.*"}); err != nil {
+		t.Fatal(err)
+	}
+
+	bad := []struct {
+		name string
+		msg  any
+	}{
+		{"over 512 bytes", HStart{ID: strings.Repeat("z", 513)}},
+		{"invalid UTF-8", HRaw{ID: []byte{'b', 'a', 'd', 0xff, 0xfe}}},
+		{"empty", HStart{ID: ""}},
+	}
+	for i, b := range bad {
+		if _, err := d.Send(ctx, b.msg, saga.WithMessageID(fmt.Sprintf("bad-%d", i))); err != nil {
+			t.Fatalf("send %s: %v", b.name, err)
+		}
+	}
+	run(t, d)
+
+	eventually(t, 20*time.Second, func() string {
+		for _, id := range good {
+			h, _, ok := data[hostileData](t, d, "hostile", id)
+			if !ok || h.Count != want[id] || h.Fired != 1 {
+				return fmt.Sprintf("instance %.40q: %+v (found %t), want count %d and its timeout handled", id, h, ok, want[id])
+			}
+		}
+		if got := len(peekAll(t, q.DeadLetterQueue())); got < len(bad) {
+			return fmt.Sprintf("%d of %d bad IDs dead-lettered", got, len(bad))
+		}
+		return queueEmpty(t, q)
+	})
+	for _, id := range good {
+		h, inst, _ := data[hostileData](t, d, "hostile", id)
+		if h.Count != want[id] || h.Fired != 1 || h.Seen != id || inst.ID != id {
+			t.Errorf("instance %.40q: %+v (ID %.40q), want count %d, one timeout, its own ID", id, h, inst.ID, want[id])
+		}
+	}
+	dl := map[string]*transport.Message{}
+	for _, m := range peekAll(t, q.DeadLetterQueue()) {
+		dl[originalID(m)] = m
+	}
+	if len(dl) != len(bad) {
+		t.Errorf("dead-lettered %v, want the %d bad IDs only", keys(dl), len(bad))
+	}
+	for i, b := range bad {
+		m := dl[fmt.Sprintf("bad-%d", i)]
+		switch {
+		case m == nil:
+			t.Errorf("%s: not dead-lettered", b.name)
+		case b.name == "empty":
+			// An empty ID is refused by the Finder wrapper as a plain
+			// (retried) error, unlike the other bad IDs; see the report.
+			t.Logf("%s: dead-lettered with reason %q: %s", b.name, m.DeadLetterReason, m.DeadLetterDescription)
+		case m.DeadLetterReason != saga.ReasonPermanent:
+			t.Errorf("%s: reason %q (%s), want %q", b.name, m.DeadLetterReason, m.DeadLetterDescription, saga.ReasonPermanent)
+		}
+	}
+	for _, id := range []string{strings.Repeat("z", 513), "bad\xff\xfe"} {
+		if _, _, ok := data[hostileData](t, d, "hostile", id); ok {
+			t.Errorf("instance %.40q stored, want nothing for a refused ID", id)
+		}
+	}
+}
+
+// Timeouts: stale ones dropped, operator listing and cancelling.
+
+type RemStart struct {
+	ID    string
+	After time.Duration
+}
+
+type RemCancel struct{ ID string }
+
+type RemDone struct{ ID string }
+
+type RemProbe struct{ ID string }
+
+type RemDue struct{}
+
+type remData struct {
+	H             saga.TimeoutHandle
+	Due           time.Time
+	Fired, Probes int
+}
+
+func remSaga(fired *atomic.Int64) *saga.Definition[remData] {
+	d := saga.Define[remData]("reminder")
+	saga.StartedBy(d, saga.By(func(m RemStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[remData], m RemStart) error {
+			c.Data.Due = c.Now().Add(m.After)
+			var err error
+			c.Data.H, err = c.RequestTimeoutAt(c.Data.Due, RemDue{})
+			return err
+		})
+	saga.Handles(d, saga.By(func(m RemCancel) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[remData], _ RemCancel) error {
+			c.CancelTimeout(c.Data.H)
+			return nil
+		})
+	saga.Handles(d, saga.By(func(m RemDone) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[remData], _ RemDone) error {
+			c.MarkComplete()
+			return nil
+		})
+	saga.Handles(d, saga.By(func(m RemProbe) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[remData], _ RemProbe) error {
+			c.Data.Probes++
+			return nil
+		})
+	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[remData], _ RemDue) error {
+		fired.Add(1)
+		c.Data.Fired++
+		return nil
+	})
+	return d
+}
+
+type OtherStart struct{ ID string }
+
+type OtherDue struct{}
+
+func otherSaga() *saga.Definition[counter] {
+	d := saga.Define[counter]("other")
+	saga.StartedBy(d, saga.By(func(m OtherStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], _ OtherStart) error {
+			_, err := c.RequestTimeout(time.Hour, OtherDue{})
+			return err
+		})
+	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[counter], _ OtherDue) error {
+		c.Data.Count++
+		return nil
+	})
+	return d
+}
+
+// TestStaleTimeoutRacingStep settles the messages by hand, in the order
+// that makes the race happen: the timeout has activated and been received
+// when the step that completes the saga, or cancels the timeout, commits.
+// The timeout must then be dropped, never handled.
+func TestStaleTimeoutRacingStep(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	for _, tc := range []struct {
+		name string
+		then any
+	}{
+		{"completed", RemDone{ID: "r-completed"}},
+		{"cancelled", RemCancel{ID: "r-cancelled"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, srv.ClientURL())
+			qcfg := transport.QueueConfig{Name: "stale-" + tc.name, LockDuration: 10 * time.Second}
+			q := n.openQueue(t, qcfg)
+			var fired atomic.Int64
+			var log stepLog
+			d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(remSaga(&fired)), saga.WithQueueConfig(qcfg), saga.WithHooks(log.hooks()))
+			ctx := ctxFor(t)
+			receive := func(want int) map[string]*transport.Delivery {
+				t.Helper()
+				out := map[string]*transport.Delivery{}
+				for len(out) < want {
+					ds, err := q.Receive(ctx, want-len(out))
+					if err != nil {
+						t.Fatalf("receive: %v (have %d of %d)", err, len(out), want)
+					}
+					for _, del := range ds {
+						out[del.Properties[saga.TypeProperty]] = del
+					}
+				}
+				return out
+			}
+
+			// Each subtest has its own instance: messages without a MessageID
+			// are identified by queue sequence number only, so the second
+			// subtest's first message would look like a redelivery of the
+			// first's to a shared instance (see the report).
+			id := "r-" + tc.name
+			if _, err := d.Send(ctx, RemStart{ID: id, After: 200 * time.Millisecond}); err != nil {
+				t.Fatal(err)
+			}
+			d.Handle(ctx, receive(1)[saga.MessageName[RemStart]()])
+			eventually(t, 10*time.Second, func() string {
+				for _, m := range peekAll(t, q) {
+					if m.State == transport.Active && m.Properties[saga.TypeProperty] == saga.MessageName[RemDue]() {
+						return ""
+					}
+				}
+				return "timeout not activated yet"
+			})
+			if _, err := d.Send(ctx, tc.then); err != nil {
+				t.Fatal(err)
+			}
+			got := receive(2)
+			d.Handle(ctx, got[fmt.Sprintf("%T", tc.then)])
+			d.Handle(ctx, got[saga.MessageName[RemDue]()])
+
+			ev := log.filter(saga.MessageName[RemDue]())
+			if len(ev) != 1 || ev[0].Result.Outcome != saga.Dropped {
+				t.Errorf("timeout steps %+v, want one, %s", ev, saga.Dropped)
+			}
+			if n := fired.Load(); n != 0 {
+				t.Errorf("timeout handler ran %d times after the saga was %s", n, tc.name)
+			}
+			for _, e := range log.filter("") {
+				if e.Result.Err != nil {
+					t.Errorf("step %s: %v", e.Info.MessageType, e.Result.Err)
+				}
+			}
+			r, inst, ok := data[remData](t, d, "reminder", id)
+			switch {
+			case !ok:
+				t.Error("instance gone; want its record (a tombstone if completed)")
+			case tc.name == "completed" && !inst.Completed:
+				t.Errorf("instance %+v not completed", inst)
+			case r.Fired != 0 || len(inst.Timeouts) != 0:
+				t.Errorf("instance %+v (data %+v): want no timeout handled and none pending", inst, r)
+			}
+			if why := queueEmpty(t, q); why != "" {
+				t.Error(why)
+			}
+		})
+	}
+}
+
+func TestScheduledTimeoutsListAndCancel(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	qcfg := transport.QueueConfig{Name: "admin", LockDuration: 2 * time.Second}
+	q := n.openQueue(t, qcfg)
+	var fired atomic.Int64
+	var log stepLog
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(remSaga(&fired), otherSaga()),
+		saga.WithQueueConfig(qcfg), saga.WithHooks(log.hooks()), saga.WithConcurrency(1))
+	ctx := ctxFor(t)
+	rem := []string{"r-1", "r.*> 2", "r-3"}
+	for _, id := range rem {
+		if _, err := d.Send(ctx, RemStart{ID: id, After: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"o-1", "o-2"} {
+		if _, err := d.Send(ctx, OtherStart{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A saga that cancels its own timeout before it is due: it is never
+	// delivered. The probe, scheduled after the timeout's due time, is
+	// handled after the timeout would have been (one worker, sequence
+	// order), so once it is handled the timeout had its chance.
+	if _, err := d.Send(ctx, RemStart{ID: "r-4", After: 400 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Send(ctx, RemCancel{ID: "r-4"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Schedule(ctx, &transport.Message{Body: []byte(`{"ID":"r-4"}`),
+		Properties: map[string]string{saga.TypeProperty: saga.MessageName[RemProbe]()}}, time.Now().Add(1200*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+
+	list := func(sagaName string) map[string]saga.ScheduledTimeout {
+		out := map[string]saga.ScheduledTimeout{}
+		for st, err := range d.ScheduledTimeouts(ctx, sagaName) {
+			if err != nil {
+				t.Fatalf("ScheduledTimeouts(%q): %v", sagaName, err)
+			}
+			if _, dup := out[st.Saga+"/"+st.ID]; dup {
+				t.Errorf("ScheduledTimeouts(%q): %s/%s listed twice", sagaName, st.Saga, st.ID)
+			}
+			out[st.Saga+"/"+st.ID] = st
+		}
+		return out
+	}
+	eventually(t, 10*time.Second, func() string {
+		if got := list(""); len(got) != 5 {
+			return fmt.Sprintf("pending timeouts %v, want 5", keys(got))
+		}
+		return ""
+	})
+	reminders := list("reminder")
+	if len(reminders) != 3 {
+		t.Fatalf("reminder timeouts %v, want %v", keys(reminders), rem)
+	}
+	for _, id := range rem {
+		st, ok := reminders["reminder/"+id]
+		r, _, _ := data[remData](t, d, "reminder", id)
+		switch {
+		case !ok:
+			t.Errorf("%q: not listed", id)
+		case st.Type != saga.MessageName[RemDue]() || !st.At.Equal(r.Due) || !transport.IsScheduledSeq(st.Seq):
+			t.Errorf("%q: listed as %+v, want type %s due %v with a scheduled seq", id, st, saga.MessageName[RemDue](), r.Due)
+		}
+	}
+	if got := list("other"); len(got) != 2 || got["other/o-1"].Type != saga.MessageName[OtherDue]() {
+		t.Errorf("other timeouts %v, want o-1 and o-2", got)
+	}
+
+	if n, err := d.CancelTimeouts(ctx, "reminder", "r.*> 2"); n != 1 || err != nil {
+		t.Fatalf("CancelTimeouts: got %d, %v; want 1, nil", n, err)
+	}
+	if got := list("reminder"); len(got) != 2 || got["reminder/r.*> 2"].ID != "" {
+		t.Errorf("after CancelTimeouts: reminder timeouts %v, want r-1 and r-3", keys(got))
+	}
+	if _, inst, _ := data[remData](t, d, "reminder", "r.*> 2"); len(inst.Timeouts) != 0 {
+		t.Errorf("after CancelTimeouts: instance still waits for %+v", inst.Timeouts)
+	}
+	if n, err := d.CancelTimeouts(ctx, "reminder", "no-such"); !errors.Is(err, saga.ErrNotFound) {
+		t.Errorf("CancelTimeouts of a missing instance: got %d, %v; want saga.ErrNotFound", n, err)
+	}
+	if n, err := d.CancelAllTimeouts(ctx, "reminder"); n != 2 || err != nil {
+		t.Errorf("CancelAllTimeouts: got %d, %v; want 2, nil", n, err)
+	}
+	if got := list("reminder"); len(got) != 0 {
+		t.Errorf("after CancelAllTimeouts: reminder timeouts %v, want none", keys(got))
+	}
+	if got := list("other"); len(got) != 2 {
+		t.Errorf("after cancelling reminders: other timeouts %v, want o-1 and o-2 untouched", keys(got))
+	}
+
+	eventually(t, 10*time.Second, func() string {
+		if r, _, _ := data[remData](t, d, "reminder", "r-4"); r.Probes != 1 {
+			return "probe not handled yet"
+		}
+		return ""
+	})
+	if n := fired.Load(); n != 0 {
+		t.Errorf("reminder timeout handled %d times, want never: all were cancelled", n)
+	}
+	if ev := log.filter(saga.MessageName[RemDue]()); len(ev) != 0 {
+		t.Errorf("cancelled timeouts delivered: %+v", ev)
+	}
+}
+
+// Graceful drain.
+
+type SlowStart struct{ ID string }
+
+func TestRunDrainsInFlightStep(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	qcfg := transport.QueueConfig{Name: "drain", LockDuration: 3 * time.Second}
+	q := n.openQueue(t, qcfg)
+	entered, cancelled := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int64
+	var finished atomic.Bool
+	def := saga.Define[counter]("slow")
+	saga.StartedBy(def, saga.By(func(m SlowStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], _ SlowStart) error {
+			if calls.Add(1) == 1 {
+				close(entered)
+			}
+			<-cancelled
+			time.Sleep(300 * time.Millisecond) // the slow part, after Run was told to stop
+			c.Data.Count++
+			finished.Store(true)
+			return nil
+		})
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg),
+		saga.WithConcurrency(4), saga.WithDrainTimeout(10*time.Second))
+	if _, err := d.Send(ctxFor(t), SlowStart{ID: "s-1"}); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, d)
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("handler never started")
+	}
+	r.cancel()
+	close(cancelled)
+	if err := r.wait(10 * time.Second); err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	if !finished.Load() {
+		t.Fatal("Run returned before the step in flight finished")
+	}
+	if c, _, _ := data[counter](t, d, "slow", "s-1"); c.Count != 1 {
+		t.Errorf("count %d, want 1: the drained step must commit", c.Count)
+	}
+	// Completed: the message is gone from the queue, so it cannot be
+	// redelivered.
+	if why := queueEmpty(t, q); why != "" {
+		t.Errorf("after drain: %s", why)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want 1", n)
+	}
+}
+
+// TestRunStopsPromptlyWhenIdle: with nothing in flight, Run returns soon
+// after its context ends, although idle workers are waiting in receives.
+func TestRunStopsPromptlyWhenIdle(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	d := n.dispatcher(t, nil, "idle", saga.WithSagas(counterSaga()))
+	if _, err := d.Send(ctxFor(t), Incr{ID: "i-1"}); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, d)
+	eventually(t, 10*time.Second, func() string {
+		if c, _, _ := data[counter](t, d, "counter", "i-1"); c.Count != 1 {
+			return "not handled yet"
+		}
+		return ""
+	})
+	start := time.Now()
+	if err := r.wait(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Run returned %v after cancel with nothing in flight, want well under 2s", took)
+	}
+}
+
+// R2: timeouts survive server restarts.
+
+type RStart struct {
+	ID    string
+	After time.Duration
+}
+
+type RDue struct{}
+
+type restartData struct {
+	Due   time.Time
+	Fired int
+	Early string
+}
+
+func restartSaga() *saga.Definition[restartData] {
+	d := saga.Define[restartData]("restart")
+	saga.StartedBy(d, saga.By(func(m RStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[restartData], m RStart) error {
+			if !c.IsNew() {
+				return nil
+			}
+			c.Data.Due = c.Now().Add(m.After)
+			_, err := c.RequestTimeoutAt(c.Data.Due, RDue{})
+			return err
+		})
+	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[restartData], _ RDue) error {
+		c.Data.Fired++
+		in := c.Incoming()
+		// EnqueuedAt is the activation instant, by the server's clock (the
+		// same host's).
+		if c.Now().Before(c.Data.Due) || in.EnqueuedAt.Before(c.Data.Due) {
+			c.Data.Early = fmt.Sprintf("activated at %v, handled at %v, due %v", in.EnqueuedAt, c.Now(), c.Data.Due)
+		}
+		return nil
+	})
+	return d
+}
+
+// restartScenario requests timeouts due 1-3s ahead, waits until all are
+// pending in the queue, lets restart take the server down and up, and
+// checks that every timeout is then handled exactly once, none early.
+func restartScenario(t *testing.T, url string, restart func(firstDue time.Time)) {
+	const sagas = 10
+	n := newNode(t, url)
+	qcfg := transport.QueueConfig{Name: "restart", LockDuration: 2 * time.Second}
+	q := n.openQueue(t, qcfg)
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(restartSaga()), saga.WithQueueConfig(qcfg),
+		saga.WithRetry(saga.RetryPolicy{Immediate: 3, Delayed: 10, Backoff: func(int) time.Duration { return 300 * time.Millisecond }}),
+		saga.WithDrainTimeout(3*time.Second)) // bounds a step stuck on a dead connection
+	run(t, d)
+	ctx := ctxFor(t)
+	start := time.Now()
+	for i := range sagas {
+		after := time.Second + time.Duration(i)*200*time.Millisecond
+		if _, err := d.Send(ctx, RStart{ID: fmt.Sprintf("t-%d", i), After: after}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 10*time.Second, func() string {
+		got := 0
+		for _, err := range d.ScheduledTimeouts(ctx, "restart") {
+			if err != nil {
+				return err.Error()
+			}
+			got++
+		}
+		if got != sagas {
+			return fmt.Sprintf("%d of %d timeouts pending", got, sagas)
+		}
+		return ""
+	})
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Logf("scheduling took %v: some timeouts were due before the restart began", elapsed)
+	}
+	restart(start.Add(time.Second))
+	t.Logf("server back %v after the first request", time.Since(start))
+
+	eventually(t, 30*time.Second, func() string {
+		for i := range sagas {
+			id := fmt.Sprintf("t-%d", i)
+			r, _, ok := data[restartData](t, d, "restart", id)
+			if !ok || r.Fired < 1 {
+				return fmt.Sprintf("%s: timeout not handled yet (%+v)", id, r)
+			}
+		}
+		return queueEmpty(t, q)
+	})
+	var late time.Duration
+	for i := range sagas {
+		id := fmt.Sprintf("t-%d", i)
+		r, inst, _ := data[restartData](t, d, "restart", id)
+		late = max(late, inst.Updated.Sub(r.Due))
+		if r.Fired != 1 || r.Early != "" || len(inst.Timeouts) != 0 {
+			t.Errorf("%s: %+v, pending %v; want its timeout handled exactly once, not early", id, r, inst.Timeouts)
+		}
+	}
+	// Not a timed test (DESIGN.md): lateness is reported, not asserted,
+	// except as a known bug: a pull in flight when the server went down
+	// waits out its full 5s after the reconnect.
+	t.Logf("latest timeout handled %v after its due time", late)
+	if os.Getenv("JETSAGA_KNOWN_BUGS") != "" && late > 2*time.Second {
+		t.Errorf("known bug: a timeout was handled %v after its due time; receives stall after a reconnect "+
+			"(transport/jetstream_receive.go fetchOne waits out a pull the restarted server forgot)", late)
+	}
+	if dl := peekAll(t, q.DeadLetterQueue()); len(dl) > 0 {
+		t.Errorf("%d messages dead-lettered, first: %s: %s", len(dl), dl[0].DeadLetterReason, dl[0].DeadLetterDescription)
+	}
+}
+
+func TestTimeoutsSurviveServerRestart(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	restartScenario(t, srv.ClientURL(), func(time.Time) {
+		if err := srv.Restart(); err != nil {
+			t.Fatalf("restart: %v", err)
+		}
+	})
+}
+
+func TestTimeoutsSurviveServerKill(t *testing.T) {
+	t.Parallel()
+	p, err := embedded.StartProcess(embedded.Options{})
+	if err != nil {
+		t.Skipf("cannot start nats-server in a child process: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	restartScenario(t, p.ClientURL(), func(firstDue time.Time) {
+		if err := p.Kill(); err != nil {
+			t.Fatalf("kill: %v", err)
+		}
+		// Stay down until the first timeout is overdue, so that some fire
+		// late, after the restart, rather than on time.
+		eventually(t, 5*time.Second, func() string {
+			if time.Now().Before(firstDue.Add(100 * time.Millisecond)) {
+				return "first timeout not overdue yet"
+			}
+			return ""
+		})
+		if err := p.Restart(); err != nil {
+			t.Fatalf("restart: %v", err)
+		}
+	})
+}
+
+// Known bugs. Each test states the behaviour the design promises and
+// fails on the current code; they are skipped unless JETSAGA_KNOWN_BUGS
+// is set.
+
+type PStart struct{ ID, Note string }
+
+type POut struct{ ID, Note string }
+
+// TestKnownBugInvalidEffectPoisonsInstance: an effect the transport
+// refuses (here a property value with a control character, or an
+// instance ID with one, which timeouts carry as a property) is accepted by
+// the Context and committed with the state; carrying it out then fails on
+// every try, the message is dead-lettered although its state change
+// stands, and every later message for the instance fails too, because
+// each step first tries to carry out the stuck outbox.
+func TestKnownBugInvalidEffectPoisonsInstance(t *testing.T) {
+	knownBug(t, "effects are validated only after commit (saga/dispatcher.go flush; saga/step.go send, requestTimeout)")
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+
+	t.Run("property", func(t *testing.T) {
+		qcfg := transport.QueueConfig{Name: "poison", LockDuration: 2 * time.Second}
+		q := n.openQueue(t, qcfg)
+		out := n.openQueue(t, transport.QueueConfig{Name: "poison-out"})
+		def := saga.Define[counter]("poison")
+		saga.StartedBy(def, saga.By(func(m PStart) string { return m.ID }),
+			func(_ context.Context, c *saga.Context[counter], m PStart) error {
+				c.Data.Count++
+				return c.Send("poison-out", POut{ID: m.ID, Note: m.Note}, saga.WithProperty("note", m.Note))
+			})
+		d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
+		ctx := ctxFor(t)
+		if _, err := d.Send(ctx, PStart{ID: "p-1", Note: "bad\x01"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Send(ctx, PStart{ID: "p-1", Note: "fine"}); err != nil {
+			t.Fatal(err)
+		}
+		run(t, d)
+		eventually(t, 10*time.Second, func() string {
+			if len(peekAll(t, q.DeadLetterQueue())) == 0 {
+				return "nothing dead-lettered yet"
+			}
+			return queueEmpty(t, q)
+		})
+		if dl := peekAll(t, q.DeadLetterQueue()); len(dl) != 1 {
+			t.Errorf("%d messages dead-lettered, want only the one with the bad property", len(dl))
+		}
+		if c, _, _ := data[counter](t, d, "poison", "p-1"); c.Count != 1 {
+			t.Errorf("count %d, want 1: only the good message's step may commit", c.Count)
+		}
+		if got := len(peekAll(t, out)); got != 1 {
+			t.Errorf("%d messages in poison-out, want the good one", got)
+		}
+	})
+
+	t.Run("control character in ID", func(t *testing.T) {
+		qcfg := transport.QueueConfig{Name: "ctl", LockDuration: 2 * time.Second}
+		q := n.openQueue(t, qcfg)
+		d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(hostileSaga()), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
+		if _, err := d.Send(ctxFor(t), HStart{ID: "ctl\x01id"}); err != nil {
+			t.Fatal(err)
+		}
+		run(t, d)
+		eventually(t, 10*time.Second, func() string {
+			if len(peekAll(t, q.DeadLetterQueue())) == 0 {
+				return "nothing dead-lettered yet"
+			}
+			return queueEmpty(t, q)
+		})
+		if dl := peekAll(t, q.DeadLetterQueue()); dl[0].DeadLetterReason != saga.ReasonPermanent {
+			t.Errorf("reason %q (%s), want %q", dl[0].DeadLetterReason, dl[0].DeadLetterDescription, saga.ReasonPermanent)
+		}
+		if h, inst, ok := data[hostileData](t, d, "hostile", "ctl\x01id"); ok {
+			t.Errorf("instance stored (%+v, pending %v) for a message that was dead-lettered", h, inst.Timeouts)
+		}
+	})
+}
+
+// TestKnownBugIdentityCollisionAcrossQueues: a message without MessageID
+// is identified by its sequence number alone ("seq-N"), which is unique
+// per queue only. The same saga fed from two queues (or from one queue
+// deleted and created again) drops a new message as a redelivery.
+func TestKnownBugIdentityCollisionAcrossQueues(t *testing.T) {
+	knownBug(t, `identity "seq-N" ignores the queue (saga/dispatcher.go handle)`)
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	var ds []*saga.Dispatcher
+	var qs []*transport.Queue
+	for _, name := range []string{"qa", "qb"} {
+		qcfg := transport.QueueConfig{Name: name, LockDuration: 2 * time.Second}
+		qs = append(qs, n.openQueue(t, qcfg))
+		d := n.dispatcher(t, nil, name, saga.WithSagas(counterSaga()), saga.WithQueueConfig(qcfg))
+		if _, err := d.Send(ctxFor(t), Incr{ID: "shared"}); err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+		run(t, d)
+	}
+	eventually(t, 10*time.Second, func() string { return queueEmpty(t, qs[0]) + queueEmpty(t, qs[1]) })
+	if c, _, _ := data[counter](t, ds[0], "counter", "shared"); c.Count != 2 {
+		t.Errorf("count %d, want 2: one Incr came through each queue", c.Count)
+	}
+}
+
+type HandleFail struct{ ID string }
+
+// TestKnownBugHandleBeforeOpen: Handle is exported for custom receive
+// loops, but a failing step handled before the dispatcher opened its
+// queue (no Send, Run or ScheduledTimeouts yet) schedules its delayed
+// retry on a nil queue and panics.
+func TestKnownBugHandleBeforeOpen(t *testing.T) {
+	knownBug(t, "saga/dispatcher.go fail uses d.q, which only open sets")
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	qcfg := transport.QueueConfig{Name: "custom", LockDuration: 5 * time.Second}
+	q := n.openQueue(t, qcfg)
+	def := saga.Define[counter]("fails")
+	saga.StartedBy(def, saga.By(func(m HandleFail) string { return m.ID }),
+		func(context.Context, *saga.Context[counter], HandleFail) error { return errors.New("transient") })
+	var log stepLog
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry), saga.WithHooks(log.hooks()))
+	rawSend(t, q, &transport.Message{Body: []byte(`{"ID":"f-1"}`), Properties: map[string]string{saga.TypeProperty: saga.MessageName[HandleFail]()}})
+	ds, err := q.Receive(ctxFor(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				t.Errorf("Handle panicked: %v", p)
+			}
+		}()
+		d.Handle(ctxFor(t), ds[0])
+	}()
+	if ev := log.filter(""); len(ev) != 1 || ev[0].Result.Outcome != saga.Retried {
+		t.Errorf("steps %+v, want one, %s", ev, saga.Retried)
+	}
+}
