@@ -24,6 +24,9 @@ type Instance struct {
 
 // Instance returns the stored state of a saga instance, or ErrNotFound.
 func (d *Dispatcher) Instance(ctx context.Context, sagaName, id string) (*Instance, error) {
+	if err := validateID(id); err != nil {
+		return nil, fmt.Errorf("%w: %s/%.64q: %w", ErrNotFound, sagaName, id, err)
+	}
 	raw, _, err := d.store.Load(ctx, storeKey(sagaName, id))
 	if err != nil {
 		return nil, err

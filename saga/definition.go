@@ -185,7 +185,7 @@ func (d *Definition[S]) decode(c Codec, msgType string, body []byte) (any, error
 func (d *Definition[S]) find(ctx context.Context, msgType string, m any) (string, error) {
 	id, err := d.routes[msgType].find(ctx, m)
 	if err == nil && id == "" {
-		err = fmt.Errorf("%w: %s gives an empty ID for saga %s", ErrCorrelation, msgType, d.name)
+		err = Permanent(fmt.Errorf("%w: %s gives an empty ID for saga %s", ErrCorrelation, msgType, d.name))
 	}
 	return id, err
 }

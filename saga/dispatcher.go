@@ -206,6 +206,11 @@ func (d *Dispatcher) worker(ctx, work context.Context, q *transport.Queue) {
 // consumers.
 func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
 	start := d.cfg.now()
+	if _, err := d.open(ctx); err != nil {
+		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: cannot open queue; abandoning message", slog.String("queue", d.queueName), slog.Any("error", err))
+		_ = del.Abandon(ctx)
+		return
+	}
 	info := StepInfo{Queue: d.queueName, MessageType: del.Properties[propType], Seq: del.Seq, DeliveryCount: del.DeliveryCount}
 	if h := d.cfg.hooks.StepStarted; h != nil {
 		ctx = h(ctx, info)
@@ -222,7 +227,7 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, info *
 	if err != nil {
 		return d.deadLetter(ctx, del, ReasonUnknownType, err)
 	}
-	identity := cmp.Or(del.Properties[propOrigin], del.MessageID, "seq-"+strconv.FormatUint(del.Seq, 10))
+	identity := cmp.Or(del.Properties[propOrigin], del.MessageID, anonymousIdentity(d.queueName, del.Message))
 	outcome, conflicts := Duplicate, 0
 	for _, rt := range targets {
 		info.Saga = rt.Name()
@@ -252,6 +257,13 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, info *
 	return StepResult{Outcome: outcome, Conflicts: conflicts}
 }
 
+// anonymousIdentity identifies a message sent without a MessageID: its
+// sequence number is unique only within its queue (and queue lifetime), so
+// the queue and the enqueue instant are part of it.
+func anonymousIdentity(queue string, m *transport.Message) string {
+	return "seq:" + queue + ":" + strconv.FormatUint(m.Seq, 10) + ":" + strconv.FormatInt(m.EnqueuedAt.UnixNano(), 10)
+}
+
 // targets returns the sagas a message goes to: the one named on a
 // timeout, or every saga that starts or handles its type.
 func (d *Dispatcher) targets(del *transport.Delivery) ([]sagaRuntime, error) {
@@ -275,6 +287,20 @@ func (d *Dispatcher) targets(del *transport.Delivery) ([]sagaRuntime, error) {
 
 const maxIDLen = 512
 
+// validateID accepts instance IDs of 1–512 bytes of UTF-8 without control
+// characters: they travel in message properties and store keys.
+func validateID(id string) error {
+	if id == "" || len(id) > maxIDLen || !utf8.ValidString(id) {
+		return fmt.Errorf("must be 1-%d bytes of UTF-8", maxIDLen)
+	}
+	for _, r := range id {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("contains control character %U", r)
+		}
+	}
+	return nil
+}
+
 // process runs one saga's handler for a message and commits the result,
 // running it again on fresh state after a conflict. It returns the
 // outcome and the number of conflicts met.
@@ -291,8 +317,8 @@ func (d *Dispatcher) process(ctx context.Context, rt sagaRuntime, del *transport
 	} else if id, err = rt.find(ctx, typ, m); err != nil {
 		return "", 0, err
 	}
-	if id == "" || len(id) > maxIDLen || !utf8.ValidString(id) {
-		return "", 0, Permanent(fmt.Errorf("%w: saga %s: ID %.64q: must be 1-%d bytes of UTF-8", ErrCorrelation, rt.Name(), id, maxIDLen))
+	if err := validateID(id); err != nil {
+		return "", 0, Permanent(fmt.Errorf("%w: saga %s: ID %.64q: %w", ErrCorrelation, rt.Name(), id, err))
 	}
 	info.ID = id
 	key := storeKey(rt.Name(), id)
@@ -400,11 +426,17 @@ func (d *Dispatcher) flush(ctx context.Context, key string, rec *record, rev uin
 			if err != nil {
 				return 0, err
 			}
-			if _, err := q.Send(ctx, e.Msg.transportMessage()); err != nil {
+			if _, err := q.Send(ctx, e.Msg.transportMessage()); errors.Is(err, transport.ErrInvalidMessage) {
+				d.dropEffect(ctx, key, e, err)
+			} else if err != nil {
 				return 0, fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
 			}
 		case effectSchedule:
 			ref, err := d.cfg.timeouts.Schedule(ctx, timeout.Timeout{ID: e.Token, Queue: e.Queue, At: e.At, Message: e.Msg.transportMessage()})
+			if errors.Is(err, transport.ErrInvalidMessage) {
+				d.dropEffect(ctx, key, e, err)
+				continue
+			}
 			if err != nil {
 				return 0, fmt.Errorf("saga: scheduling timeout %s: %w", e.Msg.Type, err)
 			}
@@ -425,6 +457,14 @@ func (d *Dispatcher) flush(ctx context.Context, key string, rec *record, rev uin
 		return 0, err
 	}
 	return d.store.Put(ctx, key, b, rev)
+}
+
+// dropEffect logs an effect that can never be carried out (the step
+// checks effects before commit, so only a record written otherwise has
+// one) and leaves it out, so that it cannot block the instance forever.
+func (d *Dispatcher) dropEffect(ctx context.Context, key string, e effect, err error) {
+	d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: dropping an effect the transport refuses",
+		slog.String("key", key), slog.String("kind", string(e.Kind)), slog.String("type", e.Msg.Type), slog.Any("error", err))
 }
 
 func (d *Dispatcher) notFound(ctx context.Context, rt sagaRuntime, id string, m any) (Outcome, error) {

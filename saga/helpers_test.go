@@ -375,12 +375,3 @@ func rawSend(t *testing.T, q *transport.Queue, m *transport.Message) {
 
 // fastRetry is the retry policy of tests where retries matter.
 var fastRetry = saga.RetryPolicy{Immediate: 1, Delayed: 1, Backoff: func(int) time.Duration { return 200 * time.Millisecond }}
-
-// knownBug skips a test that demonstrates a reported, unfixed bug, unless
-// JETSAGA_KNOWN_BUGS is set.
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("JETSAGA_KNOWN_BUGS") == "" {
-		t.Skipf("known bug (reported, not fixed here): %s; set JETSAGA_KNOWN_BUGS=1 to run", what)
-	}
-}

@@ -62,9 +62,21 @@ func (s *step) envelope(m any, opts []SendOption) (*envelope, error) {
 	return e, nil
 }
 
+// check refuses an effect the transport would refuse at flush time, after
+// the step committed: such an outbox could never be carried out.
+func (s *step) check(e *envelope) error {
+	if err := transport.ValidateMessage(e.transportMessage()); err != nil {
+		return Permanent(fmt.Errorf("saga %s/%s: outgoing %s: %w", s.sagaName, s.id, e.Type, err))
+	}
+	return nil
+}
+
 func (s *step) send(queue string, m any, opts []SendOption) error {
 	e, err := s.envelope(m, opts)
 	if err != nil {
+		return err
+	}
+	if err := s.check(e); err != nil {
 		return err
 	}
 	s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectSend, Queue: queue, Msg: e})
@@ -94,6 +106,9 @@ func (s *step) requestTimeout(at time.Time, payload any) (TimeoutHandle, error) 
 	}
 	token := e.ID
 	e.Properties = map[string]string{propSaga: s.sagaName, propSagaID: s.id, propToken: token}
+	if err := s.check(e); err != nil {
+		return "", err
+	}
 	if s.rec.Timeouts == nil {
 		s.rec.Timeouts = make(map[string]timeoutEntry)
 	}

@@ -20,6 +20,10 @@ import (
 // partitions, or a closed broker, is noticed promptly.
 const pollWait = 250 * time.Millisecond
 
+// pullWait bounds a pull on a single consumer. A pull the server forgets
+// (it restarted) is replaced after at most this long.
+const pullWait = time.Second
+
 func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
 	start := rand.IntN(len(q.parts))
 	for {
@@ -45,7 +49,7 @@ func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
 		// expired, and its messages' locks would run out meanwhile.
 		wait := pollWait
 		if len(q.parts) == 1 {
-			wait = 5 * time.Second
+			wait = pullWait
 		}
 		part := q.parts[start]
 		msgs, err := q.fetchOne(ctx, part.cons, wait)
@@ -327,7 +331,7 @@ func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, context.Cause(ctx)
 		}
-		b, err := s.q.fetchOne(ctx, s.c, 5*time.Second)
+		b, err := s.q.fetchOne(ctx, s.c, pullWait)
 		if err != nil {
 			return nil, err
 		}

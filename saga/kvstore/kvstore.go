@@ -81,8 +81,15 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, rev uint64) (
 	return n, nil
 }
 
-// Delete removes key if its revision is rev.
+// Delete removes key if its revision is rev; a missing key is
+// saga.ErrNotFound.
 func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
+	if _, _, err := s.Load(ctx, key); err != nil {
+		return err
+	}
+	if rev == 0 {
+		return fmt.Errorf("%w: %s exists; delete needs its revision", saga.ErrConflict, key)
+	}
 	err := s.kv.Purge(ctx, key, jetstream.LastRevision(rev))
 	if isConflict(err) {
 		return fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)

@@ -3,7 +3,6 @@ package kvstore_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -148,10 +147,6 @@ func TestDeleteContract(t *testing.T) {
 	stores := map[string]func(t *testing.T) saga.Store{
 		"memstore": func(*testing.T) saga.Store { return memstore.New() },
 		"kvstore": func(t *testing.T) saga.Store {
-			if os.Getenv("JETSAGA_KNOWN_BUGS") == "" {
-				t.Skip("known bug: kvstore.Delete purges without a revision check when rev is 0 " +
-					"and returns nil for a missing key (saga/kvstore/kvstore.go Delete); set JETSAGA_KNOWN_BUGS=1 to run")
-			}
 			return newStore(t, kvstore.Config{MemoryStorage: true})
 		},
 	}
