@@ -69,6 +69,9 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 			return nil, err
 		}
 	}
+	if c.queue.RequiresSession {
+		return nil, fmt.Errorf("%w: a dispatcher's queue cannot require sessions: sagas order work per instance with optimistic concurrency", ErrInvalidOption)
+	}
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
