@@ -12,9 +12,9 @@ test:
 		(cd $$m && go vet ./... && go test -race -shuffle=on -count=1 -timeout 20m ./...); \
 	done
 
-## demo: the transport demo on an embedded nats-server
+## demo: the 2FA saga demo on an embedded nats-server
 demo:
-	go run ./examples/transportdemo
+	go run ./examples/twofactor/demo
 
 ## bench: transport benchmarks beside raw nats.go baselines
 bench:
