@@ -14,7 +14,6 @@ import (
 	"github.com/jetsaga/jetsaga/saga"
 )
 
-
 // event is one line of the journal.
 type event struct {
 	at     time.Time
