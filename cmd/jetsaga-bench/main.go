@@ -35,6 +35,7 @@ var benches = []bench{
 	{"receive", "Queue.Receive(100)+Complete vs Fetch(100)+DoubleAck", benchReceive},
 	{"lateness", "firing lateness of timeouts spread over -spread", benchLateness},
 	{"cancel", "Queue.Cancel latency vs DeleteMsg and vs the same guarded purge", benchCancel},
+	{"saga", "saga.Dispatcher steps vs a raw loop of the same NATS calls (P2); sagatest 30-day scenario (P5)", benchSaga},
 }
 
 func main() {
