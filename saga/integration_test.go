@@ -1070,7 +1070,7 @@ func TestRegressionInvalidEffectPoisonsInstance(t *testing.T) {
 		saga.StartedBy(def, saga.By(func(m PStart) string { return m.ID }),
 			func(_ context.Context, c *saga.Context[counter], m PStart) error {
 				c.Data.Count++
-				return c.Send("poison-out", POut{ID: m.ID, Note: m.Note}, saga.WithProperty("note", m.Note))
+				return c.Send("poison-out", POut(m), saga.WithProperty("note", m.Note))
 			})
 		d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
 		ctx := ctxFor(t)

@@ -310,7 +310,7 @@ func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int) (sagaRo
 	case rerr := <-ran:
 		err = errors.Join(err, rerr)
 	case <-time.After(10 * time.Second):
-		err = errors.Join(err, errors.New("Run did not return within 10s of its context's end"))
+		err = errors.Join(err, errors.New("dispatcher Run did not return within 10s of its context's end"))
 	}
 	if err != nil {
 		return sagaRound{}, errors.Join(err, fail.get())
