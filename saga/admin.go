@@ -37,7 +37,7 @@ func (d *Dispatcher) Instance(ctx context.Context, sagaName, id string) (*Instan
 	}
 	s := &step{rec: rec}
 	return &Instance{
-		Saga: sagaName, ID: id, Data: rec.Data, Completed: rec.Completed,
+		Saga: sagaName, ID: id, Data: rec.data(), Completed: rec.Completed,
 		Started: rec.Started, Updated: rec.Updated, Timeouts: s.pending(),
 	}, nil
 }

@@ -192,8 +192,8 @@ func (d *Definition[S]) find(ctx context.Context, msgType string, m any) (string
 
 func (d *Definition[S]) run(ctx context.Context, s *step, msgType string, m any) error {
 	c := &Context[S]{step: s}
-	if len(s.rec.Data) > 0 {
-		if err := s.codec.Unmarshal(s.rec.Data, &c.Data); err != nil {
+	if data := s.rec.data(); len(data) > 0 {
+		if err := s.codec.Unmarshal(data, &c.Data); err != nil {
 			return fmt.Errorf("saga %s: decoding stored data: %w", d.name, err)
 		}
 	}
@@ -204,7 +204,7 @@ func (d *Definition[S]) run(ctx context.Context, s *step, msgType string, m any)
 	if err != nil {
 		return fmt.Errorf("saga %s: encoding data: %w", d.name, err)
 	}
-	s.rec.Data = data
+	s.rec.setData(data)
 	s.rec.Updated = s.now
 	return nil
 }

@@ -152,7 +152,7 @@ func (s *step) complete() {
 	for _, tok := range slices.Sorted(maps.Keys(s.rec.Timeouts)) {
 		s.cancelTimeout(tok)
 	}
-	s.rec.Data = nil
+	s.rec.setData(nil)
 }
 
 // transportMessage makes the transport message for an outgoing envelope.
