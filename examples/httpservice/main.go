@@ -66,14 +66,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/jetsaga/jetsaga/transport/embedded"
+	"github.com/jetsaga/jetsaga/examples/internal/demo"
 )
 
 func main() {
@@ -81,12 +79,9 @@ func main() {
 	url := flag.String("nats", os.Getenv("NATS_URL"), "NATS server URL; empty starts an embedded nats-server")
 	ttl := flag.Duration("ttl", 5*time.Minute, "how long a code lives")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Stderr, config{Addr: *addr, NATSURL: *url, TTL: *ttl}); err != nil {
-		fmt.Fprintln(os.Stderr, "httpservice:", err)
-		os.Exit(1)
-	}
+	demo.Main("httpservice", func(ctx context.Context) error {
+		return run(ctx, os.Stderr, config{Addr: *addr, NATSURL: *url, TTL: *ttl})
+	})
 }
 
 // config is the service's settings.
@@ -118,11 +113,17 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	}
 	log := slog.New(slog.NewTextHandler(out, nil))
 
-	nc, closeNATS, err := connect(cfg.NATSURL, log)
+	// The service says which server it uses in its own structured log.
+	nc, closeNATS, err := demo.Connect(cfg.NATSURL, io.Discard, nats.MaxReconnects(-1))
 	if err != nil {
 		return err
 	}
 	defer closeNATS()
+	if cfg.NATSURL == "" {
+		log.Info("started an embedded nats-server; its data is lost at exit (use -nats to keep it)", "url", nc.ConnectedUrl())
+	} else {
+		log.Info("connected to nats", "url", cfg.NATSURL)
+	}
 	svc, err := newService(ctx, nc, serviceConfig{TTL: cfg.TTL, NewCode: cfg.NewCode, Logger: log})
 	if err != nil {
 		return err
@@ -171,27 +172,4 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	}
 	log.Info("stopped")
 	return err1
-}
-
-// connect connects to url, or starts an embedded server if url is empty.
-func connect(url string, log *slog.Logger) (*nats.Conn, func(), error) {
-	if url != "" {
-		nc, err := nats.Connect(url, nats.MaxReconnects(-1))
-		if err != nil {
-			return nil, nil, err
-		}
-		log.Info("connected to nats", "url", url)
-		return nc, nc.Close, nil
-	}
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		return nil, nil, err
-	}
-	nc, err := srv.Connect()
-	if err != nil {
-		srv.Shutdown()
-		return nil, nil, err
-	}
-	log.Info("started an embedded nats-server; its data is lost at exit (use -nats to keep it)", "url", srv.ClientURL())
-	return nc, func() { nc.Close(); srv.Shutdown() }, nil
 }

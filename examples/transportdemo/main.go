@@ -16,10 +16,8 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
+	"github.com/jetsaga/jetsaga/examples/internal/demo"
 	"github.com/jetsaga/jetsaga/transport"
-	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
 func main() {
@@ -35,7 +33,7 @@ func main() {
 }
 
 func run(ctx context.Context, out io.Writer, url string, step time.Duration) error {
-	nc, cleanup, err := connect(url, out)
+	nc, cleanup, err := demo.Connect(url, out)
 	if err != nil {
 		return err
 	}
@@ -115,26 +113,4 @@ func run(ctx context.Context, out io.Writer, url string, step time.Duration) err
 	}
 	say("done: the activated reminders took the next sequence numbers after %q, with no gap", "welcome")
 	return broker.DeleteQueue(ctx, q.Name())
-}
-
-func connect(url string, out io.Writer) (*nats.Conn, func(), error) {
-	if url != "" {
-		nc, err := nats.Connect(url)
-		if err != nil {
-			return nil, nil, err
-		}
-		fmt.Fprintf(out, "connected to %s\n", url)
-		return nc, nc.Close, nil
-	}
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		return nil, nil, err
-	}
-	nc, err := srv.Connect()
-	if err != nil {
-		srv.Shutdown()
-		return nil, nil, err
-	}
-	fmt.Fprintf(out, "started embedded nats-server at %s (store %s)\n", srv.ClientURL(), srv.StoreDir())
-	return nc, func() { nc.Close(); srv.Shutdown() }, nil
 }

@@ -25,25 +25,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jetsaga/jetsaga/examples/emailconfirm"
+	"github.com/jetsaga/jetsaga/examples/internal/demo"
 	"github.com/jetsaga/jetsaga/saga"
-	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/transport"
-	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
 // Where the demo lives on the server.
@@ -60,14 +53,11 @@ func main() {
 	expiry := flag.Duration("expiry", 6*time.Second, "when an unconfirmed account is released (production: 1h)")
 	refuseFor := flag.Duration("refuse-for", time.Minute, "how long after the release a confirmation is refused politely (production: 7 days)")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	o := options{NATSURL: *url, Reminder: *reminder, Expiry: *expiry, RefuseFor: *refuseFor, Logger: logger}
-	if err := run(ctx, os.Stdout, o); err != nil {
-		fmt.Fprintln(os.Stderr, "emailconfirm demo:", err)
-		os.Exit(1)
-	}
+	demo.Main("emailconfirm demo", func(ctx context.Context) error {
+		return run(ctx, os.Stdout, o)
+	})
 }
 
 // options are the demo's settings.
@@ -92,82 +82,75 @@ func run(ctx context.Context, out io.Writer, o options) (err error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	p := &printer{w: out}
-	p.printf("e-mail confirmation demo: reminder after %v, release after %v, late links refused for %v", o.Reminder, o.Expiry, o.RefuseFor)
-	p.printf("(production uses 30m, 1h and 7 days; set with -reminder, -expiry and -refuse-for)")
+	p := demo.NewPrinter(out, len("dana"))
+	p.Printf("e-mail confirmation demo: reminder after %v, release after %v, late links refused for %v", o.Reminder, o.Expiry, o.RefuseFor)
+	p.Printf("(production uses 30m, 1h and 7 days; set with -reminder, -expiry and -refuse-for)")
 
-	nc, closeNATS, err := connect(o.NATSURL, p)
+	nc, closeNATS, err := demo.Connect(o.NATSURL, p)
 	if err != nil {
 		return err
 	}
 	defer closeNATS()
-	broker, err := transport.NewJetStream(nc, transport.WithPrefix(prefix), transport.WithLogger(o.Logger))
+	env, err := demo.Open(ctx, nc, demo.Config{Prefix: prefix, Bucket: bucket, Queues: []string{signupQueue, eventsQueue}, Logger: o.Logger})
 	if err != nil {
 		return err
-	}
-	defer broker.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	if err := clean(ctx, broker, js); err != nil {
-		return fmt.Errorf("removing an earlier run's queues: %w", err)
 	}
 	defer func() {
-		if cerr := clean(context.WithoutCancel(ctx), broker, js); cerr != nil && err == nil {
+		if cerr := env.Close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
 			err = fmt.Errorf("cleaning up: %w", cerr)
 		}
 	}()
-	store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: bucket})
+	signup, err := env.Broker.OpenQueue(ctx, transport.QueueConfig{Name: signupQueue})
 	if err != nil {
 		return err
 	}
-	signup, err := broker.OpenQueue(ctx, transport.QueueConfig{Name: signupQueue})
-	if err != nil {
-		return err
-	}
-	events, err := broker.OpenQueue(ctx, transport.QueueConfig{Name: eventsQueue})
+	events, err := env.Broker.OpenQueue(ctx, transport.QueueConfig{Name: eventsQueue})
 	if err != nil {
 		return err
 	}
 	w := &watcher{p: p, q: signup, owners: make(map[owned]string)}
 	flow := emailconfirm.New(emailconfirm.Config{Reminder: o.Reminder, Expiry: o.Expiry, RefuseFor: o.RefuseFor, Events: eventsQueue})
-	d, err := saga.NewDispatcher(broker, store, signupQueue,
+	d, err := saga.NewDispatcher(env.Broker, env.Store, signupQueue,
 		saga.WithSagas(flow), saga.WithLogger(o.Logger), saga.WithHooks(saga.Hooks{StepStarted: w.stepStarted}))
 	if err != nil {
 		return err
 	}
 	w.d = d
-	p.printf("dispatcher on queue %q, state in KV bucket %q; the user's service reads %q", signupQueue, bucket, eventsQueue)
-	p.printf("")
+	p.Printf("dispatcher on queue %q, state in KV bucket %q; the user's service reads %q", signupQueue, bucket, eventsQueue)
+	p.Printf("")
 
-	bg, stopBG := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	var runErr error
-	wg.Go(func() { runErr = d.Run(bg) })
-	f := &feed{p: p, q: events, ch: make(chan event, 64)}
-	wg.Go(func() { f.consume(bg) })
-
-	p.start = time.Now()
+	f := demo.NewFeed(p, events, describeEvents(p)...)
 	s := &scenario{d: d, f: f, p: p, w: w, o: o}
-	err = s.play(ctx)
-	if err == nil {
-		p.printf("")
-		p.printf("done in %.1fs; stopping the dispatcher", time.Since(p.start).Seconds())
+	return demo.Play(ctx, p, d, f, s.play)
+}
+
+// describeEvents says, for each of the saga's events, whose account it is
+// about and what it tells the user's service.
+func describeEvents(p *demo.Printer) []demo.Decoder {
+	return []demo.Decoder{
+		demo.Describe(func(v emailconfirm.ConfirmationRequested) (string, string) {
+			return v.Account, fmt.Sprintf("ConfirmationRequested: e-mail the link to %s, valid until %s", v.Email, p.At(v.ExpiresAt))
+		}),
+		demo.Describe(func(v emailconfirm.ReminderDue) (string, string) {
+			return v.Account, fmt.Sprintf("ReminderDue: remind %s, the link is valid until %s", v.Email, p.At(v.ExpiresAt))
+		}),
+		demo.Describe(func(v emailconfirm.Confirmed) (string, string) {
+			return v.Account, fmt.Sprintf("Confirmed: activate the account of %s", v.Email)
+		}),
+		demo.Describe(func(v emailconfirm.AccountReleased) (string, string) {
+			return v.Account, fmt.Sprintf("AccountReleased: delete the account, %s is free again (link expired %s)", v.Email, p.At(v.ExpiredAt))
+		}),
+		demo.Describe(func(v emailconfirm.ConfirmationRefused) (string, string) {
+			return v.Account, fmt.Sprintf("ConfirmationRefused{Reason: %s}: tell %s the link expired at %s and offer a new sign-up", v.Reason, v.Email, p.At(v.ExpiredAt))
+		}),
 	}
-	stopBG()
-	wg.Wait()
-	if err == nil && runErr != nil {
-		err = fmt.Errorf("dispatcher: %w", runErr)
-	}
-	return err
 }
 
 // scenario is the script the three people follow.
 type scenario struct {
 	d *saga.Dispatcher
-	f *feed
-	p *printer
+	f *demo.Feed
+	p *demo.Printer
 	w *watcher
 	o options
 }
@@ -179,16 +162,16 @@ func (s *scenario) send(ctx context.Context, m any) error {
 
 func (s *scenario) signUp(ctx context.Context, account string) (emailconfirm.ConfirmationRequested, error) {
 	email := account + "@example.com"
-	s.p.say(account, "signs up as %s", email)
+	s.p.Say(account, "signs up as %s", email)
 	if err := s.send(ctx, emailconfirm.SignedUp{Account: account, Email: email}); err != nil {
 		return emailconfirm.ConfirmationRequested{}, err
 	}
-	req, _, err := await[emailconfirm.ConfirmationRequested](ctx, s.f, account)
+	req, _, err := demo.Await[emailconfirm.ConfirmationRequested](ctx, s.f, account)
 	return req, err
 }
 
 func (s *scenario) confirm(ctx context.Context, account, token string) error {
-	s.p.say(account, "follows the link")
+	s.p.Say(account, "follows the link")
 	return s.send(ctx, emailconfirm.ConfirmEmail{Account: account, Token: token})
 }
 
@@ -212,7 +195,7 @@ func (s *scenario) play(ctx context.Context) error {
 	if err := s.confirm(ctx, "dana", dana.Token); err != nil {
 		return err
 	}
-	if _, _, err := await[emailconfirm.Confirmed](ctx, s.f, "dana"); err != nil {
+	if _, _, err := demo.Await[emailconfirm.Confirmed](ctx, s.f, "dana"); err != nil {
 		return err
 	}
 	if err := s.w.browse(ctx); err != nil {
@@ -220,7 +203,7 @@ func (s *scenario) play(ctx context.Context) error {
 	}
 
 	// finn signs up a little later, so that his timeouts come apart from eve's.
-	if err := sleepUntil(ctx, s.p.start.Add(s.o.Reminder/3)); err != nil {
+	if err := demo.SleepUntil(ctx, s.p.Started().Add(s.o.Reminder/3)); err != nil {
 		return err
 	}
 	finn, err := s.signUp(ctx, "finn")
@@ -232,28 +215,28 @@ func (s *scenario) play(ctx context.Context) error {
 	}
 
 	// eve confirms when the reminder reaches her.
-	if _, _, err := await[emailconfirm.ReminderDue](ctx, s.f, "eve"); err != nil {
+	if _, _, err := demo.Await[emailconfirm.ReminderDue](ctx, s.f, "eve"); err != nil {
 		return err
 	}
 	if err := s.confirm(ctx, "eve", eve.Token); err != nil {
 		return err
 	}
-	if _, _, err := await[emailconfirm.Confirmed](ctx, s.f, "eve"); err != nil {
+	if _, _, err := demo.Await[emailconfirm.Confirmed](ctx, s.f, "eve"); err != nil {
 		return err
 	}
 
 	// finn ignores his reminder; his account is released; then he follows
 	// the link.
-	if _, _, err := await[emailconfirm.ReminderDue](ctx, s.f, "finn"); err != nil {
+	if _, _, err := demo.Await[emailconfirm.ReminderDue](ctx, s.f, "finn"); err != nil {
 		return err
 	}
-	if _, _, err := await[emailconfirm.AccountReleased](ctx, s.f, "finn"); err != nil {
+	if _, _, err := demo.Await[emailconfirm.AccountReleased](ctx, s.f, "finn"); err != nil {
 		return err
 	}
 	if err := s.confirm(ctx, "finn", finn.Token); err != nil {
 		return err
 	}
-	refused, _, err := await[emailconfirm.ConfirmationRefused](ctx, s.f, "finn")
+	refused, _, err := demo.Await[emailconfirm.ConfirmationRefused](ctx, s.f, "finn")
 	if err != nil {
 		return err
 	}
@@ -266,7 +249,7 @@ func (s *scenario) play(ctx context.Context) error {
 // watcher shows the dispatcher's queue: what waits in it, and timeouts as
 // they activate.
 type watcher struct {
-	p *printer
+	p *demo.Printer
 	q *transport.Queue // the dispatcher's queue
 	d *saga.Dispatcher
 
@@ -297,7 +280,7 @@ func (w *watcher) browse(ctx context.Context) error {
 		w.owners[owned{st.Type, st.At.UnixNano()}] = st.ID
 		w.mu.Unlock()
 	}
-	w.p.say("", "queue %q (Queue.Browse + Dispatcher.ScheduledTimeouts):", w.q.Name())
+	w.p.Say("", "queue %q (Queue.Browse + Dispatcher.ScheduledTimeouts):", w.q.Name())
 	n := 0
 	for m, err := range w.q.Browse(ctx, 0) {
 		if err != nil {
@@ -306,15 +289,15 @@ func (w *watcher) browse(ctx context.Context) error {
 		n++
 		due, what := "", m.Properties[saga.TypeProperty]
 		if m.State == transport.Scheduled {
-			due = "due " + w.p.at(m.ScheduledAt)
+			due = "due " + w.p.At(m.ScheduledAt)
 		}
 		if t, ok := byseq[m.Seq]; ok {
 			what = fmt.Sprintf("%s/%-4s %s", t.saga, t.id, t.typ)
 		}
-		w.p.say("", "  seq=%#-15x %-9s enqueued %s  %-14s %s", m.Seq, m.State, w.p.at(m.EnqueuedAt), due, what)
+		w.p.Say("", "  seq=%#-15x %-9s enqueued %s  %-14s %s", m.Seq, m.State, w.p.At(m.EnqueuedAt), due, what)
 	}
 	if n == 0 {
-		w.p.say("", "  (empty)")
+		w.p.Say("", "  (empty)")
 	}
 	return nil
 }
@@ -331,187 +314,7 @@ func (w *watcher) stepStarted(ctx context.Context, info saga.StepInfo) context.C
 	w.mu.Lock()
 	who := w.owners[owned{info.MessageType, m.ScheduledAt.UnixNano()}]
 	w.mu.Unlock()
-	w.p.say(who, "timeout %s activated: seq=%d, due %s, enqueued %s: %s late",
-		info.MessageType, m.Seq, w.p.at(m.ScheduledAt), w.p.at(m.EnqueuedAt), m.EnqueuedAt.Sub(m.ScheduledAt).Round(time.Millisecond))
+	w.p.Say(who, "timeout %s activated: seq=%d, due %s, enqueued %s: %s late",
+		info.MessageType, m.Seq, w.p.At(m.ScheduledAt), w.p.At(m.EnqueuedAt), m.EnqueuedAt.Sub(m.ScheduledAt).Round(time.Millisecond))
 	return ctx
-}
-
-func sleepUntil(ctx context.Context, t time.Time) error {
-	select {
-	case <-time.After(time.Until(t)):
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
-
-// event is a message the user's service received on the events queue.
-type event struct {
-	Seq        uint64
-	EnqueuedAt time.Time
-	Account    string
-	Body       any
-}
-
-// feed consumes the events queue, as the user's service would: it prints
-// each message as it arrives and passes it on to the scenario.
-type feed struct {
-	p     *printer
-	q     *transport.Queue
-	ch    chan event
-	stash []event // received, not yet awaited
-}
-
-func (f *feed) consume(ctx context.Context) {
-	for {
-		ds, err := f.q.Receive(ctx, 16)
-		if err != nil {
-			if ctx.Err() == nil {
-				f.p.say("", "receiving events: %v", err)
-			}
-			return
-		}
-		for _, d := range ds {
-			e, text := decode(d.Message, f.p)
-			f.p.say(e.Account, "← %s seq=%d (enqueued %s)  %s", f.q.Name(), d.Seq, f.p.at(d.EnqueuedAt), text)
-			if err := d.Complete(context.WithoutCancel(ctx)); err != nil {
-				f.p.say("", "completing event: %v", err)
-			}
-			select {
-			case f.ch <- e:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}
-}
-
-// await returns the next event of type M for account, keeping the others
-// for later calls. Only the scenario's goroutine calls it.
-func await[M any](ctx context.Context, f *feed, account string) (M, event, error) {
-	match := func(e event) (M, bool) {
-		m, ok := e.Body.(M)
-		return m, ok && e.Account == account
-	}
-	for i, e := range f.stash {
-		if m, ok := match(e); ok {
-			f.stash = append(f.stash[:i], f.stash[i+1:]...)
-			return m, e, nil
-		}
-	}
-	for {
-		select {
-		case e := <-f.ch:
-			if m, ok := match(e); ok {
-				return m, e, nil
-			}
-			f.stash = append(f.stash, e)
-		case <-ctx.Done():
-			var zero M
-			return zero, event{}, fmt.Errorf("waiting for %s for %s: %w", saga.MessageName[M](), account, context.Cause(ctx))
-		}
-	}
-}
-
-// decode decodes an event and describes it in words.
-func decode(m *transport.Message, p *printer) (event, string) {
-	e := event{Seq: m.Seq, EnqueuedAt: m.EnqueuedAt}
-	codec := saga.JSON{}
-	var text string
-	var err error
-	switch typ := m.Properties[saga.TypeProperty]; typ {
-	case saga.MessageName[emailconfirm.ConfirmationRequested]():
-		var v emailconfirm.ConfirmationRequested
-		err = codec.Unmarshal(m.Body, &v)
-		e.Account, e.Body = v.Account, v
-		text = fmt.Sprintf("ConfirmationRequested: e-mail the link to %s, valid until %s", v.Email, p.at(v.ExpiresAt))
-	case saga.MessageName[emailconfirm.ReminderDue]():
-		var v emailconfirm.ReminderDue
-		err = codec.Unmarshal(m.Body, &v)
-		e.Account, e.Body = v.Account, v
-		text = fmt.Sprintf("ReminderDue: remind %s, the link is valid until %s", v.Email, p.at(v.ExpiresAt))
-	case saga.MessageName[emailconfirm.Confirmed]():
-		var v emailconfirm.Confirmed
-		err = codec.Unmarshal(m.Body, &v)
-		e.Account, e.Body = v.Account, v
-		text = fmt.Sprintf("Confirmed: activate the account of %s", v.Email)
-	case saga.MessageName[emailconfirm.AccountReleased]():
-		var v emailconfirm.AccountReleased
-		err = codec.Unmarshal(m.Body, &v)
-		e.Account, e.Body = v.Account, v
-		text = fmt.Sprintf("AccountReleased: delete the account, %s is free again (link expired %s)", v.Email, p.at(v.ExpiredAt))
-	case saga.MessageName[emailconfirm.ConfirmationRefused]():
-		var v emailconfirm.ConfirmationRefused
-		err = codec.Unmarshal(m.Body, &v)
-		e.Account, e.Body = v.Account, v
-		text = fmt.Sprintf("ConfirmationRefused{Reason: %s}: tell %s the link expired at %s and offer a new sign-up", v.Reason, v.Email, p.at(v.ExpiredAt))
-	default:
-		text = "unknown message type " + typ
-	}
-	if err != nil {
-		text = fmt.Sprintf("undecodable %s: %v", m.Properties[saga.TypeProperty], err)
-	}
-	return e, text
-}
-
-// printer writes timestamped lines, from any goroutine.
-type printer struct {
-	mu    sync.Mutex
-	w     io.Writer
-	start time.Time // zero until the scenario starts
-}
-
-// printf writes a line without a timestamp.
-func (p *printer) printf(format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, format+"\n", args...)
-}
-
-// say writes a line stamped with the time since the start and who it is about.
-func (p *printer) say(who, format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "%8s  %-4s  %s\n", p.at(time.Now()), who, fmt.Sprintf(format, args...))
-}
-
-// at formats t as an offset from the start: +1.234s.
-func (p *printer) at(t time.Time) string {
-	return fmt.Sprintf("%+.3fs", t.Sub(p.start).Seconds())
-}
-
-// connect connects to url, or starts an embedded server if url is empty.
-func connect(url string, p *printer) (*nats.Conn, func(), error) {
-	if url != "" {
-		nc, err := nats.Connect(url)
-		if err != nil {
-			return nil, nil, err
-		}
-		p.printf("connected to %s", url)
-		return nc, nc.Close, nil
-	}
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		return nil, nil, err
-	}
-	nc, err := srv.Connect()
-	if err != nil {
-		srv.Shutdown()
-		return nil, nil, err
-	}
-	p.printf("started an embedded nats-server at %s", srv.ClientURL())
-	return nc, func() { nc.Close(); srv.Shutdown() }, nil
-}
-
-// clean removes what the demo keeps on the server: its queues and bucket.
-func clean(ctx context.Context, b *transport.Broker, js jetstream.JetStream) error {
-	for _, q := range []string{signupQueue, eventsQueue} {
-		if err := b.DeleteQueue(ctx, q); err != nil {
-			return err
-		}
-	}
-	if err := js.DeleteKeyValue(ctx, bucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return err
-	}
-	return nil
 }
