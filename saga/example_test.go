@@ -38,6 +38,7 @@ func Example() {
 	})
 
 	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	broker, _ := transport.NewMemory()
 	// One step at a time, in queue order, so the example's output is fixed;
 	// with more, Confirmed could overtake SignedUp.
