@@ -104,6 +104,14 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 // Queue returns the name of the dispatcher's queue.
 func (d *Dispatcher) Queue() string { return d.queueName }
 
+// Open opens the dispatcher's queue, creating it or updating it to the
+// config given with WithQueueConfig. Run, Send and Handle open it when
+// they need it; call Open to know the queue exists before messages flow.
+func (d *Dispatcher) Open(ctx context.Context) error {
+	_, err := d.open(ctx)
+	return err
+}
+
 func (d *Dispatcher) open(ctx context.Context) (*transport.Queue, error) {
 	d.openOnce.Do(func() {
 		d.q, d.openErr = d.broker.OpenQueue(ctx, d.cfg.queue)
@@ -325,19 +333,42 @@ func (d *Dispatcher) process(ctx context.Context, rt sagaRuntime, del *transport
 	}
 	info.ID = id
 	key := storeKey(rt.Name(), id)
-	for conflicts := 0; ; conflicts++ {
-		o, err := d.attempt(ctx, rt, kind, key, id, identity, del, m)
+	waits := 0
+	for conflicts := 0; ; {
+		o, err := d.attempt(ctx, rt, kind, key, id, identity, del, m, waits < outboxWaits)
+		if errors.Is(err, errOutboxBusy) {
+			waits++
+			select {
+			case <-ctx.Done():
+				return "", conflicts, context.Cause(ctx)
+			case <-time.After(time.Millisecond << waits):
+			}
+			continue
+		}
 		if !errors.Is(err, ErrConflict) {
 			return o, conflicts, err
 		}
-		if conflicts >= d.cfg.conflicts {
+		if conflicts++; conflicts > d.cfg.conflicts {
 			return "", conflicts, fmt.Errorf("saga %s/%s: gave up after %d conflicts: %w", rt.Name(), id, conflicts, err)
 		}
 	}
 }
 
+// A step that finds the outbox of a step committed moments ago waits a
+// little (1, 2, 4, 8, 16 ms) for its owner to finish carrying it out,
+// rather than carrying it out again: a message a step sends to its own
+// queue is often received before the sending step has cleared its outbox.
+// After that, or for an older outbox (its owner likely crashed), it takes
+// the outbox over.
+const (
+	outboxWaits = 5
+	outboxGrace = 5 * time.Second
+)
+
+var errOutboxBusy = errors.New("saga: outbox being carried out")
+
 // attempt is one load → handle → commit → carry out effects round.
-func (d *Dispatcher) attempt(ctx context.Context, rt sagaRuntime, kind routeKind, key, id, identity string, del *transport.Delivery, m any) (Outcome, error) {
+func (d *Dispatcher) attempt(ctx context.Context, rt sagaRuntime, kind routeKind, key, id, identity string, del *transport.Delivery, m any, patient bool) (Outcome, error) {
 	now := d.cfg.now()
 	raw, rev, err := d.store.Load(ctx, key)
 	var rec *record
@@ -352,6 +383,9 @@ func (d *Dispatcher) attempt(ctx context.Context, rt sagaRuntime, kind routeKind
 		// Effects a crashed step committed but did not carry out go first:
 		// the next commit would overwrite them.
 		if len(rec.Outbox) > 0 {
+			if patient && now.Sub(rec.Updated) < outboxGrace {
+				return "", errOutboxBusy
+			}
 			if rev, err = d.flush(ctx, key, rec, rev); err != nil {
 				return "", err
 			}

@@ -181,13 +181,10 @@ func TestKillWorkerHelper(t *testing.T) {
 		fmt.Printf("R1STAT %s %d %d\n", res.Outcome, res.Conflicts, info.DeliveryCount)
 	}}
 	d := n.dispatcher(t, nil, r1Queue, append(r1Options(), saga.WithHooks(hooks))...)
-	// Open the queue now (ScheduledTimeouts opens it before browsing), so
-	// that this worker's stream updates are over when it reports ready.
-	for _, err := range d.ScheduledTimeouts(ctx, r1Queue) {
-		if err != nil {
-			t.Fatalf("open queue: %v", err)
-		}
-		break
+	// Open the queue now, so that this worker's stream updates are over
+	// when it reports ready.
+	if err := d.Open(ctx); err != nil {
+		t.Fatalf("open queue: %v", err)
 	}
 	fmt.Println("R1STAT ready 0 1")
 	if err := d.Run(ctx); err != nil {
