@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -397,8 +398,14 @@ func (e *env) sagaCleanup(ctx context.Context) {
 // here with the same JSON, so that both sides write entries of the same
 // size (checkSagaRound reports them).
 
+// inboxDigest is the dispatcher's: a 72-bit digest of a message identity.
+func inboxDigest(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return base64.RawURLEncoding.EncodeToString(h[:9])
+}
+
 type rawRecord struct {
-	Data       []byte                     `json:"data"`
+	Data       json.RawMessage            `json:"data,omitempty"`
 	Timeouts   map[string]rawTimeoutEntry `json:"timeouts,omitempty"`
 	Inbox      []string                   `json:"inbox,omitempty"`
 	Outbox     []rawEffect                `json:"outbox,omitempty"`
@@ -616,7 +623,8 @@ func rawSagaStep(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVa
 			}
 			rev = entry.Revision()
 		}
-		if slices.Contains(rec.Inbox, identity) {
+		digest := inboxDigest(identity)
+		if slices.Contains(rec.Inbox, digest) {
 			return conflicts, m.DoubleAck(ctx)
 		}
 		now := time.Now()
@@ -643,7 +651,7 @@ func rawSagaStep(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVa
 			rec.Timeouts = make(map[string]rawTimeoutEntry)
 		}
 		rec.Timeouts[token] = rawTimeoutEntry{Type: env.Type, At: at}
-		if rec.Inbox = append(rec.Inbox, identity); len(rec.Inbox) > 128 {
+		if rec.Inbox = append(rec.Inbox, digest); len(rec.Inbox) > 128 {
 			rec.Inbox = rec.Inbox[len(rec.Inbox)-128:]
 		}
 		rec.Outbox = []rawEffect{{Kind: "schedule", Queue: sagaQueue, Msg: env, At: at, Token: token}}
