@@ -1,0 +1,142 @@
+package transport_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/transport/embedded"
+)
+
+// These tests cover what only the JetStream broker has: its streams, the
+// server's limits and its connection. The shared contract is in
+// transporttest.
+
+func startServer(t *testing.T, opts embedded.Options) (*embedded.Server, *nats.Conn, *transport.Broker) {
+	t.Helper()
+	srv, err := embedded.Start(opts)
+	if err != nil {
+		t.Fatalf("start nats-server: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	b, err := transport.NewJetStream(nc)
+	if err != nil {
+		t.Fatalf("NewJetStream: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return srv, nc, b
+}
+
+func TestOpenQueueIsIdempotent(t *testing.T) {
+	_, nc, b := startServer(t, embedded.Options{})
+	cfg := transport.QueueConfig{Name: "idem", Partitions: 2, LockDuration: 7 * time.Second}
+	for i := range 3 {
+		if _, err := b.OpenQueue(t.Context(), cfg); err != nil {
+			t.Fatalf("OpenQueue #%d: %v", i+1, err)
+		}
+	}
+	js, _ := jetstream.New(nc)
+	var names []string
+	for n := range js.StreamNames(t.Context()).Name() {
+		names = append(names, n)
+	}
+	// Two partitions of two streams each, plus the dead-letter stream.
+	if len(names) != 5 {
+		t.Errorf("streams after opening the same queue 3 times: %v, want 5", names)
+	}
+	c, err := js.Consumer(t.Context(), "JETSAGA_Q_idem_1", "recv")
+	if err != nil {
+		t.Fatalf("consumer of partition 1: %v", err)
+	}
+	if got := c.CachedInfo().Config.AckWait; got != 7*time.Second {
+		t.Errorf("consumer AckWait %v, want the LockDuration 7s", got)
+	}
+}
+
+// An operator who adds a limit that deletes unreceived messages to a
+// queue's stream gets a clear refusal instead of silent loss.
+func TestOpenQueueRefusesLossyLimits(t *testing.T) {
+	_, nc, b := startServer(t, embedded.Options{})
+	js, _ := jetstream.New(nc)
+	for _, tc := range []struct {
+		name, stream string
+		change       func(*jetstream.StreamConfig)
+		want         string
+	}{
+		{"MaxAge on schedules", "JETSAGA_S_lossy1_0", func(c *jetstream.StreamConfig) { c.MaxAge = time.Hour }, "MaxAge"},
+		{"MaxMsgs on queue", "JETSAGA_Q_lossy2_0", func(c *jetstream.StreamConfig) { c.MaxMsgs = 100 }, "MaxMsgs"},
+		{"MaxBytes with DiscardOld", "JETSAGA_Q_lossy3_0", func(c *jetstream.StreamConfig) {
+			c.MaxBytes, c.Discard = 1<<20, jetstream.DiscardOld
+		}, "DiscardOld"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			queue := strings.Split(tc.stream, "_")[2]
+			if _, err := b.OpenQueue(t.Context(), transport.QueueConfig{Name: queue}); err != nil {
+				t.Fatal(err)
+			}
+			s, err := js.Stream(t.Context(), tc.stream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := s.CachedInfo().Config
+			tc.change(&cfg)
+			if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+				t.Fatalf("operator's update: %v", err)
+			}
+			_, err = b.OpenQueue(t.Context(), transport.QueueConfig{Name: queue})
+			if !errors.Is(err, transport.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("OpenQueue after %s: %v, want ErrInvalidConfig naming %s", tc.name, err, tc.want)
+			}
+		})
+	}
+}
+
+// The size check uses the server's own max_payload, not a constant.
+func TestMessageTooLargeForServer(t *testing.T) {
+	_, _, b := startServer(t, embedded.Options{MaxPayload: 64 << 10})
+	q, err := b.OpenQueue(t.Context(), transport.QueueConfig{Name: "small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, schedule := range []bool{false, true} {
+		m := &transport.Message{Body: make([]byte, 65<<10)}
+		if schedule {
+			m.ScheduledAt = time.Now().Add(time.Hour)
+		}
+		if _, err := q.Send(t.Context(), m); !errors.Is(err, transport.ErrMessageTooLarge) {
+			t.Errorf("Send of 65 KiB (scheduled %v) to a 64 KiB server: %v, want ErrMessageTooLarge", schedule, err)
+		}
+	}
+	r, err := q.Send(t.Context(), &transport.Message{Body: make([]byte, 60<<10)})
+	if err != nil || r.Seq != 1 {
+		t.Errorf("Send of 60 KiB after the refusals: %+v, %v; want seq 1 (nothing stored before)", r, err)
+	}
+}
+
+func TestClosedConnection(t *testing.T) {
+	_, nc, b := startServer(t, embedded.Options{})
+	q, err := b.OpenQueue(t.Context(), transport.QueueConfig{Name: "closing"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	if _, err := q.Send(t.Context(), &transport.Message{Body: []byte("x")}); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Send on a closed connection: %v, want ErrClosed", err)
+	}
+	if _, err := q.Schedule(t.Context(), &transport.Message{}, time.Now()); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Schedule on a closed connection: %v, want ErrClosed", err)
+	}
+	if _, err := q.Receive(t.Context(), 1); !errors.Is(err, transport.ErrClosed) {
+		t.Errorf("Receive on a closed connection: %v, want ErrClosed", err)
+	}
+}
