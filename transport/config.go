@@ -22,8 +22,10 @@ type QueueConfig struct {
 	// Default: false.
 	RequiresSession bool
 	// LockDuration is how long a received message stays locked to its
-	// receiver before it is redelivered. RenewLock extends it.
-	// Default: 30s.
+	// receiver, counted from when the receiver got it. RenewLock extends
+	// it. The JetStream server redelivers a little later still (plus a
+	// quarter, 0.5–5 s), so that a receiver that is slow to pick a message
+	// up never settles it while someone else holds it. Default: 30s.
 	LockDuration time.Duration
 	// MaxDeliveryCount is how many deliveries a message gets; on the next
 	// one it is moved to the dead-letter queue with reason

@@ -103,10 +103,16 @@
 //
 // Cancel writes a cancel record that the server accepts only while the
 // schedule is still stored (an expected-last-subject-sequence condition),
-// and that purges the schedule in the same step. The scheduler may have
-// read the schedule an instant before and still write the activation; a
-// receiver drops any activation that has a cancel record, so a nil from
-// Cancel always holds. Cancel records live for CancelRecordTTL.
+// and that purges the schedule in the same step. Once a message is due,
+// the server's scheduler may have read the schedule an instant before and
+// still write the activation; so a message due within 500 ms counts as
+// activated (Cancel returns ErrAlreadyActivated and it is delivered), which
+// keeps both Cancel's answer and the sequence numbers exact. Should a
+// cancel record still land after the due time — a request delayed, or a
+// client clock behind the server's, by more than that — a receiver drops
+// the activation, so a nil from Cancel always holds; that activation's
+// sequence number then goes unused. Cancel records live for
+// CancelRecordTTL.
 //
 // Limits of the guarantees: a message is safe once Send or Schedule
 // returned; with nats-server's default sync policy it has reached the

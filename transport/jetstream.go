@@ -343,7 +343,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 			Durable:       n.consumer,
 			FilterSubject: n.qSubj + ".m",
 			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       cfg.LockDuration,
+			AckWait:       serverAckWait(cfg.LockDuration),
 			MaxDeliver:    -1,
 			MaxAckPending: -1,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -387,6 +387,16 @@ func (d *jsDriver) apiContext(ctx context.Context) (context.Context, context.Can
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, d.o.apiTimeout)
+}
+
+// serverAckWait is the ack wait the server enforces for a lock of d: d
+// plus a grace of d/4 (0.5–5 s). A receiver counts its lock from the
+// moment it got the message, which is later than the moment the server
+// sent it; the grace keeps the server from redelivering a message whose
+// lock its receiver still holds by its own clock, even when the receiver
+// is slow to pick the message up.
+func serverAckWait(d time.Duration) time.Duration {
+	return d + min(max(d/4, 500*time.Millisecond), 5*time.Second)
 }
 
 // jsPartition is one partition's streams and, for queues without

@@ -106,13 +106,21 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 	return SendResult{Seq: makeSeq(p, true, ack.Sequence), Duplicate: ack.Duplicate}, nil
 }
 
+// cancelMargin is how close to its due time a scheduled message counts as
+// activated for Cancel on JetStream (see cancel).
+const cancelMargin = 500 * time.Millisecond
+
 // cancel stops a pending schedule with one conditional write: a cancel
 // record on <sSubj>.x.<id>, accepted only while <sSubj>.s.<id> still holds
 // the schedule, which it purges in the same step (Nats-Schedule-Next:
 // purge). The server's scheduler may already have read the schedule when
-// the record lands and still write the activation; a receiver drops any
-// activation whose cancel record exists (see dropCancelled), so a nil
-// result always means "never delivered".
+// the record lands and still write the activation, but only once the
+// message is due: so a message due within cancelMargin is reported as
+// activated rather than cancelled. Should a cancel record still land
+// after the due time (a request delayed, or a client clock behind the
+// server's, by more than the margin), a receiver drops the activation
+// (see dropCancelled): a nil result always means "never delivered", at
+// the price of one unused active sequence number in that case.
 func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	if q.isDLQ {
 		return fmt.Errorf("%w: cancel on a dead-letter queue", ErrUnsupported)
@@ -131,6 +139,13 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	id, ok := strings.CutPrefix(raw.Subject, part.n.sSubj+".s.")
 	if !ok || raw.Header.Get(natsSchedule) == "" {
 		return fmt.Errorf("%w: seq %d is not a scheduled message", ErrNotFound, seq)
+	}
+	// The server's scheduler may already be activating a message this
+	// close to its time; cancelling it then could only be honoured by
+	// dropping the activation, which would skip an active sequence number.
+	// It counts as activated instead: it will be delivered.
+	if due, err := time.Parse(time.RFC3339Nano, raw.Header.Get(hdrScheduledAt)); err == nil && time.Until(due) < cancelMargin {
+		return fmt.Errorf("%w: seq %d is due at %s, within %v", ErrAlreadyActivated, seq, due.Format(time.RFC3339Nano), cancelMargin)
 	}
 	rec := &nats.Msg{Subject: part.n.sSubj + ".x." + id, Header: nats.Header{}}
 	rec.Header.Set(hdrCancelled, "1")

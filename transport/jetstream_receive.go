@@ -301,7 +301,7 @@ func (q *jsQueue) acceptSession(ctx context.Context, id string, p int) (sessionD
 			Description:       "jetsaga session",
 			FilterSubject:     part.n.qSubj + ".s." + subjectToken(id),
 			AckPolicy:         jetstream.AckExplicitPolicy,
-			AckWait:           q.cfg.LockDuration,
+			AckWait:           serverAckWait(q.cfg.LockDuration),
 			MaxDeliver:        -1,
 			MaxAckPending:     1,
 			DeliverPolicy:     jetstream.DeliverAllPolicy,
@@ -393,7 +393,7 @@ func (q *jsQueue) freeSession(ctx context.Context, part *jsPartition) (string, e
 		if err != nil {
 			return "", q.d.mapErr(err)
 		}
-		if sessionFree(ci.CachedInfo(), q.cfg.LockDuration) {
+		if sessionFree(ci.CachedInfo(), serverAckWait(q.cfg.LockDuration)) {
 			return id, nil
 		}
 	}

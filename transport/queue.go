@@ -133,7 +133,9 @@ func (q *Queue) Schedule(ctx context.Context, m *Message, at time.Time) (uint64,
 //     existed, already cancelled, or activated before this call).
 //
 // Any other error (a closed connection, a timeout) leaves the outcome
-// unknown; calling Cancel again is safe.
+// unknown; calling Cancel again is safe. On JetStream a message due within
+// 500 ms counts as activated (the server may be activating it already):
+// Cancel returns ErrAlreadyActivated and the message is delivered.
 func (q *Queue) Cancel(ctx context.Context, seq uint64) error {
 	if !IsScheduledSeq(seq) || Partition(seq) >= q.cfg.Partitions {
 		return fmt.Errorf("%w: seq %d is not a scheduled sequence number of this queue", ErrNotFound, seq)

@@ -34,7 +34,7 @@ func activatedOutcome(err error) bool {
 
 func (s *suite) testCancelPending(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{})
-	at := time.Now().Add(500 * time.Millisecond)
+	at := time.Now().Add(s.f.CancelMargin + 500*time.Millisecond)
 	cancelled := schedule(t, q, numbered("cancelled", 0), at)
 	kept := schedule(t, q, numbered("kept", 0), at)
 	if err := q.Cancel(t.Context(), cancelled); err != nil {

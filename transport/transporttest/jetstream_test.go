@@ -44,6 +44,7 @@ func TestJetStream(t *testing.T) {
 	}
 	transporttest.Run(t, newBroker, transporttest.Features{
 		ActivationSlack: time.Second,
+		CancelMargin:    500 * time.Millisecond,
 		Restart: func(t *testing.T, abrupt bool, downtime time.Duration) {
 			stop := srv.Stop
 			if abrupt {

@@ -158,7 +158,7 @@ func (s *suite) testPartitionSessions(t *testing.T) {
 // activated messages together keep each partition gap-free.
 func (s *suite) testPartitionScheduled(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{Partitions: partitions})
-	at := time.Now().Add(400 * time.Millisecond)
+	at := time.Now().Add(s.f.CancelMargin + 400*time.Millisecond)
 	far := time.Now().Add(time.Hour)
 	for i := range 8 {
 		send(t, q, numbered("sent", i))

@@ -23,6 +23,11 @@ type Features struct {
 	// before it must keep working (nats.go reconnects). nil: the backend
 	// has no server (restart tests are skipped with a message saying so).
 	Restart func(t *testing.T, abrupt bool, downtime time.Duration)
+	// CancelMargin is how close to its due time a backend may refuse to
+	// cancel a scheduled message, reporting ErrAlreadyActivated (and then
+	// delivering it). Tests that expect a Cancel to succeed schedule
+	// further ahead than this.
+	CancelMargin time.Duration
 	// ActivationSlack is how late a scheduled message may activate
 	// (JetStream's scheduler ticks every 250 ms). Used only as an upper
 	// bound when awaiting; lower bounds (never early) are always strict.
