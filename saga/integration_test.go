@@ -732,14 +732,16 @@ func TestScheduledTimeoutsListAndCancel(t *testing.T) {
 	// delivered. The probe, scheduled after the timeout's due time, is
 	// handled after the timeout would have been (one worker, sequence
 	// order), so once it is handled the timeout had its chance.
-	if _, err := d.Send(ctx, RemStart{ID: "r-4", After: 400 * time.Millisecond}); err != nil {
+	// Due beyond the transport's cancel margin (500 ms), so that the
+	// timeout is cancelled on the server, not merely dropped on arrival.
+	if _, err := d.Send(ctx, RemStart{ID: "r-4", After: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.Send(ctx, RemCancel{ID: "r-4"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := q.Schedule(ctx, &transport.Message{Body: []byte(`{"ID":"r-4"}`),
-		Properties: map[string]string{saga.TypeProperty: saga.MessageName[RemProbe]()}}, time.Now().Add(1200*time.Millisecond)); err != nil {
+		Properties: map[string]string{saga.TypeProperty: saga.MessageName[RemProbe]()}}, time.Now().Add(1800*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	run(t, d)

@@ -11,11 +11,13 @@ import (
 )
 
 // TestDemo runs the demo end to end on an embedded nats-server with the
-// reminder at 600ms and the release at 1.2s, and checks what it prints.
+// reminder at 1.5s and the release at 3s, and checks what it prints. The
+// cancels then come well before the timeouts' due times (on JetStream a
+// timeout within 500 ms of its time can no longer be cancelled).
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
 	err := run(t.Context(), &out, options{
-		Reminder: 600 * time.Millisecond, Expiry: 1200 * time.Millisecond, RefuseFor: time.Minute,
+		Reminder: 1500 * time.Millisecond, Expiry: 3 * time.Second, RefuseFor: time.Minute,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	got := out.String()
