@@ -35,7 +35,7 @@ func NewJetStream(nc *nats.Conn, opts ...Option) (*Broker, error) {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
 	life, stop := context.WithCancel(context.Background())
-	return &Broker{d: &jsDriver{nc: nc, js: js, o: o, life: life, stop: stop}, opts: o}, nil
+	return &Broker{d: &jsDriver{nc: nc, js: js, o: o, life: life, stop: stop}}, nil
 }
 
 type jsDriver struct {
@@ -104,19 +104,17 @@ func (d *jsDriver) mapErr(err error) error {
 type jsNames struct {
 	queue, sched         string // stream names
 	qSubj, sSubj         string // subject prefixes, without trailing dot
-	consumer             string
 	isDeadLetter, hasSch bool
 }
 
 func (d *jsDriver) names(queue string, p int) jsNames {
 	ps := strconv.Itoa(p)
 	return jsNames{
-		queue:    d.o.prefix + "_Q_" + queue + "_" + ps,
-		sched:    d.o.prefix + "_S_" + queue + "_" + ps,
-		qSubj:    d.o.prefix + ".Q." + queue + "." + ps,
-		sSubj:    d.o.prefix + ".S." + queue + "." + ps,
-		consumer: "recv",
-		hasSch:   true,
+		queue:  d.o.prefix + "_Q_" + queue + "_" + ps,
+		sched:  d.o.prefix + "_S_" + queue + "_" + ps,
+		qSubj:  d.o.prefix + ".Q." + queue + "." + ps,
+		sSubj:  d.o.prefix + ".S." + queue + "." + ps,
+		hasSch: true,
 	}
 }
 
@@ -124,10 +122,12 @@ func (d *jsDriver) deadLetterNames(queue string) jsNames {
 	return jsNames{
 		queue:        d.o.prefix + "_D_" + queue,
 		qSubj:        d.o.prefix + ".D." + queue + ".0",
-		consumer:     "recv",
 		isDeadLetter: true,
 	}
 }
+
+// recvConsumer names each partition's shared durable pull consumer.
+const recvConsumer = "recv"
 
 const (
 	metaPartitions = "jetsaga.partitions"
@@ -206,7 +206,7 @@ func (d *jsDriver) lookup(ctx context.Context, cfg QueueConfig, n jsNames, p int
 		}
 	}
 	if !cfg.RequiresSession || n.isDeadLetter {
-		if part.cons, err = part.queue.Consumer(ctx, n.consumer); err != nil {
+		if part.cons, err = part.queue.Consumer(ctx, recvConsumer); err != nil {
 			return nil, d.mapErr(err)
 		}
 	}
@@ -340,7 +340,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 	part.queue = s
 	if !cfg.RequiresSession || n.isDeadLetter {
 		c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       n.consumer,
+			Durable:       recvConsumer,
 			FilterSubject: n.qSubj + ".m",
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       serverAckWait(cfg.LockDuration),

@@ -29,7 +29,7 @@ func NewMemory(opts ...Option) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Broker{d: &memBroker{clock: o.clock, queues: make(map[string]*memQueue)}, opts: o}, nil
+	return &Broker{d: &memBroker{clock: o.clock, queues: make(map[string]*memQueue)}}, nil
 }
 
 // errQueueDeleted is returned by the handles of a queue after DeleteQueue.

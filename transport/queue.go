@@ -14,8 +14,7 @@ import (
 // Broker opens queues on one backend: JetStream (NewJetStream) or memory
 // (NewMemory). Both keep the same promises; transporttest checks that.
 type Broker struct {
-	d    driver
-	opts options
+	d driver
 }
 
 // OpenQueue creates the queue cfg describes, or updates it to cfg if it
