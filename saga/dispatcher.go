@@ -463,14 +463,14 @@ func (d *Dispatcher) flush(ctx context.Context, key string, rec *record, rev uin
 			if err != nil {
 				return 0, err
 			}
-			if _, err := q.Send(ctx, e.Msg.transportMessage()); errors.Is(err, transport.ErrInvalidMessage) {
+			if _, err := q.Send(ctx, e.Msg.transportMessage()); errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
 				d.dropEffect(ctx, key, e, err)
 			} else if err != nil {
 				return 0, fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
 			}
 		case effectSchedule:
 			ref, err := d.cfg.timeouts.Schedule(ctx, timeout.Timeout{ID: e.Token, Queue: e.Queue, At: e.At, Message: e.Msg.transportMessage()})
-			if errors.Is(err, transport.ErrInvalidMessage) {
+			if errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
 				d.dropEffect(ctx, key, e, err)
 				continue
 			}

@@ -1100,6 +1100,49 @@ func TestRegressionInvalidEffectPoisonsInstance(t *testing.T) {
 		}
 	})
 
+	// A message too large for the server is refused before commit too:
+	// the handler's step fails for good, the instance is not poisoned.
+	t.Run("oversized", func(t *testing.T) {
+		qcfg := transport.QueueConfig{Name: "big", LockDuration: 2 * time.Second}
+		q := n.openQueue(t, qcfg)
+		out := n.openQueue(t, transport.QueueConfig{Name: "big-out"})
+		def := saga.Define[counter]("big")
+		saga.StartedBy(def, saga.By(func(m PStart) string { return m.ID }),
+			func(_ context.Context, c *saga.Context[counter], m PStart) error {
+				c.Data.Count++
+				body := POut(m)
+				if m.Note == "huge" {
+					body.Note = strings.Repeat("x", 2<<20) // the embedded server takes 1 MiB
+				}
+				return c.Send("big-out", body)
+			})
+		d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
+		ctx := ctxFor(t)
+		for _, note := range []string{"huge", "fine"} {
+			if _, err := d.Send(ctx, PStart{ID: "b-1", Note: note}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		run(t, d)
+		eventually(t, 10*time.Second, func() string {
+			if len(peekAll(t, q.DeadLetterQueue())) == 0 {
+				return "nothing dead-lettered yet"
+			}
+			return queueEmpty(t, q)
+		})
+		dl := peekAll(t, q.DeadLetterQueue())
+		if len(dl) != 1 || dl[0].DeadLetterReason != saga.ReasonPermanent || !strings.Contains(dl[0].DeadLetterDescription, "too large") {
+			t.Errorf("dead letters %d, first reason %q (%.120s); want the huge one, %q, too large",
+				len(dl), dl[0].DeadLetterReason, dl[0].DeadLetterDescription, saga.ReasonPermanent)
+		}
+		if c, _, _ := data[counter](t, d, "big", "b-1"); c.Count != 1 {
+			t.Errorf("count %d, want 1: only the fine message's step may commit", c.Count)
+		}
+		if got := len(peekAll(t, out)); got != 1 {
+			t.Errorf("%d messages in big-out, want the fine one", got)
+		}
+	})
+
 	t.Run("control character in ID", func(t *testing.T) {
 		qcfg := transport.QueueConfig{Name: "ctl", LockDuration: 2 * time.Second}
 		q := n.openQueue(t, qcfg)

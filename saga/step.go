@@ -65,7 +65,7 @@ func (s *step) envelope(m any, opts []SendOption) (*envelope, error) {
 // check refuses an effect the transport would refuse at flush time, after
 // the step committed: such an outbox could never be carried out.
 func (s *step) check(e *envelope) error {
-	if err := transport.ValidateMessage(e.transportMessage()); err != nil {
+	if err := s.d.broker.Validate(e.transportMessage()); err != nil {
 		return Permanent(fmt.Errorf("saga %s/%s: outgoing %s: %w", s.sagaName, s.id, e.Type, err))
 	}
 	return nil

@@ -47,6 +47,8 @@ type jsDriver struct {
 	stop   context.CancelFunc
 }
 
+func (d *jsDriver) maxPayload() int64 { return d.nc.MaxPayload() }
+
 func (d *jsDriver) close() error {
 	d.closed.Store(true)
 	d.stop()

@@ -49,7 +49,7 @@ func (q *jsQueue) targetSuffix(m *Message) string {
 // duplicate detection, and refuses it if it cannot fit max_payload.
 func (q *jsQueue) natsMsg(subject string, m *Message) (*nats.Msg, error) {
 	msg := &nats.Msg{Subject: subject, Header: encodeHeader(m), Data: m.Body}
-	if n, max := sizeWith(msg.Header, m.Body), q.d.nc.MaxPayload(); int64(n) > max {
+	if n, max := sizeWith(msg.Header, m.Body), q.d.maxPayload(); int64(n) > max {
 		return nil, fmt.Errorf("%w: %d bytes, server max_payload is %d", ErrMessageTooLarge, n, max)
 	}
 	if m.MessageID != "" {

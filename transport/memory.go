@@ -99,6 +99,8 @@ func (b *memBroker) deleteQueue(ctx context.Context, name string) error {
 	return nil
 }
 
+func (b *memBroker) maxPayload() int64 { return DefaultMaxPayload }
+
 func (b *memBroker) close() error {
 	b.mu.Lock()
 	qs := b.queues

@@ -89,15 +89,6 @@ func fromSubjectToken(tok string) (string, bool) {
 	return string(b), err == nil
 }
 
-// ValidateMessage checks the fields of m a sender controls, as Send does
-// before anything is written; the error wraps ErrInvalidMessage. Code that
-// stores a message to send later (an outbox) calls it when it stores.
-func ValidateMessage(m *Message) error { return validateMessage(m, false) }
-
-// ValidateID checks an ID or session ID as Send does: up to 128 bytes of
-// UTF-8 without control characters. The error wraps ErrInvalidMessage.
-func ValidateID(id string) error { return validID("ID", id) }
-
 // validateMessage checks everything a sender controls. It is shared by all
 // drivers, so both reject the same input with the same error.
 func validateMessage(m *Message, requiresSession bool) error {

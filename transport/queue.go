@@ -59,6 +59,20 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
 	return b.d.deleteQueue(ctx, name)
 }
 
+// Validate reports whether Send would refuse m for what it holds — a bad
+// field (ErrInvalidMessage) or a size over the server's max payload
+// (ErrMessageTooLarge) — whatever queue it goes to. Code that stores a
+// message to send later, such as an outbox, calls it when it stores.
+func (b *Broker) Validate(m *Message) error {
+	if err := validateMessage(m, false); err != nil {
+		return err
+	}
+	if n, max := wireSize(m), b.d.maxPayload(); int64(n) > max {
+		return fmt.Errorf("%w: %d bytes, server max_payload is %d", ErrMessageTooLarge, n, max)
+	}
+	return nil
+}
+
 // Close releases the broker's resources. It does not close a *nats.Conn
 // the caller passed in.
 func (b *Broker) Close() error { return b.d.close() }
@@ -386,6 +400,8 @@ type driver interface {
 	// ErrQueueNotFound.
 	attachQueue(ctx context.Context, name string) (queueDriver, QueueConfig, error)
 	deleteQueue(ctx context.Context, name string) error
+	// maxPayload is the largest message the backend stores, in bytes.
+	maxPayload() int64
 	close() error
 }
 

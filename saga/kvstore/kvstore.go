@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsaga/jetsaga/saga"
@@ -74,6 +75,10 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, rev uint64) (
 	}
 	if isConflict(err) {
 		return 0, fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Retrying cannot make the record smaller: the step fails for good.
+		return 0, saga.Permanent(fmt.Errorf("kvstore: put %s: record of %d bytes: %w", key, len(value), err))
 	}
 	if err != nil {
 		return 0, fmt.Errorf("kvstore: put %s: %w", key, err)
