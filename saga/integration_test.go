@@ -1065,81 +1065,25 @@ func TestRegressionInvalidEffectPoisonsInstance(t *testing.T) {
 	n := newNode(t, srv.ClientURL())
 
 	t.Run("property", func(t *testing.T) {
-		qcfg := transport.QueueConfig{Name: "poison", LockDuration: 2 * time.Second}
-		q := n.openQueue(t, qcfg)
-		out := n.openQueue(t, transport.QueueConfig{Name: "poison-out"})
-		def := saga.Define[counter]("poison")
-		saga.StartedBy(def, saga.By(func(m PStart) string { return m.ID }),
-			func(_ context.Context, c *saga.Context[counter], m PStart) error {
-				c.Data.Count++
-				return c.Send("poison-out", POut(m), saga.WithProperty("note", m.Note))
-			})
-		d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
-		ctx := ctxFor(t)
-		if _, err := d.Send(ctx, PStart{ID: "p-1", Note: "bad\x01"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.Send(ctx, PStart{ID: "p-1", Note: "fine"}); err != nil {
-			t.Fatal(err)
-		}
-		run(t, d)
-		eventually(t, 10*time.Second, func() string {
-			if len(peekAll(t, q.DeadLetterQueue())) == 0 {
-				return "nothing dead-lettered yet"
-			}
-			return queueEmpty(t, q)
+		// A property value with a control character.
+		dl := poisonCase(t, n, "poison", "bad\x01", func(m PStart) (POut, []saga.SendOption) {
+			return POut(m), []saga.SendOption{saga.WithProperty("note", m.Note)}
 		})
-		if dl := peekAll(t, q.DeadLetterQueue()); len(dl) != 1 {
-			t.Errorf("%d messages dead-lettered, want only the one with the bad property", len(dl))
-		}
-		if c, _, _ := data[counter](t, d, "poison", "p-1"); c.Count != 1 {
-			t.Errorf("count %d, want 1: only the good message's step may commit", c.Count)
-		}
-		if got := len(peekAll(t, out)); got != 1 {
-			t.Errorf("%d messages in poison-out, want the good one", got)
+		if dl.DeadLetterReason != saga.ReasonPermanent {
+			t.Errorf("reason %q (%.120s), want %q", dl.DeadLetterReason, dl.DeadLetterDescription, saga.ReasonPermanent)
 		}
 	})
 
-	// A message too large for the server is refused before commit too:
-	// the handler's step fails for good, the instance is not poisoned.
+	// A message too large for the server is refused before commit too.
 	t.Run("oversized", func(t *testing.T) {
-		qcfg := transport.QueueConfig{Name: "big", LockDuration: 2 * time.Second}
-		q := n.openQueue(t, qcfg)
-		out := n.openQueue(t, transport.QueueConfig{Name: "big-out"})
-		def := saga.Define[counter]("big")
-		saga.StartedBy(def, saga.By(func(m PStart) string { return m.ID }),
-			func(_ context.Context, c *saga.Context[counter], m PStart) error {
-				c.Data.Count++
-				body := POut(m)
-				if m.Note == "huge" {
-					body.Note = strings.Repeat("x", 2<<20) // the embedded server takes 1 MiB
-				}
-				return c.Send("big-out", body)
-			})
-		d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
-		ctx := ctxFor(t)
-		for _, note := range []string{"huge", "fine"} {
-			if _, err := d.Send(ctx, PStart{ID: "b-1", Note: note}); err != nil {
-				t.Fatal(err)
+		dl := poisonCase(t, n, "big", "huge", func(m PStart) (POut, []saga.SendOption) {
+			if m.Note == "huge" {
+				m.Note = strings.Repeat("x", 2<<20) // the embedded server takes 1 MiB
 			}
-		}
-		run(t, d)
-		eventually(t, 10*time.Second, func() string {
-			if len(peekAll(t, q.DeadLetterQueue())) == 0 {
-				return "nothing dead-lettered yet"
-			}
-			return queueEmpty(t, q)
+			return POut(m), nil
 		})
-		dl := peekAll(t, q.DeadLetterQueue())
-		if len(dl) != 1 || dl[0].DeadLetterReason != saga.ReasonPermanent || !strings.Contains(dl[0].DeadLetterDescription, "too large") {
-			t.Errorf("dead letters %d, first reason %q (%.120s); want the huge one, %q, too large",
-				len(dl), dl[0].DeadLetterReason, dl[0].DeadLetterDescription, saga.ReasonPermanent)
-		}
-		if c, _, _ := data[counter](t, d, "big", "b-1"); c.Count != 1 {
-			t.Errorf("count %d, want 1: only the fine message's step may commit", c.Count)
-		}
-		if got := len(peekAll(t, out)); got != 1 {
-			t.Errorf("%d messages in big-out, want the fine one", got)
+		if dl.DeadLetterReason != saga.ReasonPermanent || !strings.Contains(dl.DeadLetterDescription, "too large") {
+			t.Errorf("reason %q (%.120s), want %q, too large", dl.DeadLetterReason, dl.DeadLetterDescription, saga.ReasonPermanent)
 		}
 	})
 
@@ -1164,6 +1108,50 @@ func TestRegressionInvalidEffectPoisonsInstance(t *testing.T) {
 			t.Errorf("instance stored (%+v, pending %v) for a message that was dead-lettered", h, inst.Timeouts)
 		}
 	})
+}
+
+// poisonCase runs a saga whose start handler sends what out makes of the
+// message, feeds it a message with note bad and then one with note
+// "fine" for the same instance, and checks that only the fine step
+// committed and sent: the bad one is dead-lettered (and returned), and the
+// instance is not poisoned by an outbox that can never be carried out.
+func poisonCase(t *testing.T, n *node, name, bad string, out func(PStart) (POut, []saga.SendOption)) *transport.Message {
+	t.Helper()
+	qcfg := transport.QueueConfig{Name: name, LockDuration: 2 * time.Second}
+	q := n.openQueue(t, qcfg)
+	dest := n.openQueue(t, transport.QueueConfig{Name: name + "-out"})
+	def := saga.Define[counter](name)
+	saga.StartedBy(def, saga.By(func(m PStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], m PStart) error {
+			c.Data.Count++
+			body, opts := out(m)
+			return c.Send(dest.Name(), body, opts...)
+		})
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
+	ctx := ctxFor(t)
+	for _, note := range []string{bad, "fine"} {
+		if _, err := d.Send(ctx, PStart{ID: "p-1", Note: note}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, d)
+	eventually(t, 10*time.Second, func() string {
+		if len(peekAll(t, q.DeadLetterQueue())) == 0 {
+			return "nothing dead-lettered yet"
+		}
+		return queueEmpty(t, q)
+	})
+	dl := peekAll(t, q.DeadLetterQueue())
+	if len(dl) != 1 {
+		t.Fatalf("%d messages dead-lettered, want only the bad one", len(dl))
+	}
+	if c, _, _ := data[counter](t, d, name, "p-1"); c.Count != 1 {
+		t.Errorf("count %d, want 1: only the fine message's step may commit", c.Count)
+	}
+	if got := len(peekAll(t, dest)); got != 1 {
+		t.Errorf("%d messages in %s, want the fine one", got, dest.Name())
+	}
+	return dl[0]
 }
 
 // TestRegressionIdentityCollisionAcrossQueues: a message without MessageID
