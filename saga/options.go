@@ -150,8 +150,8 @@ func WithConflictRetries(n int) Option {
 	})
 }
 
-// WithDrainTimeout bounds how long Run waits for messages in flight after
-// its context ends. Default: 30s.
+// WithDrainTimeout bounds each step, and so how long Run waits for the
+// messages in flight after its context ends. Default: 30s.
 func WithDrainTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) error {
 		if d <= 0 {
