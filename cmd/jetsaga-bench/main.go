@@ -7,6 +7,7 @@
 //	go run ./cmd/jetsaga-bench                      # everything, ~1 minute
 //	go run ./cmd/jetsaga-bench -only schedule,cancel
 //	go run ./cmd/jetsaga-bench -n 0.2               # a quick smoke run
+//	go run ./cmd/jetsaga-bench -only million        # 1M pending (P4), opt-in, minutes
 //	go run ./cmd/jetsaga-bench -json out.json -cpuprofile cpu.out
 package main
 
@@ -38,6 +39,13 @@ var benches = []bench{
 	{"saga", "saga.Dispatcher steps vs a raw loop of the same NATS calls (P2); sagatest 30-day scenario (P5)", benchSaga},
 }
 
+// optInBenches run only when -only names them: they take minutes.
+var optInBenches = []bench{
+	{"million", "1M × -n pending timeouts: schedule rate, RSS, cancel latency, all fire (P4)", benchMillion},
+}
+
+func allBenches() []bench { return slices.Concat(benches, optInBenches) }
+
 func main() {
 	cfg, err := parseFlags(os.Args[1:])
 	if err != nil {
@@ -59,7 +67,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.rounds, "rounds", 5, "measured rounds of the rate benches; the median is reported")
 	fs.IntVar(&cfg.conc, "conc", 8, "concurrent publishers for schedule-par")
 	fs.DurationVar(&cfg.spread, "spread", defaultSpread, "time over which the lateness bench spreads its due times")
-	only := fs.String("only", "", "comma-separated benches to run: "+benchNames())
+	only := fs.String("only", "", "comma-separated benches to run: "+benchNames()+" (million only when named)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benches to this file")
 	if err := fs.Parse(args); err != nil {
@@ -75,7 +83,7 @@ func parseFlags(args []string) (config, error) {
 		if name = strings.TrimSpace(name); name == "" {
 			continue
 		}
-		if !slices.ContainsFunc(benches, func(b bench) bool { return b.name == name }) {
+		if !slices.ContainsFunc(allBenches(), func(b bench) bool { return b.name == name }) {
 			return cfg, fmt.Errorf("-only: unknown bench %q (have %s)", name, benchNames())
 		}
 		cfg.only = append(cfg.only, name)
@@ -84,8 +92,9 @@ func parseFlags(args []string) (config, error) {
 }
 
 func benchNames() string {
-	names := make([]string, len(benches))
-	for i, b := range benches {
+	all := allBenches()
+	names := make([]string, len(all))
+	for i, b := range all {
 		names[i] = b.name
 	}
 	return strings.Join(names, ",")
@@ -112,8 +121,8 @@ func run(ctx context.Context, cfg config) error {
 	}
 
 	var results []Result
-	for _, b := range benches {
-		if len(cfg.only) > 0 && !slices.Contains(cfg.only, b.name) {
+	for _, b := range allBenches() {
+		if !slices.Contains(cfg.only, b.name) && (len(cfg.only) > 0 || slices.ContainsFunc(optInBenches, func(o bench) bool { return o.name == b.name })) {
 			continue
 		}
 		e.progress("%s: %s", b.name, b.desc)
