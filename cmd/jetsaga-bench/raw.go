@@ -75,12 +75,10 @@ func (e *env) rawScheduleStream(ctx context.Context, name, prefix string) (jetst
 	})
 }
 
-// rawQueueStream creates a stream and pull consumer configured as the
-// transport's queue stream and its "recv" consumer, on subjects prefix.>,
-// the consumer filtered on prefix.m.
-func (e *env) rawQueueStream(ctx context.Context, name, prefix string) (jetstream.Stream, jetstream.Consumer, error) {
-	e.dropStream(ctx, name)
-	s, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
+// workQueueConfig is the config of the transport's queue stream: work-queue
+// retention on subjects prefix.>, nothing evicted, direct gets allowed.
+func workQueueConfig(name, prefix string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
 		Name:        name,
 		Subjects:    []string{prefix + ".>"},
 		Storage:     jetstream.FileStorage,
@@ -91,7 +89,15 @@ func (e *env) rawQueueStream(ctx context.Context, name, prefix string) (jetstrea
 		MaxMsgs:     -1,
 		Duplicates:  10 * time.Minute,
 		AllowDirect: true,
-	})
+	}
+}
+
+// rawQueueStream creates a stream and pull consumer configured as the
+// transport's queue stream and its "recv" consumer, on subjects prefix.>,
+// the consumer filtered on prefix.m.
+func (e *env) rawQueueStream(ctx context.Context, name, prefix string) (jetstream.Stream, jetstream.Consumer, error) {
+	e.dropStream(ctx, name)
+	s, err := e.js.CreateStream(ctx, workQueueConfig(name, prefix))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -104,25 +110,15 @@ func (e *env) rawQueueStream(ctx context.Context, name, prefix string) (jetstrea
 // prefix.>, as the transport's queue stream does (jetstream.go provision).
 func (e *env) rawSourcingStream(ctx context.Context, name, prefix, src, srcPrefix string) error {
 	e.dropStream(ctx, name)
-	_, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:        name,
-		Subjects:    []string{prefix + ".>"},
-		Storage:     jetstream.FileStorage,
-		Replicas:    1,
-		Retention:   jetstream.WorkQueuePolicy,
-		Discard:     jetstream.DiscardNew,
-		MaxBytes:    -1,
-		MaxMsgs:     -1,
-		Duplicates:  10 * time.Minute,
-		AllowDirect: true,
-		Sources: []*jetstream.StreamSource{{
-			Name: src,
-			SubjectTransforms: []jetstream.SubjectTransformConfig{{
-				Source:      srcPrefix + ".f.>",
-				Destination: prefix + ".>",
-			}},
+	cfg := workQueueConfig(name, prefix)
+	cfg.Sources = []*jetstream.StreamSource{{
+		Name: src,
+		SubjectTransforms: []jetstream.SubjectTransformConfig{{
+			Source:      srcPrefix + ".f.>",
+			Destination: prefix + ".>",
 		}},
-	})
+	}}
+	_, err := e.js.CreateStream(ctx, cfg)
 	return err
 }
 
