@@ -41,7 +41,6 @@ type Dispatcher struct {
 	openOnce sync.Once
 	q        *transport.Queue
 	openErr  error
-	queues   sync.Map // name → *transport.Queue
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga
@@ -115,26 +114,8 @@ func (d *Dispatcher) Open(ctx context.Context) error {
 func (d *Dispatcher) open(ctx context.Context) (*transport.Queue, error) {
 	d.openOnce.Do(func() {
 		d.q, d.openErr = d.broker.OpenQueue(ctx, d.cfg.queue)
-		if d.openErr == nil {
-			d.queues.Store(d.queueName, d.q)
-			if t, ok := d.cfg.timeouts.(*timeout.Transport); ok {
-				t.Use(d.q)
-			}
-		}
 	})
 	return d.q, d.openErr
-}
-
-func (d *Dispatcher) queue(ctx context.Context, name string) (*transport.Queue, error) {
-	if q, ok := d.queues.Load(name); ok {
-		return q.(*transport.Queue), nil
-	}
-	q, err := d.broker.Queue(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	actual, _ := d.queues.LoadOrStore(name, q)
-	return actual.(*transport.Queue), nil
 }
 
 // Send sends m to the dispatcher's own queue, for code outside sagas (an
@@ -149,7 +130,7 @@ func (d *Dispatcher) SendTo(ctx context.Context, queue string, m any, opts ...Se
 	if _, err := d.open(ctx); err != nil {
 		return transport.SendResult{}, err
 	}
-	q, err := d.queue(ctx, queue)
+	q, err := d.broker.Queue(ctx, queue)
 	if err != nil {
 		return transport.SendResult{}, err
 	}
@@ -459,7 +440,7 @@ func (d *Dispatcher) flush(ctx context.Context, key string, rec *record, rev uin
 	for _, e := range rec.Outbox {
 		switch e.Kind {
 		case effectSend:
-			q, err := d.queue(ctx, e.Queue)
+			q, err := d.broker.Queue(ctx, e.Queue)
 			if err != nil {
 				return 0, err
 			}

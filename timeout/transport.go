@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -20,48 +19,19 @@ const TransportEngine = "queue"
 // Schedule within the queue's DuplicateWindow is a no-op that returns the
 // first ref.
 type Transport struct {
-	b      *transport.Broker
-	mu     sync.Mutex
-	queues map[string]*transport.Queue
+	b *transport.Broker
 }
 
 // NewTransport returns a scheduler on broker b. It schedules on queues as
 // they exist (Broker.Queue), creating missing ones with default settings.
-func NewTransport(b *transport.Broker) *Transport {
-	return &Transport{b: b, queues: make(map[string]*transport.Queue)}
-}
-
-func (s *Transport) queue(ctx context.Context, name string) (*transport.Queue, error) {
-	s.mu.Lock()
-	q, ok := s.queues[name]
-	s.mu.Unlock()
-	if ok {
-		return q, nil
-	}
-	q, err := s.b.Queue(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.queues[name] = q
-	s.mu.Unlock()
-	return q, nil
-}
-
-// Use makes s schedule on q for q's name, instead of opening the queue
-// with default settings.
-func (s *Transport) Use(q *transport.Queue) {
-	s.mu.Lock()
-	s.queues[q.Name()] = q
-	s.mu.Unlock()
-}
+func NewTransport(b *transport.Broker) *Transport { return &Transport{b: b} }
 
 // Schedule schedules t.Message on t.Queue for t.At.
 func (s *Transport) Schedule(ctx context.Context, t Timeout) (Ref, error) {
 	if err := t.validate(); err != nil {
 		return "", err
 	}
-	q, err := s.queue(ctx, t.Queue)
+	q, err := s.b.Queue(ctx, t.Queue)
 	if err != nil {
 		return "", err
 	}
@@ -80,7 +50,7 @@ func (s *Transport) Cancel(ctx context.Context, ref Ref) error {
 	if err != nil {
 		return err
 	}
-	q, err := s.queue(ctx, queue)
+	q, err := s.b.Queue(ctx, queue)
 	if err != nil {
 		return err
 	}

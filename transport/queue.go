@@ -14,7 +14,8 @@ import (
 // Broker opens queues on one backend: JetStream (NewJetStream) or memory
 // (NewMemory). Both keep the same promises; transporttest checks that.
 type Broker struct {
-	d driver
+	d      driver
+	queues sync.Map // name → *Queue, as last opened or attached
 }
 
 // OpenQueue creates the queue cfg describes, or updates it to cfg if it
@@ -30,13 +31,20 @@ func (b *Broker) OpenQueue(ctx context.Context, cfg QueueConfig) (*Queue, error)
 	if err != nil {
 		return nil, err
 	}
-	return &Queue{cfg: cfg, d: qd, b: b}, nil
+	q := &Queue{cfg: cfg, d: qd, b: b}
+	b.queues.Store(cfg.Name, q)
+	return q, nil
 }
 
 // Queue returns the queue named name as it exists, without changing its
 // configuration, for a sender that does not own the queue. A queue that
-// does not exist yet is created with the default QueueConfig.
+// does not exist yet is created with the default QueueConfig. The broker
+// remembers the queues it opened or attached, so repeated calls are
+// cheap; OpenQueue on this broker replaces what it remembers.
 func (b *Broker) Queue(ctx context.Context, name string) (*Queue, error) {
+	if q, ok := b.queues.Load(name); ok {
+		return q.(*Queue), nil
+	}
 	if err := ValidateQueueName(name); err != nil {
 		return nil, err
 	}
@@ -47,7 +55,8 @@ func (b *Broker) Queue(ctx context.Context, name string) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Queue{cfg: cfg, d: qd, b: b}, nil
+	q, _ := b.queues.LoadOrStore(name, &Queue{cfg: cfg, d: qd, b: b})
+	return q.(*Queue), nil
 }
 
 // DeleteQueue removes a queue, its dead-letter queue and all their
@@ -56,6 +65,7 @@ func (b *Broker) DeleteQueue(ctx context.Context, name string) error {
 	if err := ValidateQueueName(name); err != nil {
 		return err
 	}
+	b.queues.Delete(name)
 	return b.d.deleteQueue(ctx, name)
 }
 
