@@ -141,7 +141,7 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream
 	count := int(md.NumDelivered)
 	if count > q.cfg.MaxDeliveryCount && !q.isDLQ {
 		if err := s.deadLetter(ctx, ReasonMaxDeliveryCountExceeded,
-			fmt.Sprintf("delivered %d times, MaxDeliveryCount is %d", count-1, q.cfg.MaxDeliveryCount)); err != nil {
+			fmt.Sprintf("delivered %d times, MaxDeliveryCount is %d", count-1, q.cfg.MaxDeliveryCount), nil); err != nil {
 			q.d.o.logger.LogAttrs(ctx, slog.LevelError, "transport: dead-lettering failed", slogErr(err), slogQueue(q.cfg.Name))
 		}
 		return nil
@@ -253,7 +253,7 @@ func (s *jsSettler) renew(ctx context.Context) (time.Time, error) {
 // deadLetter copies the message to the dead-letter stream, deduplicated
 // by its queue and sequence number, and then acks it. A crash between the
 // two redelivers the message, and dead-lettering it again is a duplicate.
-func (s *jsSettler) deadLetter(ctx context.Context, reason, description string) error {
+func (s *jsSettler) deadLetter(ctx context.Context, reason, description string, edit func(*Message)) error {
 	if s.q.isDLQ {
 		return fmt.Errorf("%w: dead-lettering from a dead-letter queue", ErrUnsupported)
 	}
@@ -261,6 +261,10 @@ func (s *jsSettler) deadLetter(ctx context.Context, reason, description string) 
 		return err
 	}
 	dl := *s.m
+	if edit != nil {
+		dl = *s.m.Clone()
+		edit(&dl)
+	}
 	dl.DeadLetterReason, dl.DeadLetterDescription = reason, description
 	dl.DeadLetterSource, dl.DeadLetterSeq = s.q.cfg.Name, s.m.Seq
 	dlq := s.q.dlq.parts[0]

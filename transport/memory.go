@@ -480,7 +480,7 @@ func (l *memLog) receive(ctx context.Context, max int) ([]*Delivery, error) {
 // has had MaxDeliveryCount deliveries already and returns nil.
 func (l *memLog) take(p *memPartition, e *memEntry, now time.Time) *Delivery {
 	if max := l.q.cfg.MaxDeliveryCount; l.dlq != nil && e.count >= max {
-		l.deadLetterEntry(p, e, ReasonMaxDeliveryCountExceeded, fmt.Sprintf("delivered %d times", max), now)
+		l.deadLetterEntry(p, e, ReasonMaxDeliveryCountExceeded, fmt.Sprintf("delivered %d times", max), nil, now)
 		return nil
 	}
 	e.count++
@@ -526,9 +526,13 @@ func (l *memLog) remove(p *memPartition, e *memEntry) {
 }
 
 // deadLetterEntry moves e from p to the dead-letter queue.
-func (l *memLog) deadLetterEntry(p *memPartition, e *memEntry, reason, description string, now time.Time) {
+func (l *memLog) deadLetterEntry(p *memPartition, e *memEntry, reason, description string, edit func(*Message), now time.Time) {
 	l.remove(p, e)
 	m := e.m
+	if edit != nil {
+		m = m.Clone()
+		edit(m)
+	}
 	m.DeadLetterReason, m.DeadLetterDescription = reason, description
 	m.DeadLetterSource, m.DeadLetterSeq = l.q.cfg.Name, m.Seq
 	dp := l.dlq.parts[0]
@@ -632,7 +636,7 @@ func (s *memSettler) abandon(ctx context.Context) error {
 	return nil
 }
 
-func (s *memSettler) deadLetter(ctx context.Context, reason, description string) error {
+func (s *memSettler) deadLetter(ctx context.Context, reason, description string, edit func(*Message)) error {
 	if s.l.dlq == nil {
 		return fmt.Errorf("%w: dead-lettering from a dead-letter queue", ErrUnsupported)
 	}
@@ -641,7 +645,7 @@ func (s *memSettler) deadLetter(ctx context.Context, reason, description string)
 		return err
 	}
 	defer s.l.q.mu.Unlock()
-	s.l.deadLetterEntry(s.p, s.e, reason, description, now)
+	s.l.deadLetterEntry(s.p, s.e, reason, description, edit, now)
 	return nil
 }
 

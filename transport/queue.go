@@ -344,15 +344,60 @@ func (d *Delivery) Abandon(ctx context.Context) error {
 }
 
 // DeadLetter moves the message to the queue's dead-letter queue with a
-// reason and a description, which the dead-lettered copy carries.
-func (d *Delivery) DeadLetter(ctx context.Context, reason, description string) error {
+// reason and a description, which the dead-lettered copy carries along
+// with the message's body, MessageID and properties. Options change what
+// the copy carries (for example, a retry copy dead-lettered under the
+// MessageID of the message it retried). The reason, the description and
+// the changed copy are checked like a sent message; an invalid one
+// returns ErrInvalidMessage and leaves the delivery unsettled.
+func (d *Delivery) DeadLetter(ctx context.Context, reason, description string, opts ...DeadLetterOption) error {
 	if err := validValue("reason", reason); err != nil {
 		return err
 	}
 	if err := validValue("description", description); err != nil {
 		return err
 	}
-	return d.settle(func() error { return d.s.deadLetter(ctx, reason, description) })
+	var edit func(*Message)
+	if len(opts) > 0 {
+		probe := d.Message.Clone()
+		for _, o := range opts {
+			o(probe)
+		}
+		if err := validateMessage(probe, false); err != nil {
+			return err
+		}
+		edit = func(m *Message) {
+			for _, o := range opts {
+				o(m)
+			}
+		}
+	}
+	return d.settle(func() error { return d.s.deadLetter(ctx, reason, description, edit) })
+}
+
+// DeadLetterOption changes the copy of a message that DeadLetter stores.
+type DeadLetterOption func(*Message)
+
+// WithDeadLetterMessageID gives the dead-lettered copy MessageID id.
+func WithDeadLetterMessageID(id string) DeadLetterOption {
+	return func(m *Message) { m.MessageID = id }
+}
+
+// WithDeadLetterProperties sets application properties on the
+// dead-lettered copy; a key with an empty value is removed.
+func WithDeadLetterProperties(props map[string]string) DeadLetterOption {
+	return func(m *Message) {
+		for k, v := range props {
+			if v == "" {
+				delete(m.Properties, k)
+				continue
+			}
+			if m.Properties == nil {
+				m.Properties = make(map[string]string, len(props))
+			}
+			m.Properties[k] = v
+		}
+	}
 }
 
 // RenewLock extends the lock by the queue's LockDuration from now.
@@ -438,6 +483,8 @@ type sessionDriver interface {
 type settler interface {
 	complete(ctx context.Context) error
 	abandon(ctx context.Context) error
-	deadLetter(ctx context.Context, reason, description string) error
+	// deadLetter stores a copy of the message, changed by edit if it is
+	// not nil, in the dead-letter queue, and removes the message.
+	deadLetter(ctx context.Context, reason, description string, edit func(*Message)) error
 	renew(ctx context.Context) (time.Time, error)
 }
