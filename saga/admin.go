@@ -7,6 +7,7 @@ import (
 	"iter"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jetsaga/jetsaga/transport"
@@ -27,13 +28,9 @@ func (d *Dispatcher) Instance(ctx context.Context, sagaName, id string) (*Instan
 	if err := validateID(id); err != nil {
 		return nil, fmt.Errorf("%w: %s/%.64q: %w", ErrNotFound, sagaName, id, err)
 	}
-	raw, _, err := d.store.Load(ctx, storeKey(sagaName, id))
+	rec, _, err := d.load(ctx, storeKey(sagaName, id))
 	if err != nil {
 		return nil, err
-	}
-	rec, err := decodeRecord(raw)
-	if err != nil {
-		return nil, fmt.Errorf("saga %s/%s: stored record unreadable: %w", sagaName, id, err)
 	}
 	s := &step{rec: rec}
 	return &Instance{
@@ -66,7 +63,7 @@ func (d *Dispatcher) ScheduledTimeouts(ctx context.Context, sagaName string) ite
 				return
 			}
 			name, ok := m.Properties[propSaga]
-			if m.State != transport.Scheduled || !ok || sagaName != "" && name != sagaName {
+			if m.State != transport.Scheduled || !ok || sagaName != "" && name != sagaName || m.Properties[propType] == flushType {
 				continue
 			}
 			st := ScheduledTimeout{Saga: name, ID: m.Properties[propSagaID], Type: m.Properties[propType], At: m.ScheduledAt, Seq: m.Seq}
@@ -77,64 +74,117 @@ func (d *Dispatcher) ScheduledTimeouts(ctx context.Context, sagaName string) ite
 	}
 }
 
+// CancelResult reports what an operator cancel did to one instance.
+type CancelResult struct {
+	Saga, ID string
+	// Cancelled lists the timeouts cancelled: the instance no longer
+	// waits for them, and their messages are cancelled (or, if one fired
+	// meanwhile, dropped when it arrives). Sorted by due time.
+	Cancelled []PendingTimeout
+}
+
 // CancelTimeouts cancels every pending timeout of one instance and forgets
-// them in its state, so that the saga does not wait for them. It returns
-// how many it cancelled.
-func (d *Dispatcher) CancelTimeouts(ctx context.Context, sagaName, id string) (int, error) {
+// them in its state, so that the saga does not wait for them.
+//
+// It is a step like a handler's: it carries out any effects an earlier
+// step left pending first, then commits the cancel (running again on
+// fresh state after a conflict with a concurrent step), then cancels the
+// timeouts' messages. The result lists exactly what was cancelled.
+//
+// An error means that no timeout was cancelled — ErrNotFound for a
+// missing instance; an earlier step's effects that still cannot be carried
+// out (a full destination queue, say) — with one exception: an error
+// matching ErrEffectsPending says that the cancel was committed (the
+// result lists what it cancelled) but cancelling the messages failed;
+// they are cancelled later, like any step's pending effects, and would be
+// dropped on arrival meanwhile. (A store failing in the middle of its
+// write can leave the outcome unknown; Instance shows it.)
+func (d *Dispatcher) CancelTimeouts(ctx context.Context, sagaName, id string) (CancelResult, error) {
+	res := CancelResult{Saga: sagaName, ID: id}
+	if err := validateID(id); err != nil {
+		return res, fmt.Errorf("%w: %s/%.64q: %w", ErrNotFound, sagaName, id, err)
+	}
+	if _, err := d.open(ctx); err != nil {
+		return res, err
+	}
 	key := storeKey(sagaName, id)
+	identity := "cancel:" + strconv.FormatInt(d.cfg.now().UnixNano(), 10)
+	waits, conflicts := 0, 0
 	for {
-		raw, rev, err := d.store.Load(ctx, key)
+		now := d.cfg.now()
+		rec, rev, err := d.load(ctx, key)
 		if err != nil {
-			return 0, err
+			return res, err
 		}
-		rec, err := decodeRecord(raw)
-		if err != nil {
-			return 0, err
+		if len(rec.Outbox) > 0 {
+			if waits < outboxWaits && now.Sub(rec.Updated) < outboxGrace {
+				waits++
+				if err := sleep(ctx, time.Millisecond<<waits); err != nil {
+					return res, err
+				}
+				continue
+			}
+			if rev, err = d.flush(ctx, key, rec, rev); errors.Is(err, ErrConflict) && conflicts < d.cfg.conflicts {
+				conflicts++
+				continue
+			} else if err != nil {
+				return res, fmt.Errorf("saga %s/%s: no timeout cancelled: an earlier step's effects cannot be carried out: %w", sagaName, id, err)
+			}
 		}
-		n := len(rec.Timeouts)
-		if n == 0 {
-			return 0, nil
+		s := &step{d: d, sagaName: sagaName, id: id, key: key, rec: rec}
+		cancelled := s.pending()
+		if len(cancelled) == 0 {
+			return res, nil
 		}
-		s := &step{rec: rec}
-		for _, tok := range slices.Sorted(maps.Keys(rec.Timeouts)) {
-			s.cancelTimeout(tok)
+		for _, pt := range cancelled {
+			s.cancelTimeout(string(pt.Handle))
 		}
-		b, err := encodeRecord(rec)
-		if err != nil {
-			return 0, err
-		}
-		rev, err = d.store.Put(ctx, key, b, rev)
-		if errors.Is(err, ErrConflict) {
+		rec.Updated = now
+		rev, err = d.put(ctx, key, rec, rev)
+		if errors.Is(err, ErrConflict) && conflicts < d.cfg.conflicts {
+			conflicts++
 			continue
 		}
 		if err != nil {
-			return 0, err
+			return res, fmt.Errorf("saga %s/%s: no timeout cancelled: %w", sagaName, id, err)
 		}
-		_, err = d.flush(ctx, key, rec, rev)
-		if err != nil && !errors.Is(err, ErrConflict) {
-			return n, err
+		res.Cancelled = cancelled
+		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
+			serr := d.scheduleFlush(ctx, sagaName, id, identity, 1)
+			return res, fmt.Errorf("%w: saga %s/%s: %d timeouts cancelled in its state; cancelling their messages failed and will be retried: %w",
+				ErrEffectsPending, sagaName, id, len(cancelled), errors.Join(err, serr))
 		}
-		return n, nil
+		return res, nil
 	}
 }
 
 // CancelAllTimeouts cancels the pending timeouts of every instance of
-// sagaName that has one waiting in the dispatcher's queue.
-func (d *Dispatcher) CancelAllTimeouts(ctx context.Context, sagaName string) (int, error) {
+// sagaName that has one waiting in the dispatcher's queue (see
+// CancelTimeouts; timeouts of other engines are not listed). It returns a
+// result for each instance whose timeouts it cancelled — also when it
+// returns an error, which joins the errors of the instances it could not
+// cancel (an instance that no longer exists is skipped).
+func (d *Dispatcher) CancelAllTimeouts(ctx context.Context, sagaName string) ([]CancelResult, error) {
 	ids := make(map[string]bool)
 	for st, err := range d.ScheduledTimeouts(ctx, sagaName) {
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		ids[st.ID] = true
 	}
-	total := 0
+	var out []CancelResult
+	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(ids)) {
-		n, err := d.CancelTimeouts(ctx, sagaName, id)
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return total, err
+		res, err := d.CancelTimeouts(ctx, sagaName, id)
+		if len(res.Cancelled) > 0 {
+			out = append(out, res)
 		}
-		total += n
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
 	}
-	return total, nil
+	return out, errors.Join(errs...)
 }

@@ -2,6 +2,7 @@ package saga
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jetsaga/jetsaga/transport"
@@ -34,10 +35,14 @@ func (c *Context[S]) Now() time.Time { return c.step.now }
 func (c *Context[S]) Incoming() *transport.Message { return c.step.in }
 
 // Send sends m to queue.
+//
+// Like every effect, it is checked at the call: an invalid queue name, a
+// message that cannot be encoded or that the transport would refuse
+// (invalid property, too large) is an error that matches ErrPermanent and
+// the cause (transport.ErrInvalidQueueName, transport.ErrInvalidMessage,
+// transport.ErrMessageTooLarge); returned from the handler, it
+// dead-letters the message at once with ReasonPermanent.
 func (c *Context[S]) Send(queue string, m any, opts ...SendOption) error {
-	if err := transport.ValidateQueueName(queue); err != nil {
-		return err
-	}
 	return c.step.send(queue, m, opts)
 }
 
@@ -53,7 +58,8 @@ func (c *Context[S]) Publish(m any, opts ...SendOption) error {
 }
 
 // Reply sends m to the ReplyTo queue of the message being handled, with
-// its CorrelationID (or, if it has none, its MessageID).
+// its CorrelationID (or, if it has none, its MessageID). Without a
+// ReplyTo it returns an error matching ErrNoReplyTo and ErrPermanent.
 func (c *Context[S]) Reply(m any, opts ...SendOption) error {
 	return c.step.reply(c.step.replyAddress(), m, opts)
 }
@@ -69,7 +75,9 @@ func (c *Context[S]) ReplyToOriginator(m any, opts ...SendOption) error {
 type TimeoutHandle string
 
 // RequestTimeout asks for payload to come back to this instance after d,
-// to the OnTimeout handler for its type.
+// to the OnTimeout handler for its type. A payload type the saga has no
+// OnTimeout for is refused with an error matching ErrNoTimeoutHandler
+// and ErrPermanent.
 func (c *Context[S]) RequestTimeout(d time.Duration, payload any) (TimeoutHandle, error) {
 	return c.RequestTimeoutAt(c.step.now.Add(d), payload)
 }
@@ -86,15 +94,45 @@ func (c *Context[S]) CancelTimeout(h TimeoutHandle) {
 	c.step.cancelTimeout(string(h))
 }
 
-// RescheduleTimeout cancels h and requests the same payload again for at,
-// returning the new handle. If h is no longer pending it returns an error.
+// RescheduleTimeout replaces the pending timeout h with a new one: h is
+// cancelled, and payload — the payload given here, which the new timeout
+// carries; h's own payload is not kept — is requested for at. It returns
+// the new handle. Its type need not be h's, but needs an OnTimeout.
+//
+// If h is not pending (handled, cancelled, or the timeout being handled
+// now: see Timeout), it changes nothing and returns an error matching
+// ErrTimeoutNotPending and ErrPermanent; to request a timeout whether or
+// not h is still pending, call CancelTimeout and RequestTimeoutAt.
 func (c *Context[S]) RescheduleTimeout(h TimeoutHandle, at time.Time, payload any) (TimeoutHandle, error) {
-	if _, ok := c.step.rec.Timeouts[string(h)]; !ok {
-		return "", fmt.Errorf("saga %s/%s: timeout %s is not pending", c.step.sagaName, c.step.id, h)
+	if !c.IsPending(h) {
+		return "", Permanent(fmt.Errorf("saga %s/%s: timeout %s: %w", c.step.sagaName, c.step.id, h, ErrTimeoutNotPending))
 	}
+	outbox := slices.Clone(c.step.rec.Outbox)
+	te := c.step.rec.Timeouts[string(h)]
 	c.CancelTimeout(h)
-	return c.RequestTimeoutAt(at, payload)
+	nh, err := c.RequestTimeoutAt(at, payload)
+	if err != nil {
+		// Undo the cancel: a refused reschedule changes nothing.
+		c.step.rec.Outbox = outbox
+		c.step.rec.Timeouts[string(h)] = te
+		return "", err
+	}
+	return nh, nil
 }
+
+// IsPending reports whether the timeout h is pending: requested (in an
+// earlier step or this one), and not yet handled or cancelled. The
+// timeout being handled (Timeout) is no longer pending.
+func (c *Context[S]) IsPending(h TimeoutHandle) bool {
+	_, ok := c.step.rec.Timeouts[string(h)]
+	return ok
+}
+
+// Timeout returns the handle of the timeout being handled — the one
+// RequestTimeout returned for it — in an OnTimeout handler, and "" in
+// other handlers. Compare it with handles kept in Data to tell which of
+// several timeouts of one type fired.
+func (c *Context[S]) Timeout() TimeoutHandle { return TimeoutHandle(c.step.timeout) }
 
 // PendingTimeout describes a timeout requested and not yet handled.
 type PendingTimeout struct {

@@ -49,14 +49,28 @@ const (
 )
 
 // NotFoundPolicy says what happens to a message that a saga handles but
-// that starts no instance and finds none.
+// that starts no instance and finds none: the instance never existed, or
+// it completed (its tombstone is kept for the retention, see
+// WithCompletedRetention), or the tombstone expired.
 type NotFoundPolicy struct {
 	// DeadLetter moves the message to the dead-letter queue with reason
-	// ErrSagaNotFound. Default: false, the message is completed and
+	// ReasonSagaNotFound. Default: false, the message is completed and
 	// logged at Debug level (a late message for a finished saga is normal).
 	DeadLetter bool
-	// Hook, if set, is called instead; its error fails the step as a
-	// handler error would.
+	// Handler, if set, is called instead of either, with the message and
+	// a NotFoundContext that tells whether the instance completed and can
+	// send and reply. It changes no state: there is no instance to
+	// commit. Its messages are sent after it returns nil, with IDs fixed
+	// by the message it handles, so that a redelivery sends them again
+	// only to be deduplicated (within the destination's DuplicateWindow).
+	// Its error fails the step as a handler error would: retried, then
+	// dead-lettered.
+	Handler func(ctx context.Context, c *NotFoundContext, m any) error
+	// Hook, if set and Handler is not, is called instead of DeadLetter;
+	// its error fails the step as a handler error would.
+	//
+	// Deprecated: use Handler, which can tell a completed instance from
+	// one that never existed, and send.
 	Hook func(ctx context.Context, sagaName, id string, m any) error
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -18,11 +19,45 @@ import (
 
 // Dead-letter reasons the dispatcher gives.
 const (
-	ReasonUnknownType      = "UnknownMessageType"
-	ReasonMalformed        = "MalformedMessage"
-	ReasonSagaNotFound     = "SagaNotFound"
-	ReasonPermanent        = "PermanentError"
+	// ReasonUnknownType: no saga of the dispatcher handles the message's
+	// type, or a timeout names a saga or type it does not run.
+	ReasonUnknownType = "UnknownMessageType"
+	// ReasonMalformed: the body cannot be decoded.
+	ReasonMalformed = "MalformedMessage"
+	// ReasonSagaNotFound: no instance, under NotFoundPolicy.DeadLetter.
+	ReasonSagaNotFound = "SagaNotFound"
+	// ReasonPermanent: the step failed with a Permanent error, or asked
+	// for something invalid. Nothing of it was committed.
+	ReasonPermanent = "PermanentError"
+	// ReasonRetriesExhausted: the step failed on every immediate and
+	// delayed retry. Nothing of it was committed.
 	ReasonRetriesExhausted = "RetriesExhausted"
+)
+
+// Properties of a dead letter the dispatcher moved there after its step
+// failed (reasons ReasonPermanent, ReasonRetriesExhausted,
+// ReasonMalformed, ReasonSagaNotFound). The dead letter is otherwise the
+// message as it was first sent — MessageID, body, CorrelationID, ReplyTo
+// and properties — without the dispatcher's bookkeeping of delayed
+// retries, so that an operator can send it again as it is. The dispatcher
+// never reads these properties: a message sent again starts with a fresh
+// history. Mind the queue's DuplicateWindow: within it of the first send,
+// a message sent again with the same MessageID is dropped as a duplicate.
+const (
+	// PropertyAttempts is how many times the step ran, over every
+	// immediate and delayed retry (decimal).
+	PropertyAttempts = "jetsaga-attempts"
+	// PropertyDelayedRetries is how many delayed retries the message had
+	// before it was dead-lettered (decimal; at most RetryPolicy.Delayed).
+	PropertyDelayedRetries = "jetsaga-delayed-retries"
+	// PropertyFirstFailure is when the step first failed (RFC 3339, UTC,
+	// by the dispatcher's clock). The dead letter's EnqueuedAt is when it
+	// was dead-lettered.
+	PropertyFirstFailure = "jetsaga-first-failure"
+	// PropertyLastError is the last error, up to 1024 bytes, control
+	// characters replaced by spaces. The dead letter's description has
+	// it at greater length.
+	PropertyLastError = "jetsaga-last-error"
 )
 
 // Dispatcher is an endpoint: it receives the messages of one transport
@@ -60,6 +95,7 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 		drain:       30 * time.Second,
 		retry:       RetryPolicy{Immediate: 3, Delayed: 3, Backoff: defaultBackoff},
 		subscribers: make(map[string][]string),
+		retention:   DefaultRetention,
 		now:         time.Now,
 	}
 	c.queue.Name = queue
@@ -204,49 +240,152 @@ func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
 		return
 	}
 	info := StepInfo{Queue: d.queueName, MessageType: del.Properties[propType], Seq: del.Seq, DeliveryCount: del.DeliveryCount}
-	if h := d.cfg.hooks.StepStarted; h != nil {
-		ctx = h(ctx, info)
+	var res StepResult
+	if info.MessageType == flushType {
+		info.Saga, info.ID = del.Properties[propSaga], del.Properties[propSagaID]
+		ctx = d.stepStarted(ctx, info)
+		res = d.handleFlush(ctx, del)
+	} else {
+		// Decode and correlate first, so that StepStarted knows the
+		// instance when there is one.
+		ts, err := d.resolve(ctx, del, &info)
+		ctx = d.stepStarted(ctx, info)
+		if err != nil {
+			res = d.deadLetter(ctx, del, ReasonUnknownType, err, nil)
+		} else {
+			res = d.handle(ctx, del, ts, &info)
+		}
 	}
-	res := d.handle(ctx, del, &info)
 	res.Duration = d.cfg.now().Sub(start)
 	if h := d.cfg.hooks.StepDone; h != nil {
 		h(ctx, info, res)
 	}
 }
 
-func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, info *StepInfo) StepResult {
-	targets, err := d.targets(del)
-	if err != nil {
-		return d.deadLetter(ctx, del, ReasonUnknownType, err)
+func (d *Dispatcher) stepStarted(ctx context.Context, info StepInfo) context.Context {
+	if h := d.cfg.hooks.StepStarted; h != nil {
+		return h(ctx, info)
 	}
+	return ctx
+}
+
+// target is one saga a message goes to, with the message decoded and
+// correlated for it.
+type target struct {
+	rt   sagaRuntime
+	kind routeKind
+	m    any    // the decoded message
+	id   string // the instance ID; "" if correlation failed
+	err  error  // why decoding or correlation failed
+}
+
+// resolve finds the sagas a message goes to, decodes it and correlates it
+// for each. A message for one saga fills in info's Saga and ID.
+func (d *Dispatcher) resolve(ctx context.Context, del *transport.Delivery, info *StepInfo) ([]*target, error) {
+	rts, err := d.targets(del)
+	if err != nil {
+		return nil, err
+	}
+	ts := make([]*target, len(rts))
+	for i, rt := range rts {
+		ts[i] = &target{rt: rt}
+		d.correlate(ctx, del, ts[i])
+	}
+	if len(ts) == 1 {
+		info.Saga, info.ID = ts[0].rt.Name(), ts[0].id
+	}
+	return ts, nil
+}
+
+// correlate decodes the message for t's saga and finds its instance ID.
+func (d *Dispatcher) correlate(ctx context.Context, del *transport.Delivery, t *target) {
+	typ := del.Properties[propType]
+	t.kind, _ = t.rt.lookup(typ)
+	t.m, t.id, t.err = nil, "", nil
+	var id string
+	if t.kind == routeTimeout {
+		id = del.Properties[propSagaID]
+	}
+	m, err := t.rt.decode(d.cfg.codec, typ, del.Body)
+	if err != nil {
+		t.err = Permanent(fmt.Errorf("%w: %s: %w", ErrMalformed, typ, err))
+	} else if t.kind != routeTimeout {
+		id, t.err = t.rt.find(ctx, typ, m)
+	}
+	if verr := validateID(id); verr != nil {
+		if t.err == nil {
+			t.err = Permanent(fmt.Errorf("%w: saga %s: ID %.64q: %w", ErrCorrelation, t.rt.Name(), id, verr))
+		}
+		return
+	}
+	t.m, t.id = m, id
+}
+
+func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, ts []*target, info *StepInfo) StepResult {
 	identity := cmp.Or(del.Properties[propOrigin], del.MessageID, anonymousIdentity(d.queueName, del.Message))
 	outcome, conflicts := Duplicate, 0
-	for _, rt := range targets {
-		info.Saga = rt.Name()
+	var pending []*target
+	var pendingErr error
+	for _, t := range ts {
+		info.Saga, info.ID = t.rt.Name(), t.id
 		var o Outcome
-		var n int
-		for attempt := 0; ; attempt++ {
-			o, n, err = d.process(ctx, rt, del, identity, info)
-			conflicts += n
-			if err == nil || errors.Is(err, ErrPermanent) || attempt >= d.cfg.retry.Immediate {
+		var err error
+		tries := 0
+		for {
+			tries++
+			if tries > 1 && t.err != nil && !errors.Is(t.err, ErrPermanent) {
+				d.correlate(ctx, del, t) // a Finder's transient failure
+				info.ID = t.id
+			}
+			if t.err != nil {
+				o, err = "", t.err
+			} else {
+				var n int
+				o, n, err = d.process(ctx, t, del, identity)
+				conflicts += n
+			}
+			if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || tries > d.cfg.retry.Immediate {
 				break
 			}
 		}
+		if o == EffectsPending {
+			pending = append(pending, t)
+			pendingErr = errors.Join(pendingErr, err)
+			outcome = EffectsPending
+			continue
+		}
 		if err != nil {
-			res := d.fail(ctx, del, identity, err)
+			if serr := d.flushLater(ctx, pending, identity); serr != nil {
+				_ = del.Abandon(ctx)
+				return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr), Conflicts: conflicts}
+			}
+			res := d.fail(ctx, del, identity, err, tries)
 			res.Conflicts = conflicts
 			return res
 		}
-		if o == Handled || o == Dropped && outcome == Duplicate {
+		if outcome != EffectsPending && (o == Handled || o == Dropped && outcome == Duplicate) {
 			outcome = o
 		}
 	}
-	if err := del.Complete(ctx); err != nil {
-		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: completing message failed; it will be redelivered and deduplicated",
-			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", err))
-		return StepResult{Outcome: Abandoned, Err: err, Conflicts: conflicts}
+	var err error
+	if len(pending) > 0 {
+		err = fmt.Errorf("%w: %w", ErrEffectsPending, pendingErr)
+		if serr := d.flushLater(ctx, pending, identity); serr != nil {
+			d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: scheduling the retry of pending effects failed; abandoning the message, whose redelivery retries them",
+				slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", serr), slog.Any("cause", pendingErr))
+			_ = del.Abandon(ctx)
+			return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr), Conflicts: conflicts}
+		}
+		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: step committed; its effects could not all be carried out and will be retried",
+			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("saga.type", info.Saga),
+			slog.String("saga.id", info.ID), slog.Any("error", pendingErr))
 	}
-	return StepResult{Outcome: outcome, Conflicts: conflicts}
+	if cerr := del.Complete(ctx); cerr != nil {
+		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: completing message failed; it will be redelivered and deduplicated",
+			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", cerr))
+		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr), Conflicts: conflicts}
+	}
+	return StepResult{Outcome: outcome, Err: err, Conflicts: conflicts}
 }
 
 // anonymousIdentity identifies a message sent without a MessageID: its
@@ -296,33 +435,15 @@ func validateID(id string) error {
 // process runs one saga's handler for a message and commits the result,
 // running it again on fresh state after a conflict. It returns the
 // outcome and the number of conflicts met.
-func (d *Dispatcher) process(ctx context.Context, rt sagaRuntime, del *transport.Delivery, identity string, info *StepInfo) (Outcome, int, error) {
-	typ := del.Properties[propType]
-	kind, _ := rt.lookup(typ)
-	m, err := rt.decode(d.cfg.codec, typ, del.Body)
-	if err != nil {
-		return "", 0, Permanent(fmt.Errorf("%w: %s: %w", ErrMalformed, typ, err))
-	}
-	var id string
-	if kind == routeTimeout {
-		id = del.Properties[propSagaID]
-	} else if id, err = rt.find(ctx, typ, m); err != nil {
-		return "", 0, err
-	}
-	if err := validateID(id); err != nil {
-		return "", 0, Permanent(fmt.Errorf("%w: saga %s: ID %.64q: %w", ErrCorrelation, rt.Name(), id, err))
-	}
-	info.ID = id
-	key := storeKey(rt.Name(), id)
+func (d *Dispatcher) process(ctx context.Context, t *target, del *transport.Delivery, identity string) (Outcome, int, error) {
+	key := storeKey(t.rt.Name(), t.id)
 	waits := 0
 	for conflicts := 0; ; {
-		o, err := d.attempt(ctx, rt, kind, key, id, identity, del, m, waits < outboxWaits)
+		o, err := d.attempt(ctx, t, key, identity, del, waits < outboxWaits)
 		if errors.Is(err, errOutboxBusy) {
 			waits++
-			select {
-			case <-ctx.Done():
-				return "", conflicts, context.Cause(ctx)
-			case <-time.After(time.Millisecond << waits):
+			if err := sleep(ctx, time.Millisecond<<waits); err != nil {
+				return "", conflicts, err
 			}
 			continue
 		}
@@ -330,8 +451,17 @@ func (d *Dispatcher) process(ctx context.Context, rt sagaRuntime, del *transport
 			return o, conflicts, err
 		}
 		if conflicts++; conflicts > d.cfg.conflicts {
-			return "", conflicts, fmt.Errorf("saga %s/%s: gave up after %d conflicts: %w", rt.Name(), id, conflicts, err)
+			return "", conflicts, fmt.Errorf("saga %s/%s: gave up after %d conflicts: %w", t.rt.Name(), t.id, conflicts, err)
 		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(d):
+		return nil
 	}
 }
 
@@ -348,26 +478,57 @@ const (
 
 var errOutboxBusy = errors.New("saga: outbox being carried out")
 
-// attempt is one load → handle → commit → carry out effects round.
-func (d *Dispatcher) attempt(ctx context.Context, rt sagaRuntime, kind routeKind, key, id, identity string, del *transport.Delivery, m any, patient bool) (Outcome, error) {
-	now := d.cfg.now()
+// load returns the record stored under key and its revision, or
+// ErrNotFound.
+func (d *Dispatcher) load(ctx context.Context, key string) (*record, uint64, error) {
 	raw, rev, err := d.store.Load(ctx, key)
-	var rec *record
+	if err != nil {
+		return nil, 0, err
+	}
+	rec, err := decodeRecord(raw)
+	if err != nil {
+		return nil, 0, Permanent(fmt.Errorf("saga: stored record %s unreadable: %w", key, err))
+	}
+	return rec, rev, nil
+}
+
+// put stores rec under key if its revision is rev. A completed instance's
+// record expires after the retention, if the store can let it.
+func (d *Dispatcher) put(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
+	b, err := encodeRecord(rec)
+	if err != nil {
+		return 0, err
+	}
+	if rec.Completed {
+		if es, ok := d.store.(ExpiringStore); ok {
+			return es.PutTTL(ctx, key, b, rev, d.cfg.retention)
+		}
+	}
+	return d.store.Put(ctx, key, b, rev)
+}
+
+// attempt is one load → handle → commit → carry out effects round. It
+// returns EffectsPending with the error when the message's change is
+// committed but its effects could not all be carried out.
+func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient bool) (Outcome, error) {
+	now := d.cfg.now()
+	rec, rev, err := d.load(ctx, key)
+	var tombstone *record
 	switch {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:
 		return "", err
 	default:
-		if rec, err = decodeRecord(raw); err != nil {
-			return "", Permanent(fmt.Errorf("saga %s/%s: stored record unreadable: %w", rt.Name(), id, err))
-		}
-		// Effects a crashed step committed but did not carry out go first:
-		// the next commit would overwrite them.
+		// Effects a step committed but did not carry out go first: the
+		// next commit would overwrite them.
 		if len(rec.Outbox) > 0 {
 			if patient && now.Sub(rec.Updated) < outboxGrace {
 				return "", errOutboxBusy
 			}
 			if rev, err = d.flush(ctx, key, rec, rev); err != nil {
+				if rec.seen(identity) && !errors.Is(err, ErrConflict) {
+					return EffectsPending, err // this message's own step
+				}
 				return "", err
 			}
 		}
@@ -375,15 +536,16 @@ func (d *Dispatcher) attempt(ctx context.Context, rt sagaRuntime, kind routeKind
 			return Duplicate, nil
 		}
 		if rec.Completed {
+			tombstone = rec
 			rec = &record{Inbox: rec.Inbox} // a finished instance: as if not found
 		}
 	}
 	isNew := rec == nil || rec.Started.IsZero()
-	if isNew && kind != routeStart {
-		if kind == routeTimeout {
-			return Dropped, nil
-		}
-		return d.notFound(ctx, rt, id, m)
+	if isNew && t.kind != routeTimeout && t.kind != routeStart {
+		return d.notFound(ctx, t, key, identity, del, tombstone)
+	}
+	if isNew && t.kind == routeTimeout {
+		return Dropped, nil
 	}
 	if isNew {
 		if rec == nil {
@@ -392,31 +554,30 @@ func (d *Dispatcher) attempt(ctx context.Context, rt sagaRuntime, kind routeKind
 		rec.Started = now
 		rec.Originator = &address{ReplyTo: del.ReplyTo, CorrelationID: cmp.Or(del.CorrelationID, del.MessageID)}
 	}
-	if kind == routeTimeout {
-		token := del.Properties[propToken]
+	var token string
+	if t.kind == routeTimeout {
+		token = del.Properties[propToken]
 		if _, ok := rec.Timeouts[token]; !ok {
 			return Dropped, nil // cancelled, rescheduled or already handled
 		}
 		delete(rec.Timeouts, token)
 	}
-	s := &step{d: d, sagaName: rt.Name(), id: id, key: key, identity: identity, in: del.Message, rec: rec, isNew: isNew, now: now, codec: d.cfg.codec}
-	if err := runHandler(ctx, rt, s, del.Properties[propType], m); err != nil {
-		return "", &HandlerError{Saga: rt.Name(), ID: id, Message: del.Properties[propType], Err: err}
+	s := &step{d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
+		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token}
+	typ := del.Properties[propType]
+	if err := runHandler(ctx, t.rt, s, typ, t.m); err != nil {
+		return "", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err}
 	}
 	rec.remember(identity)
 	if rec.Completed {
 		s.complete()
 	}
-	b, err := encodeRecord(rec)
-	if err != nil {
-		return "", err
-	}
-	if rev, err = d.store.Put(ctx, key, b, rev); err != nil {
+	if rev, err = d.put(ctx, key, rec, rev); err != nil {
 		return "", err
 	}
 	if len(rec.Outbox) > 0 {
 		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
-			return "", err
+			return EffectsPending, err
 		}
 	}
 	return Handled, nil
@@ -438,89 +599,180 @@ func runHandler(ctx context.Context, rt sagaRuntime, s *step, typ string, m any)
 // window, and cancels are idempotent.
 func (d *Dispatcher) flush(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
 	for _, e := range rec.Outbox {
-		switch e.Kind {
-		case effectSend:
-			q, err := d.broker.Queue(ctx, e.Queue)
-			if err != nil {
-				return 0, err
-			}
-			if _, err := q.Send(ctx, e.Msg.transportMessage()); errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
-				d.dropEffect(ctx, key, e, err)
-			} else if err != nil {
-				return 0, fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
-			}
-		case effectSchedule:
-			ref, err := d.cfg.timeouts.Schedule(ctx, timeout.Timeout{ID: e.Token, Queue: e.Queue, At: e.At, Message: e.Msg.transportMessage()})
-			if errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
-				d.dropEffect(ctx, key, e, err)
-				continue
-			}
-			if err != nil {
-				return 0, fmt.Errorf("saga: scheduling timeout %s: %w", e.Msg.Type, err)
-			}
-			if te, ok := rec.Timeouts[e.Token]; ok {
-				te.Ref = ref
-				rec.Timeouts[e.Token] = te
-			}
-		case effectCancel:
-			err := d.cfg.timeouts.Cancel(ctx, e.Ref)
-			if err != nil && !errors.Is(err, timeout.ErrNotFound) && !errors.Is(err, timeout.ErrAlreadyFired) {
-				return 0, fmt.Errorf("saga: cancelling timeout %s: %w", e.Ref, err)
-			}
+		if err := d.carryOut(ctx, key, rec, e); err != nil {
+			return 0, err
 		}
 	}
 	rec.Outbox = nil
-	b, err := encodeRecord(rec)
-	if err != nil {
-		return 0, err
+	return d.put(ctx, key, rec, rev)
+}
+
+// carryOut carries out one effect of rec's outbox.
+func (d *Dispatcher) carryOut(ctx context.Context, key string, rec *record, e effect) error {
+	switch e.Kind {
+	case effectSend:
+		q, err := d.broker.Queue(ctx, e.Queue)
+		if err != nil {
+			return fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
+		}
+		if _, err := q.Send(ctx, e.Msg.transportMessage()); errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
+			d.dropEffect(ctx, key, e, err)
+		} else if err != nil {
+			return fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
+		}
+	case effectSchedule:
+		ref, err := d.cfg.timeouts.Schedule(ctx, timeout.Timeout{ID: e.Token, Queue: e.Queue, At: e.At, Message: e.Msg.transportMessage()})
+		if errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
+			d.dropEffect(ctx, key, e, err)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("saga: scheduling timeout %s: %w", e.Msg.Type, err)
+		}
+		if te, ok := rec.Timeouts[e.Token]; ok {
+			te.Ref = ref
+			rec.Timeouts[e.Token] = te
+		}
+	case effectCancel:
+		err := d.cfg.timeouts.Cancel(ctx, e.Ref)
+		if err != nil && !errors.Is(err, timeout.ErrNotFound) && !errors.Is(err, timeout.ErrAlreadyFired) {
+			return fmt.Errorf("saga: cancelling timeout %s: %w", e.Ref, err)
+		}
 	}
-	return d.store.Put(ctx, key, b, rev)
+	return nil
 }
 
 // dropEffect logs an effect that can never be carried out (the step
 // checks effects before commit, so only a record written otherwise has
 // one) and leaves it out, so that it cannot block the instance forever.
 func (d *Dispatcher) dropEffect(ctx context.Context, key string, e effect, err error) {
+	typ := ""
+	if e.Msg != nil {
+		typ = e.Msg.Type
+	}
 	d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: dropping an effect the transport refuses",
-		slog.String("key", key), slog.String("kind", string(e.Kind)), slog.String("type", e.Msg.Type), slog.Any("error", err))
+		slog.String("key", key), slog.String("kind", string(e.Kind)), slog.String("type", typ), slog.Any("error", err))
 }
 
-func (d *Dispatcher) notFound(ctx context.Context, rt sagaRuntime, id string, m any) (Outcome, error) {
-	p := rt.policy()
-	switch {
-	case p.Hook != nil:
-		if err := p.Hook(ctx, rt.Name(), id, m); err != nil {
+// flushType is the type of the dispatcher's own messages that retry the
+// pending effects of a committed step (see EffectsPending).
+const flushType = "jetsaga.flush"
+
+// flushLater schedules, for each target, a message to the dispatcher's
+// own queue that carries out its instance's pending effects. Scheduled
+// messages are not held back by a full queue.
+func (d *Dispatcher) flushLater(ctx context.Context, ts []*target, origin string) error {
+	var errs []error
+	for _, t := range ts {
+		errs = append(errs, d.scheduleFlush(ctx, t.rt.Name(), t.id, origin, 1))
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Dispatcher) scheduleFlush(ctx context.Context, sagaName, id, origin string, n int) error {
+	q, err := d.open(ctx)
+	if err != nil {
+		return err
+	}
+	m := &transport.Message{
+		MessageID: effectID(storeKey(sagaName, id), "flush\x00"+origin, n),
+		Properties: map[string]string{
+			propType: flushType, propSaga: sagaName, propSagaID: id, propOrigin: origin, propAttempt: strconv.Itoa(n),
+		},
+	}
+	_, err = q.Schedule(ctx, m, d.cfg.now().Add(d.cfg.retry.Backoff(min(n, 16))))
+	return err
+}
+
+// handleFlush handles a message of flushType: it carries out the pending
+// effects of one instance, and schedules itself again if they still
+// cannot be. It gives up only on a record it cannot read.
+func (d *Dispatcher) handleFlush(ctx context.Context, del *transport.Delivery) StepResult {
+	name, id, origin := del.Properties[propSaga], del.Properties[propSagaID], del.Properties[propOrigin]
+	n, _ := strconv.Atoi(del.Properties[propAttempt])
+	var outcome Outcome
+	var err error
+	if transport.ValidateQueueName(name) != nil || validateID(id) != nil {
+		outcome, err = Dropped, Permanent(fmt.Errorf("%w: pending-effects message for %.64q/%.64q", ErrMalformed, name, id))
+	} else {
+		outcome, err = d.flushStored(ctx, storeKey(name, id))
+	}
+	if err != nil && !errors.Is(err, ErrPermanent) {
+		err = fmt.Errorf("%w: saga %s/%s: %w", ErrEffectsPending, name, id, err)
+		if serr := d.scheduleFlush(ctx, name, id, origin, n+1); serr != nil {
+			_ = del.Abandon(ctx)
+			return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr)}
+		}
+		outcome = EffectsPending
+		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: pending effects still cannot be carried out; retrying later",
+			slog.String("saga.type", name), slog.String("saga.id", id), slog.Int("attempt", n), slog.Any("error", err))
+	} else if err != nil {
+		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: pending effects cannot be carried out; giving up",
+			slog.String("saga.type", name), slog.String("saga.id", id), slog.Any("error", err))
+	}
+	if cerr := del.Complete(ctx); cerr != nil {
+		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr)}
+	}
+	return StepResult{Outcome: outcome, Err: err}
+}
+
+// flushStored carries out the outbox stored under key, if there is one:
+// Handled if it did, Duplicate if there was none (left), Dropped if the
+// instance is gone.
+func (d *Dispatcher) flushStored(ctx context.Context, key string) (Outcome, error) {
+	for conflicts := 0; ; conflicts++ {
+		rec, rev, err := d.load(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			return Dropped, nil
+		}
+		if err != nil {
 			return "", err
 		}
-	case p.DeadLetter:
-		return "", Permanent(fmt.Errorf("%w: saga %s/%s", ErrSagaNotFound, rt.Name(), id))
-	default:
-		d.cfg.logger.LogAttrs(ctx, slog.LevelDebug, "saga: no instance for message; ignored",
-			slog.String("saga.type", rt.Name()), slog.String("saga.id", id))
+		if len(rec.Outbox) == 0 {
+			return Duplicate, nil
+		}
+		_, err = d.flush(ctx, key, rec, rev)
+		if !errors.Is(err, ErrConflict) {
+			if err != nil {
+				return "", err
+			}
+			return Handled, nil
+		}
+		if conflicts >= d.cfg.conflicts {
+			return "", err
+		}
 	}
-	return Dropped, nil
 }
 
 // fail settles a message whose handling failed: a delayed retry while the
-// policy allows, else the dead-letter queue with the error.
-func (d *Dispatcher) fail(ctx context.Context, del *transport.Delivery, identity string, err error) StepResult {
+// policy allows, else the dead-letter queue with the error. tries is how
+// many times the step ran on this delivery.
+func (d *Dispatcher) fail(ctx context.Context, del *transport.Delivery, identity string, err error, tries int) StepResult {
+	h := d.history(del, err, tries)
 	switch {
 	case errors.Is(err, ErrMalformed):
-		return d.deadLetter(ctx, del, ReasonMalformed, err)
+		return d.deadLetter(ctx, del, ReasonMalformed, err, h)
 	case errors.Is(err, ErrSagaNotFound):
-		return d.deadLetter(ctx, del, ReasonSagaNotFound, err)
+		return d.deadLetter(ctx, del, ReasonSagaNotFound, err, h)
 	case errors.Is(err, ErrPermanent):
-		return d.deadLetter(ctx, del, ReasonPermanent, err)
+		return d.deadLetter(ctx, del, ReasonPermanent, err, h)
 	}
-	attempt, _ := strconv.Atoi(del.Properties[propAttempt])
-	if attempt >= d.cfg.retry.Delayed {
-		return d.deadLetter(ctx, del, ReasonRetriesExhausted, err)
+	if h.delayed >= d.cfg.retry.Delayed {
+		return d.deadLetter(ctx, del, ReasonRetriesExhausted, err, h)
 	}
-	delay := d.cfg.retry.Backoff(attempt + 1)
+	delay := d.cfg.retry.Backoff(h.delayed + 1)
 	retry := del.Message.Clone()
-	retry.MessageID = effectID(identity, "retry", attempt+1)
+	if _, isRetry := del.Properties[propOrigin]; !isRetry {
+		delete(retry.Properties, propMessageID)
+		if del.MessageID != "" {
+			retry.Properties[propMessageID] = del.MessageID
+		}
+	}
+	retry.MessageID = effectID(identity, "retry", h.delayed+1)
 	retry.Properties[propOrigin] = identity
-	retry.Properties[propAttempt] = strconv.Itoa(attempt + 1)
+	retry.Properties[propAttempt] = strconv.Itoa(h.delayed + 1)
+	retry.Properties[propTries] = strconv.Itoa(h.attempts)
+	retry.Properties[propSince] = h.first.UTC().Format(time.RFC3339Nano)
 	retry.ScheduledAt = time.Time{}
 	if _, serr := d.q.Schedule(ctx, retry, d.cfg.now().Add(delay)); serr != nil {
 		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: scheduling a delayed retry failed; abandoning",
@@ -529,7 +781,7 @@ func (d *Dispatcher) fail(ctx context.Context, del *transport.Delivery, identity
 		return StepResult{Outcome: Abandoned, Err: err}
 	}
 	d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: handler failed; retrying later",
-		slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Int("attempt", attempt+1),
+		slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Int("attempt", h.delayed+1),
 		slog.Duration("delay", delay), slog.Any("error", err))
 	if cerr := del.Complete(ctx); cerr != nil {
 		return StepResult{Outcome: Abandoned, Err: err}
@@ -537,19 +789,84 @@ func (d *Dispatcher) fail(ctx context.Context, del *transport.Delivery, identity
 	return StepResult{Outcome: Retried, Err: err}
 }
 
-func (d *Dispatcher) deadLetter(ctx context.Context, del *transport.Delivery, reason string, err error) StepResult {
-	desc := err.Error()
-	if len(desc) > 4000 {
-		desc = desc[:4000]
+// history is a failing message's retry history, as its dead letter
+// reports it.
+type history struct {
+	attempts int       // step runs over all deliveries
+	delayed  int       // delayed retries so far
+	first    time.Time // first failure
+	last     string    // the last error
+}
+
+func (d *Dispatcher) history(del *transport.Delivery, err error, tries int) *history {
+	h := &history{attempts: tries, first: d.cfg.now(), last: err.Error()}
+	if _, isRetry := del.Properties[propOrigin]; isRetry {
+		h.delayed, _ = strconv.Atoi(del.Properties[propAttempt])
+		prev, _ := strconv.Atoi(del.Properties[propTries])
+		h.attempts += prev
+		if t, perr := time.Parse(time.RFC3339Nano, del.Properties[propSince]); perr == nil {
+			h.first = t
+		}
 	}
-	desc = sanitize(desc)
+	return h
+}
+
+// deadLetter moves the message to the dead-letter queue as it was first
+// received: a delayed retry's copy gets the original's MessageID back and
+// loses the dispatcher's bookkeeping properties. A failed step's dead
+// letter (h != nil) carries its retry history (PropertyAttempts, ...).
+func (d *Dispatcher) deadLetter(ctx context.Context, del *transport.Delivery, reason string, err error, h *history) StepResult {
+	desc := sanitize(truncate(err.Error(), 4000))
 	d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: message dead-lettered",
 		slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("reason", reason), slog.Any("error", err))
-	if derr := del.DeadLetter(ctx, reason, desc); derr != nil {
+	var restore []transport.DeadLetterOption
+	props := make(map[string]string)
+	if _, isRetry := del.Properties[propOrigin]; isRetry {
+		restore = append(restore, transport.WithDeadLetterMessageID(del.Properties[propMessageID]))
+		for _, k := range retryProps {
+			props[k] = "" // removes it
+		}
+	}
+	if len(props) > 0 {
+		restore = append(restore, transport.WithDeadLetterProperties(props))
+	}
+	opts := restore
+	if h != nil {
+		opts = append(slices.Clip(restore), transport.WithDeadLetterProperties(map[string]string{
+			PropertyAttempts:       strconv.Itoa(h.attempts),
+			PropertyDelayedRetries: strconv.Itoa(h.delayed),
+			PropertyFirstFailure:   h.first.UTC().Format(time.RFC3339Nano),
+			PropertyLastError:      sanitize(truncate(h.last, maxLastError)),
+		}))
+	}
+	derr := del.DeadLetter(ctx, reason, desc, opts...)
+	if errors.Is(derr, transport.ErrInvalidMessage) || errors.Is(derr, transport.ErrMessageTooLarge) {
+		// No room for the history (too many properties, or a message
+		// close to the size limit): the message as it came is what counts.
+		if derr = del.DeadLetter(ctx, reason, desc, restore...); errors.Is(derr, transport.ErrInvalidMessage) || errors.Is(derr, transport.ErrMessageTooLarge) {
+			derr = del.DeadLetter(ctx, reason, desc)
+		}
+	}
+	if derr != nil {
 		_ = del.Abandon(ctx)
 		return StepResult{Outcome: Abandoned, Err: errors.Join(err, derr)}
 	}
 	return StepResult{Outcome: DeadLettered, Err: err}
+}
+
+// maxLastError bounds PropertyLastError; the dead letter's description
+// has the error at greater length.
+const maxLastError = 1024
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // sanitize replaces control characters, which a dead-letter description

@@ -24,7 +24,7 @@ var (
 	// ErrInvalidOption is wrapped by options given invalid values.
 	ErrInvalidOption = errors.New("saga: invalid option")
 	// ErrSagaNotFound is the reason a message for a missing instance is
-	// dead-lettered under the DeadLetterIfNotFound policy.
+	// dead-lettered under NotFoundPolicy.DeadLetter.
 	ErrSagaNotFound = errors.New("saga: instance not found")
 	// ErrCorrelation is returned when a message maps to no saga ID.
 	ErrCorrelation = errors.New("saga: cannot correlate message")
@@ -32,6 +32,22 @@ var (
 	ErrPanic = errors.New("saga: handler panicked")
 	// ErrPermanent matches errors made by Permanent.
 	ErrPermanent = errors.New("saga: permanent error")
+	// ErrNoTimeoutHandler is returned (with ErrPermanent) by
+	// Context.RequestTimeout for a payload type the saga has no OnTimeout
+	// for: such a timeout could only be dead-lettered when it fires.
+	ErrNoTimeoutHandler = errors.New("saga: no OnTimeout for the timeout's type")
+	// ErrTimeoutNotPending is returned (with ErrPermanent) by
+	// Context.RescheduleTimeout for a handle that is not pending.
+	ErrTimeoutNotPending = errors.New("saga: timeout not pending")
+	// ErrNoReplyTo is returned (with ErrPermanent) by Context.Reply and
+	// ReplyToOriginator, and NotFoundContext.Reply, when the message
+	// replied to has no ReplyTo.
+	ErrNoReplyTo = errors.New("saga: no ReplyTo to reply to")
+	// ErrEffectsPending says that a change was committed but its effects
+	// (messages, timeouts scheduled or cancelled) could not all be carried
+	// out yet: they are kept with the instance and carried out later,
+	// exactly once (see EffectsPending). It is not a failure of the change.
+	ErrEffectsPending = errors.New("saga: committed; effects pending")
 )
 
 // Permanent marks err as not worth retrying: the dispatcher dead-letters
@@ -57,8 +73,10 @@ type HandlerError struct {
 	Err               error
 }
 
+// Error describes the failed step.
 func (e *HandlerError) Error() string {
 	return fmt.Sprintf("saga %s/%s: handling %s: %v", e.Saga, e.ID, e.Message, e.Err)
 }
 
+// Unwrap returns the handler's error.
 func (e *HandlerError) Unwrap() error { return e.Err }

@@ -783,8 +783,10 @@ func TestScheduledTimeoutsListAndCancel(t *testing.T) {
 		t.Errorf("other timeouts %v, want o-1 and o-2", got)
 	}
 
-	if n, err := d.CancelTimeouts(ctx, "reminder", "r.*> 2"); n != 1 || err != nil {
-		t.Fatalf("CancelTimeouts: got %d, %v; want 1, nil", n, err)
+	r2, _, _ := data[remData](t, d, "reminder", "r.*> 2")
+	if res, err := d.CancelTimeouts(ctx, "reminder", "r.*> 2"); err != nil || len(res.Cancelled) != 1 ||
+		res.Cancelled[0].Handle != r2.H || res.Cancelled[0].Type != saga.MessageName[RemDue]() || !res.Cancelled[0].At.Equal(r2.Due) {
+		t.Fatalf("CancelTimeouts: got %+v, %v; want its one timeout %s due %v", res, err, r2.H, r2.Due)
 	}
 	if got := list("reminder"); len(got) != 2 || got["reminder/r.*> 2"].ID != "" {
 		t.Errorf("after CancelTimeouts: reminder timeouts %v, want r-1 and r-3", keys(got))
@@ -792,11 +794,12 @@ func TestScheduledTimeoutsListAndCancel(t *testing.T) {
 	if _, inst, _ := data[remData](t, d, "reminder", "r.*> 2"); len(inst.Timeouts) != 0 {
 		t.Errorf("after CancelTimeouts: instance still waits for %+v", inst.Timeouts)
 	}
-	if n, err := d.CancelTimeouts(ctx, "reminder", "no-such"); !errors.Is(err, saga.ErrNotFound) {
-		t.Errorf("CancelTimeouts of a missing instance: got %d, %v; want saga.ErrNotFound", n, err)
+	if res, err := d.CancelTimeouts(ctx, "reminder", "no-such"); !errors.Is(err, saga.ErrNotFound) || len(res.Cancelled) != 0 {
+		t.Errorf("CancelTimeouts of a missing instance: got %+v, %v; want saga.ErrNotFound", res, err)
 	}
-	if n, err := d.CancelAllTimeouts(ctx, "reminder"); n != 2 || err != nil {
-		t.Errorf("CancelAllTimeouts: got %d, %v; want 2, nil", n, err)
+	if res, err := d.CancelAllTimeouts(ctx, "reminder"); err != nil || len(res) != 2 ||
+		res[0].ID != "r-1" || len(res[0].Cancelled) != 1 || res[1].ID != "r-3" || len(res[1].Cancelled) != 1 {
+		t.Errorf("CancelAllTimeouts: got %+v, %v; want r-1 and r-3, one timeout each", res, err)
 	}
 	if got := list("reminder"); len(got) != 0 {
 		t.Errorf("after CancelAllTimeouts: reminder timeouts %v, want none", keys(got))

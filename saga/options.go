@@ -29,6 +29,7 @@ type config struct {
 	conflicts   int
 	drain       time.Duration
 	subscribers map[string][]string
+	retention   time.Duration
 	now         func() time.Time
 }
 
@@ -162,6 +163,29 @@ func WithDrainTimeout(d time.Duration) Option {
 	})
 }
 
+// DefaultRetention is how long a completed instance's tombstone is kept
+// by default (see WithCompletedRetention).
+const DefaultRetention = 7 * 24 * time.Hour
+
+// WithCompletedRetention sets how long the tombstone of a completed
+// instance is kept: its inbox, which stops a redelivered or late message
+// from starting the finished instance again, and its completion, which a
+// NotFoundContext reports. This is the window in which a redelivered
+// starting message cannot restart a finished instance; after it the
+// record expires and such a message starts a new instance with the same
+// ID. Default: DefaultRetention (7 days). It needs a store that can let
+// records expire (ExpiringStore, as kvstore and memstore are); with any
+// other store tombstones are kept for good.
+func WithCompletedRetention(d time.Duration) Option {
+	return optionFunc(func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: completed retention %v: must be positive", ErrInvalidOption, d)
+		}
+		c.retention = d
+		return nil
+	})
+}
+
 // WithSubscribers makes Context.Publish of messages of type M send them
 // to the given queues.
 func WithSubscribers[M any](queues ...string) Option {
@@ -180,15 +204,24 @@ func WithSubscribers[M any](queues ...string) Option {
 // Hooks are optional callbacks for metrics and tracing. Unset hooks cost
 // nothing.
 type Hooks struct {
-	// StepStarted is called before a message is handled; the context it
-	// returns (e.g. with a span) is used for the step.
+	// StepStarted is called before a message is handled, after it was
+	// decoded and correlated (so that StepInfo names the instance; a
+	// Finder runs before it); the context it returns (e.g. with a span)
+	// is used for the handler and the commit.
 	StepStarted func(context.Context, StepInfo) context.Context
 	// StepDone is called after a message is settled.
 	StepDone func(context.Context, StepInfo, StepResult)
 }
 
-// StepInfo identifies a step for hooks. Saga and ID are empty for a
-// message no saga handles.
+// StepInfo identifies a step for hooks.
+//
+// Saga and ID name the instance. In StepStarted they are set for a
+// timeout, for a message whose type one saga handles (once decoded and
+// correlated), and for the dispatcher's own retry of pending effects; they
+// are empty for a message no saga handles, and ID is empty for one that
+// cannot be decoded or correlated. A message type several sagas handle
+// leaves both empty in StepStarted; StepDone then names the last saga
+// that handled it.
 type StepInfo struct {
 	Queue, MessageType, Saga, ID string
 	Seq                          uint64
@@ -208,8 +241,17 @@ type Outcome string
 
 const (
 	Handled      Outcome = "handled"       // committed and completed
+	// EffectsPending: the step committed (its change stands, the message
+	// is completed and will not be redelivered), but its effects could
+	// not all be carried out yet, e.g. a destination queue is full
+	// (StepResult.Err matches ErrEffectsPending and the cause). They are
+	// kept with the instance and carried out, exactly once, by the next
+	// step on the instance or by a retry the dispatcher schedules on its
+	// own queue, whichever comes first; the retry repeats with
+	// RetryPolicy.Backoff until they are out.
+	EffectsPending Outcome = "effects-pending"
 	Duplicate    Outcome = "duplicate"     // already handled: no second effect
-	Dropped      Outcome = "dropped"       // stale timeout or saga not found (ignored)
+	Dropped      Outcome = "dropped"       // stale timeout, or no instance (NotFoundPolicy applied)
 	Retried      Outcome = "retried"       // rescheduled for a delayed retry
 	DeadLettered Outcome = "dead-lettered" // moved to the dead-letter queue
 	Abandoned    Outcome = "abandoned"     // left to redelivery (e.g. on shutdown)

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -23,12 +24,22 @@ const (
 	propToken   = "jetsaga-token"   // timeout token
 	propOrigin  = "jetsaga-origin"  // identity of the original message, on retries
 	propAttempt = "jetsaga-attempt" // delayed retry count, on retries
+
+	// Bookkeeping of delayed retries, removed from dead letters.
+	propMessageID = "jetsaga-message-id"  // the original's MessageID, if it had one
+	propTries     = "jetsaga-retry-tries" // step runs so far
+	propSince     = "jetsaga-retry-since" // first failure, RFC 3339
 )
+
+// retryProps are the properties a delayed retry's copy has and its
+// original had not.
+var retryProps = []string{propOrigin, propAttempt, propMessageID, propTries, propSince}
 
 // step is one handler run on one instance: the loaded record, changed in
 // place by the handler through its Context, and the facts it may read.
 type step struct {
 	d        *Dispatcher
+	rt       sagaRuntime
 	sagaName string
 	id       string
 	key      string
@@ -38,16 +49,17 @@ type step struct {
 	isNew    bool
 	now      time.Time
 	codec    Codec
-	n        int // effects so far, for effect IDs
+	timeout  string // token of the timeout being handled, if one is
+	n        int    // effects so far, for effect IDs
 }
 
 func (s *step) envelope(m any, opts []SendOption) (*envelope, error) {
 	if m == nil {
-		return nil, fmt.Errorf("saga %s/%s: nil message", s.sagaName, s.id)
+		return nil, Permanent(fmt.Errorf("saga %s/%s: %w: nil message", s.sagaName, s.id, transport.ErrInvalidMessage))
 	}
 	body, err := s.codec.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("saga %s/%s: encoding %T: %w", s.sagaName, s.id, m, err)
+		return nil, Permanent(fmt.Errorf("saga %s/%s: encoding %T: %w", s.sagaName, s.id, m, err))
 	}
 	e := &envelope{
 		ID:          effectID(s.key, s.identity, s.n),
@@ -72,6 +84,9 @@ func (s *step) check(e *envelope) error {
 }
 
 func (s *step) send(queue string, m any, opts []SendOption) error {
+	if err := transport.ValidateQueueName(queue); err != nil {
+		return Permanent(fmt.Errorf("saga %s/%s: sending %T: %w", s.sagaName, s.id, m, err))
+	}
 	e, err := s.envelope(m, opts)
 	if err != nil {
 		return err
@@ -91,15 +106,23 @@ func (s *step) replyAddress() *address {
 
 func (s *step) reply(to *address, m any, opts []SendOption) error {
 	if to == nil || to.ReplyTo == "" {
-		return fmt.Errorf("saga %s/%s: cannot reply: the message has no ReplyTo", s.sagaName, s.id)
-	}
-	if err := transport.ValidateQueueName(to.ReplyTo); err != nil {
-		return fmt.Errorf("saga %s/%s: cannot reply: %w", s.sagaName, s.id, err)
+		return Permanent(fmt.Errorf("saga %s/%s: %w", s.sagaName, s.id, ErrNoReplyTo))
 	}
 	return s.send(to.ReplyTo, m, append([]SendOption{WithCorrelationID(to.CorrelationID)}, opts...))
 }
 
 func (s *step) requestTimeout(at time.Time, payload any) (TimeoutHandle, error) {
+	if payload == nil {
+		return "", Permanent(fmt.Errorf("saga %s/%s: %w: nil timeout payload", s.sagaName, s.id, transport.ErrInvalidMessage))
+	}
+	if typ := nameOf(payload); s.rt != nil {
+		if kind, ok := s.rt.lookup(typ); !ok || kind != routeTimeout {
+			return "", Permanent(fmt.Errorf("saga %s/%s: timeout %s: %w", s.sagaName, s.id, typ, ErrNoTimeoutHandler))
+		}
+	}
+	if at.IsZero() {
+		return "", Permanent(fmt.Errorf("saga %s/%s: timeout %T: %w: zero due time", s.sagaName, s.id, payload, timeout.ErrInvalidTimeout))
+	}
 	e, err := s.envelope(payload, nil)
 	if err != nil {
 		return "", err

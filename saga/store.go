@@ -2,6 +2,7 @@ package saga
 
 import (
 	"context"
+	"time"
 )
 
 // Store persists saga records with optimistic concurrency. It is small
@@ -20,4 +21,21 @@ type Store interface {
 	// Delete removes the record if its revision is rev; otherwise
 	// ErrConflict. Deleting a missing record returns ErrNotFound.
 	Delete(ctx context.Context, key string, rev uint64) error
+}
+
+// ExpiringStore is a Store that can let a record expire. The dispatcher
+// writes the tombstones of completed instances with PutTTL, so that they
+// are kept for the retention (WithCompletedRetention) and no longer; with
+// a Store that is not an ExpiringStore they are kept for good.
+//
+// In SQL it is an expires_at column: PutTTL sets it to now + ttl, Put
+// clears it, and Load (and the revision check of Put and Delete) treats a
+// row past it as absent; a periodic DELETE ... WHERE expires_at < now
+// reclaims the space.
+type ExpiringStore interface {
+	Store
+	// PutTTL is Put, and the record expires ttl after this write: Load
+	// then returns ErrNotFound and Put with rev 0 creates it again. A
+	// later Put (or PutTTL) replaces the expiry.
+	PutTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error)
 }

@@ -1,0 +1,482 @@
+package saga_test
+
+// Tests of the issues fixed after the first release: operator cancels as
+// steps, truthful dead letters and outcomes, classification of handler
+// requests, tombstone retention, and what hooks and handlers can see.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// Operator cancels racing handler steps.
+
+type LeakStart struct{ ID string }
+
+type LeakBump struct {
+	ID string
+	N  int
+}
+
+type LeakDue struct{ N int }
+
+type leakData struct{ Bumps int }
+
+func leakSaga() *saga.Definition[leakData] {
+	d := saga.Define[leakData]("leak")
+	saga.StartedBy(d, saga.By(func(m LeakStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[leakData], _ LeakStart) error {
+			_, err := c.RequestTimeout(time.Hour, LeakDue{})
+			return err
+		})
+	saga.Handles(d, saga.By(func(m LeakBump) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[leakData], m LeakBump) error {
+			c.Data.Bumps++
+			_, err := c.RequestTimeout(time.Hour+time.Duration(m.N)*time.Millisecond, LeakDue{N: m.N})
+			return err
+		})
+	saga.OnTimeout(d, func(context.Context, *saga.Context[leakData], LeakDue) error { return nil })
+	return d
+}
+
+// scheduledByID lists the timeouts waiting in d's queue for sagaName, by
+// instance ID.
+func scheduledByID(t *testing.T, d *saga.Dispatcher, sagaName string) map[string][]time.Time {
+	t.Helper()
+	out := map[string][]time.Time{}
+	for st, err := range d.ScheduledTimeouts(ctxFor(t), sagaName) {
+		if err != nil {
+			t.Fatalf("ScheduledTimeouts: %v", err)
+		}
+		out[st.ID] = append(out[st.ID], st.At)
+	}
+	return out
+}
+
+// sameTimes compares two lists of due times as sets.
+func sameTimes(a, b []time.Time) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	key := func(ts []time.Time) []int64 {
+		out := make([]int64, len(ts))
+		for i, t := range ts {
+			out[i] = t.UnixNano()
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(key(a), key(b))
+}
+
+// TestOperatorCancelRacingSteps: CancelTimeouts racing steps that request
+// timeouts must never leave a timeout scheduled that the instance no
+// longer lists, and what it reports cancelled must be what was.
+func TestOperatorCancelRacingSteps(t *testing.T) {
+	t.Parallel()
+	const (
+		instances = 240
+		bumps     = 3
+		operators = 4
+	)
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	qcfg := transport.QueueConfig{Name: "leak", LockDuration: 5 * time.Second}
+	q := n.openQueue(t, qcfg)
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(leakSaga()), saga.WithQueueConfig(qcfg),
+		saga.WithConcurrency(8), saga.WithConflictRetries(100))
+	ctx := ctxFor(t)
+	id := func(i int) string { return fmt.Sprintf("l-%d", i) }
+	for i := range instances {
+		if _, err := d.Send(ctx, LeakStart{ID: id(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for b := range bumps {
+		for i := range instances {
+			if _, err := d.Send(ctx, LeakBump{ID: id(i), N: b + 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run(t, d)
+
+	// Operators cancel every instance's timeouts twice each, at random
+	// moments while the bumps are being handled.
+	var cancelled atomic.Int64
+	var wg sync.WaitGroup
+	var errs sync.Map
+	for o := range operators {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(o), 42))
+			for round := range 2 {
+				for _, i := range rng.Perm(instances) {
+					if i%operators != o {
+						continue
+					}
+					for {
+						res, err := d.CancelTimeouts(ctx, "leak", id(i))
+						if errors.Is(err, saga.ErrNotFound) {
+							time.Sleep(time.Millisecond) // not started yet
+							continue
+						}
+						if err != nil {
+							errs.Store(fmt.Sprintf("%s round %d", id(i), round), err)
+						}
+						cancelled.Add(int64(len(res.Cancelled)))
+						break
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	errs.Range(func(k, v any) bool {
+		t.Errorf("CancelTimeouts %s: %v", k, v)
+		return true
+	})
+	eventually(t, 60*time.Second, func() string {
+		for i := range instances {
+			if l, _, _ := data[leakData](t, d, "leak", id(i)); l.Bumps != bumps {
+				return fmt.Sprintf("%s: %d of %d bumps handled", id(i), l.Bumps, bumps)
+			}
+		}
+		for _, m := range peekAll(t, q) {
+			if m.State == transport.Active {
+				return fmt.Sprintf("message seq %d still in the queue", m.Seq)
+			}
+		}
+		return ""
+	})
+	sched := scheduledByID(t, d, "leak")
+	pending, leaked := 0, 0
+	for i := range instances {
+		_, inst, _ := data[leakData](t, d, "leak", id(i))
+		var listed []time.Time
+		for _, pt := range inst.Timeouts {
+			listed = append(listed, pt.At)
+		}
+		pending += len(listed)
+		if !sameTimes(listed, sched[id(i)]) {
+			leaked += max(0, len(sched[id(i)])-len(listed))
+			t.Errorf("%s: instance lists timeouts due %v, queue holds %v", id(i), listed, sched[id(i)])
+		}
+	}
+	if leaked > 0 {
+		t.Errorf("%d timeouts leaked: scheduled, and listed by no instance", leaked)
+	}
+	if got, want := cancelled.Load()+int64(pending), int64(instances*(1+bumps)); got != want {
+		t.Errorf("reported cancelled %d + still pending %d = %d, want every timeout requested (%d)",
+			cancelled.Load(), pending, got, want)
+	}
+	t.Logf("%d timeouts cancelled, %d pending", cancelled.Load(), pending)
+}
+
+// A committed step whose effects cannot be carried out yet.
+
+type FullStart struct{ ID string }
+
+type FullOut struct{ ID string }
+
+type FullDue struct{}
+
+func fullSaga(runs *atomic.Int64) *saga.Definition[counter] {
+	d := saga.Define[counter]("full")
+	saga.StartedBy(d, saga.By(func(m FullStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], m FullStart) error {
+			runs.Add(1)
+			c.Data.Count++
+			if _, err := c.RequestTimeout(time.Hour, FullDue{}); err != nil {
+				return err
+			}
+			return c.Send("full-out", FullOut(m))
+		})
+	saga.OnTimeout(d, func(context.Context, *saga.Context[counter], FullDue) error { return nil })
+	return d
+}
+
+// TestCommittedStepWithPendingEffects: the destination queue is full, so
+// the committed start step cannot send. The message must not be
+// dead-lettered as if it failed (its change stands); the effects go out
+// once the queue has room; and an operator cancel meanwhile must either
+// cancel or change nothing, never leak the timeout the step scheduled.
+func TestCommittedStepWithPendingEffects(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	qcfg := transport.QueueConfig{Name: "full", LockDuration: 2 * time.Second}
+	q := n.openQueue(t, qcfg)
+	outCfg := transport.QueueConfig{Name: "full-out", MaxBytes: 1}
+	out := n.openQueue(t, outCfg)
+	var log stepLog
+	var runs atomic.Int64
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(fullSaga(&runs)), saga.WithQueueConfig(qcfg),
+		saga.WithRetry(fastRetry), saga.WithHooks(log.hooks()))
+	ctx := ctxFor(t)
+	if _, err := d.Send(ctx, FullStart{ID: "f-1"}, saga.WithMessageID("start-f-1")); err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	start := saga.MessageName[FullStart]()
+	eventually(t, 10*time.Second, func() string {
+		if len(log.filter(start)) == 0 {
+			return "start message not settled yet"
+		}
+		return ""
+	})
+	first := log.filter(start)[0]
+	if first.Result.Outcome != saga.EffectsPending || !errors.Is(first.Result.Err, transport.ErrQueueFull) {
+		t.Errorf("start step: %s, %v; want %s with transport.ErrQueueFull", first.Result.Outcome, first.Result.Err, saga.EffectsPending)
+	}
+	if c, _, _ := data[counter](t, d, "full", "f-1"); c.Count != 1 {
+		t.Fatalf("count %d, want the step committed", c.Count)
+	}
+
+	// Operator cancel while the outbox cannot be carried out: nothing
+	// changes, and the error says so.
+	res, err := d.CancelTimeouts(ctx, "full", "f-1")
+	if err == nil || !errors.Is(err, transport.ErrQueueFull) || len(res.Cancelled) != 0 {
+		t.Errorf("CancelTimeouts with a stuck outbox: %+v, %v; want nothing cancelled and transport.ErrQueueFull", res, err)
+	}
+	if _, inst, _ := data[counter](t, d, "full", "f-1"); len(inst.Timeouts) != 1 {
+		t.Errorf("after a failed cancel: instance lists %v, want its timeout still", inst.Timeouts)
+	}
+
+	// Room again: the effects go out exactly once, by themselves.
+	outCfg.MaxBytes = 0
+	n.openQueue(t, outCfg)
+	eventually(t, 20*time.Second, func() string {
+		if got := len(peekAll(t, out)); got != 1 {
+			return fmt.Sprintf("%d messages in full-out, want 1", got)
+		}
+		return ""
+	})
+	res, err = d.CancelTimeouts(ctx, "full", "f-1")
+	if err != nil || len(res.Cancelled) != 1 || res.Cancelled[0].Type != saga.MessageName[FullDue]() {
+		t.Errorf("CancelTimeouts: %+v, %v; want the one FullDue", res, err)
+	}
+	eventually(t, 10*time.Second, func() string { return queueEmpty(t, q) })
+	if got := scheduledByID(t, d, "full"); len(got) != 0 {
+		t.Errorf("timeouts still scheduled after they were cancelled: %v", got)
+	}
+	if dl := peekAll(t, q.DeadLetterQueue()); len(dl) > 0 {
+		t.Errorf("%d messages dead-lettered, first: %s: %s", len(dl), dl[0].DeadLetterReason, dl[0].DeadLetterDescription)
+	}
+	if got := len(peekAll(t, out)); got != 1 {
+		t.Errorf("%d messages in full-out, want exactly 1", got)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("start handler ran %d times, want 1", n)
+	}
+}
+
+// Dead letters after delayed retries.
+
+type DLFail struct{ ID string }
+
+func TestDeadLetterAfterRetriesKeepsMessage(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	qcfg := transport.QueueConfig{Name: "dlkeep", LockDuration: 2 * time.Second}
+	q := n.openQueue(t, qcfg)
+	def := saga.Define[counter]("dlkeep")
+	saga.StartedBy(def, saga.By(func(m DLFail) string { return m.ID }),
+		func(context.Context, *saga.Context[counter], DLFail) error { return errors.New("payment service down") })
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
+	ctx := ctxFor(t)
+	if _, err := d.Send(ctx, DLFail{ID: "o-43"}, saga.WithMessageID("order-43"), saga.WithProperty("trace", "t-43"),
+		saga.WithCorrelationID("corr-43")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Send(ctx, DLFail{ID: "o-44"}, saga.WithProperty("trace", "t-44")); err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	dlq := q.DeadLetterQueue()
+	eventually(t, 20*time.Second, func() string {
+		if got := len(peekAll(t, dlq)); got != 2 {
+			return fmt.Sprintf("%d of 2 messages dead-lettered", got)
+		}
+		return queueEmpty(t, q)
+	})
+	byTrace := map[string]*transport.Message{}
+	for _, m := range peekAll(t, dlq) {
+		byTrace[m.Properties["trace"]] = m
+	}
+	for _, tc := range []struct{ trace, id, corr, body string }{
+		{"t-43", "order-43", "corr-43", `{"ID":"o-43"}`},
+		{"t-44", "", "", `{"ID":"o-44"}`},
+	} {
+		m := byTrace[tc.trace]
+		if m == nil {
+			t.Errorf("%s: not dead-lettered", tc.trace)
+			continue
+		}
+		if m.MessageID != tc.id || m.CorrelationID != tc.corr || string(m.Body) != tc.body {
+			t.Errorf("%s: MessageID %q, CorrelationID %q, body %s; want the original's: %q, %q, %s",
+				tc.trace, m.MessageID, m.CorrelationID, m.Body, tc.id, tc.corr, tc.body)
+		}
+		if m.DeadLetterReason != saga.ReasonRetriesExhausted || !strings.Contains(m.DeadLetterDescription, "payment service down") {
+			t.Errorf("%s: %s: %s", tc.trace, m.DeadLetterReason, m.DeadLetterDescription)
+		}
+		if m.Properties[saga.TypeProperty] != saga.MessageName[DLFail]() {
+			t.Errorf("%s: type property %q lost", tc.trace, m.Properties[saga.TypeProperty])
+		}
+		for _, internal := range []string{"jetsaga-origin", "jetsaga-attempt", "jetsaga-message-id"} {
+			if v, ok := m.Properties[internal]; ok {
+				t.Errorf("%s: internal property %s=%q kept", tc.trace, internal, v)
+			}
+		}
+		want := map[string]string{
+			saga.PropertyDelayedRetries: "1",
+			saga.PropertyAttempts:       "4", // (1 + Immediate) runs on each of 2 deliveries
+		}
+		for k, v := range want {
+			if m.Properties[k] != v {
+				t.Errorf("%s: property %s = %q, want %q", tc.trace, k, m.Properties[k], v)
+			}
+		}
+		if !strings.Contains(m.Properties[saga.PropertyLastError], "payment service down") {
+			t.Errorf("%s: %s = %q, want the handler's error", tc.trace, saga.PropertyLastError, m.Properties[saga.PropertyLastError])
+		}
+		if ts, err := time.Parse(time.RFC3339Nano, m.Properties[saga.PropertyFirstFailure]); err != nil || ts.After(m.EnqueuedAt) {
+			t.Errorf("%s: %s = %q (%v), want a time before the dead letter", tc.trace, saga.PropertyFirstFailure, m.Properties[saga.PropertyFirstFailure], err)
+		}
+	}
+}
+
+// Classification of what a handler asks for.
+
+type BadSend struct{ ID, Queue string }
+
+type BadTimeout struct{ ID string }
+
+type unhandledDue struct{}
+
+func TestInvalidRequestsArePermanentAtTheCall(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	qcfg := transport.QueueConfig{Name: "badreq", LockDuration: 2 * time.Second}
+	q := n.openQueue(t, qcfg)
+	var runs atomic.Int64
+	var mu sync.Mutex
+	callErrs := map[string]error{}
+	def := saga.Define[counter]("badreq")
+	saga.StartedBy(def, saga.By(func(m BadSend) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], m BadSend) error {
+			runs.Add(1)
+			err := c.Send(m.Queue, FullOut{ID: m.ID})
+			mu.Lock()
+			callErrs[m.ID] = err
+			mu.Unlock()
+			return err
+		})
+	saga.StartedBy(def, saga.By(func(m BadTimeout) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], m BadTimeout) error {
+			runs.Add(1)
+			_, err := c.RequestTimeout(time.Hour, unhandledDue{})
+			mu.Lock()
+			callErrs[m.ID] = err
+			mu.Unlock()
+			return err
+		})
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
+	ctx := ctxFor(t)
+	if _, err := d.Send(ctx, BadSend{ID: "q", Queue: "no such queue!"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Send(ctx, BadTimeout{ID: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	eventually(t, 20*time.Second, func() string {
+		if got := len(peekAll(t, q.DeadLetterQueue())); got != 2 {
+			return fmt.Sprintf("%d of 2 dead-lettered", got)
+		}
+		return queueEmpty(t, q)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if err := callErrs["q"]; !errors.Is(err, saga.ErrPermanent) || !errors.Is(err, transport.ErrInvalidQueueName) {
+		t.Errorf("c.Send to an invalid queue: %v; want saga.ErrPermanent and transport.ErrInvalidQueueName", err)
+	}
+	if err := callErrs["t"]; !errors.Is(err, saga.ErrPermanent) || !errors.Is(err, saga.ErrNoTimeoutHandler) {
+		t.Errorf("RequestTimeout of a type without OnTimeout: %v; want saga.ErrPermanent and saga.ErrNoTimeoutHandler", err)
+	}
+	for _, m := range peekAll(t, q.DeadLetterQueue()) {
+		if m.DeadLetterReason != saga.ReasonPermanent {
+			t.Errorf("%s dead-lettered as %s (%s), want %s", m.Properties[saga.TypeProperty], m.DeadLetterReason, m.DeadLetterDescription, saga.ReasonPermanent)
+		}
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("handlers ran %d times, want once each", n)
+	}
+	if got := scheduledByID(t, d, "badreq"); len(got) != 0 {
+		t.Errorf("timeouts scheduled: %v", got)
+	}
+}
+
+// What hooks see.
+
+type SeeStart struct{ ID string }
+
+type SeeDue struct{}
+
+func TestStepStartedKnowsSagaAndID(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	qcfg := transport.QueueConfig{Name: "see", LockDuration: 2 * time.Second}
+	q := n.openQueue(t, qcfg)
+	def := saga.Define[counter]("see")
+	saga.StartedBy(def, saga.By(func(m SeeStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], _ SeeStart) error {
+			_, err := c.RequestTimeout(100*time.Millisecond, SeeDue{})
+			return err
+		})
+	saga.OnTimeout(def, func(_ context.Context, c *saga.Context[counter], _ SeeDue) error {
+		c.MarkComplete()
+		return nil
+	})
+	var mu sync.Mutex
+	started := map[string]saga.StepInfo{}
+	var log stepLog
+	hooks := log.hooks()
+	hooks.StepStarted = func(ctx context.Context, info saga.StepInfo) context.Context {
+		mu.Lock()
+		started[info.MessageType] = info
+		mu.Unlock()
+		return ctx
+	}
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg), saga.WithHooks(hooks))
+	if _, err := d.Send(ctxFor(t), SeeStart{ID: "s.1"}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	eventually(t, 10*time.Second, func() string {
+		if len(log.filter(saga.MessageName[SeeDue]())) == 0 {
+			return "timeout not handled yet"
+		}
+		return queueEmpty(t, q)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for _, typ := range []string{saga.MessageName[SeeStart](), saga.MessageName[SeeDue]()} {
+		if info := started[typ]; info.Saga != "see" || info.ID != "s.1" {
+			t.Errorf("StepStarted for %s: %+v, want saga see, ID s.1", typ, info)
+		}
+	}
+}
