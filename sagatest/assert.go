@@ -3,6 +3,7 @@ package sagatest
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -41,12 +42,13 @@ func state[S any](t testing.TB, e *Env, def *saga.Definition[S], id string) (S, 
 
 // AssertState checks that the running instance of def with this id has
 // data equal to want (reflect.DeepEqual, after a round trip through the
-// codec, so unexported fields are zero). It reports a difference with
+// codec, so unexported fields are zero; times are equal if they are the
+// same instant, whatever their location). It reports a difference with
 // t.Errorf, and a missing or completed instance with t.Fatalf.
 func AssertState[S any](t testing.TB, e *Env, def *saga.Definition[S], id string, want S) {
 	t.Helper()
 	got, ok := state(t, e, def, id)
-	if ok && !reflect.DeepEqual(got, want) {
+	if ok && !equal(got, want) {
 		t.Errorf("sagatest: state of %s/%s at %s:\n  got  %s\n  want %s\n%s",
 			def.Name(), id, e.offset(e.Now()), show(got), show(want), e.journalSection())
 	}
@@ -106,7 +108,9 @@ func Sent[M any](e *Env, queue string) []M {
 
 // AssertSent checks the messages sent to queue since the Env started:
 // those of the types of the wanted values, decoded, must equal want, in
-// order (reflect.DeepEqual). Messages of other types are ignored. With no
+// order (reflect.DeepEqual, except that times are equal if they are the
+// same instant, whatever their location). Messages of other types are
+// ignored. With no
 // wanted values it checks that nothing was sent to queue.
 func (e *Env) AssertSent(t testing.TB, queue string, want ...any) {
 	t.Helper()
@@ -141,7 +145,7 @@ func (e *Env) AssertSent(t testing.TB, queue string, want ...any) {
 		}
 		got = append(got, v)
 	}
-	if len(got) == len(want) && reflect.DeepEqual(got, want) || len(got) == 0 && len(want) == 0 {
+	if len(got) == len(want) && slices.EqualFunc(got, want, equal) {
 		return
 	}
 	what := "messages"
@@ -160,7 +164,7 @@ func (e *Env) AssertSent(t testing.TB, queue string, want ...any) {
 			fmt.Fprintf(&sb, "  #%d got  %s\n     want (nothing)\n", i+1, show(got[i]))
 		case i >= len(got):
 			fmt.Fprintf(&sb, "  #%d got  (nothing)\n     want %s\n", i+1, show(want[i]))
-		case reflect.DeepEqual(got[i], want[i]):
+		case equal(got[i], want[i]):
 			fmt.Fprintf(&sb, "  #%d ok   %s\n", i+1, show(got[i]))
 		default:
 			fmt.Fprintf(&sb, "  #%d got  %s\n     want %s\n", i+1, show(got[i]), show(want[i]))

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -33,15 +35,24 @@ type config struct {
 	codec      saga.Codec
 	start      time.Time
 	queues     []string
+	budget     int
+	explore    exploreConfig
 }
+
+// DefaultStepBudget is how many steps the dispatcher may run during one
+// call of Send, Advance, AdvanceTo or Settle unless WithStepBudget says
+// otherwise.
+const DefaultStepBudget = 10_000
 
 // WithDispatcherOptions passes options to saga.NewDispatcher, after the
 // Env's own: saga.WithConcurrency(1) (steps run one at a time, in queue
 // order, so that a run is deterministic) and a logger that discards.
 // Three of saga's options concern the Env: use WithCodec instead of
-// saga.WithCodec; saga.WithHooks replaces the hooks that feed the
-// journal; and saga.WithQueueConfig may change the queue's timings and
-// limits but not its shape (Partitions, RequiresSession).
+// saga.WithCodec; hooks given with saga.WithHooks are called, before the
+// Env's own, which write the journal; and saga.WithQueueConfig may change
+// the queue's timings and limits but not its shape (Partitions,
+// RequiresSession). saga.WithDrainTimeout does not bound steps in the
+// Env, which runs its own receive loop (see the package documentation).
 func WithDispatcherOptions(opts ...saga.Option) Option {
 	return optionFunc(func(c *config) error {
 		for _, o := range opts {
@@ -80,6 +91,22 @@ func WithStart(start time.Time) Option {
 	})
 }
 
+// WithStepBudget sets how many steps the dispatcher may run during one
+// call of Send, Advance, AdvanceTo or Settle (or one input of Explore)
+// before the Env stops it and fails the test: a handler that keeps
+// requesting timeouts already due would otherwise hang the test, since
+// the virtual clock moves only when every goroutine waits. Default:
+// DefaultStepBudget.
+func WithStepBudget(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("sagatest: WithStepBudget(%d): must be at least 1", n)
+		}
+		c.budget = n
+		return nil
+	})
+}
+
 // WithQueues names queues the sagas send to, so that the journal shows
 // their messages from the start. A queue is also watched from the first
 // call of Sent, Messages or AssertSent that names it; the journal then
@@ -102,43 +129,67 @@ func WithQueues(names ...string) Option {
 // its methods from the test's goroutine only.
 type Env struct {
 	t      *testing.T
-	ctx    context.Context    // for the Env's own calls; never cancelled
-	cancel context.CancelFunc // stops the dispatcher
-	done   chan error
+	ctx    context.Context // for the Env's own calls; never cancelled
 	b      *transport.Broker
 	store  *memstore.Store
 	d      *saga.Dispatcher
 	q      *transport.Queue // the dispatcher's queue
 	codec  saga.Codec
 	start  time.Time
+	budget int
 
-	mu       sync.Mutex
-	events   []event
-	snaps    map[instanceKey]*saga.Instance
-	watched  map[string]*watchedQueue
-	dead     watchedQueue // the dead-letter queue of q
-	deadRead bool         // DeadLetters was called
-	stopped  bool
+	// The receive loop, which hands each message of q to the dispatcher
+	// (Dispatcher.Handle); nil while paused.
+	loopCancel context.CancelFunc
+	loopDone   chan struct{}
+	stopped    bool
+	redelivery int // redeliveries so far, to name their queues
+	sends      int // messages Send sent, to name them
+
+	mu         sync.Mutex
+	events     []event
+	snaps      map[instanceKey]*saga.Instance
+	watched    map[string]*watchedQueue
+	dead       watchedQueue // the dead-letter queue of q
+	deadRead   bool         // DeadLetters was called
+	steps      int          // steps since the last drive call
+	overBudget bool         // the loop stopped at the step budget
+	loopErr    error        // why the loop stopped by itself
+	caller     string       // the test line of the current drive call
+	handled    []*transport.Message
+	failures   []Failure
+	failRead   bool // Failures was called
+}
+
+// Failure is a step that ended with an error: the handler failed (and the
+// message was retried or dead-lettered), or the message could not be
+// handled at all.
+type Failure struct {
+	At          time.Time // virtual time, UTC
+	Saga, ID    string    // empty if no saga took the message
+	MessageType string
+	Outcome     saga.Outcome // saga.Retried, saga.DeadLettered, ...
+	Err         error
+	// Caller is the call of Send, Advance, AdvanceTo or Settle (or the
+	// Explore input) during which the step ran, with its test line:
+	// "Env.Send at file_test.go:42".
+	Caller string
 }
 
 // Run runs f inside a testing/synctest bubble with a fresh Env running
 // sagas, and stops the Env when f returns. It then fails the test if
-// anything was left behind: a message dead-lettered that the test did not
-// look at (DeadLetters), or a timeout still scheduled for an instance
+// anything was left behind: a message dead-lettered, or a message still
+// waiting for a delayed retry, that the test did not look at
+// (DeadLetters, Failures), or a timeout still scheduled for an instance
 // that completed or no longer waits for it. The bubble itself fails the
 // test if a goroutine started in it is still blocked.
 //
 // See the package documentation for the limits of the bubble.
 func Run(t *testing.T, sagas []saga.Saga, f func(t *testing.T, env *Env), opts ...Option) {
 	t.Helper()
-	if len(sagas) == 0 {
-		t.Fatal("sagatest: Run: no sagas")
-	}
-	var cfg config
-	for _, o := range opts {
-		if err := o.apply(&cfg); err != nil {
-			t.Fatal(err)
-		}
+	cfg, ok := buildConfig(t, sagas, opts)
+	if !ok {
+		return
 	}
 	synctest.Test(t, func(t *testing.T) {
 		t.Helper()
@@ -148,17 +199,40 @@ func Run(t *testing.T, sagas []saga.Saga, f func(t *testing.T, env *Env), opts .
 	})
 }
 
+func buildConfig(t *testing.T, sagas []saga.Saga, opts []Option) (config, bool) {
+	t.Helper()
+	var cfg config
+	if len(sagas) == 0 {
+		t.Fatal("sagatest: no sagas")
+		return cfg, false
+	}
+	for _, o := range opts {
+		if o == nil {
+			t.Fatal("sagatest: nil option")
+			return cfg, false
+		}
+		if err := o.apply(&cfg); err != nil {
+			t.Fatal(err)
+			return cfg, false
+		}
+	}
+	if cfg.budget == 0 {
+		cfg.budget = DefaultStepBudget
+	}
+	return cfg, true
+}
+
 func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 	t.Helper()
 	if !cfg.start.IsZero() {
 		d := time.Until(cfg.start)
 		if d < 0 {
-			t.Fatalf("sagatest: WithStart(%v): before the bubble's epoch %v", cfg.start, time.Now())
+			t.Fatalf("sagatest: WithStart(%v): before the bubble's epoch %v", cfg.start, time.Now().UTC())
 		}
 		time.Sleep(d)
 	}
 	e := &Env{
-		t: t, done: make(chan error, 1), codec: cfg.codec, start: time.Now(),
+		t: t, codec: cfg.codec, start: time.Now().UTC(), budget: cfg.budget,
 		snaps:   make(map[instanceKey]*saga.Instance),
 		watched: make(map[string]*watchedQueue),
 	}
@@ -166,8 +240,6 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 		e.codec = saga.JSON{}
 	}
 	e.ctx = context.Background()
-	runCtx, cancel := context.WithCancel(e.ctx)
-	e.cancel = cancel
 	var err error
 	if e.b, err = transport.NewMemory(); err != nil {
 		t.Fatalf("sagatest: %v", err)
@@ -189,26 +261,114 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 		saga.WithCodec(e.codec),
 	}
 	dopts = append(dopts, cfg.dispatcher...)
-	dopts = append(dopts, saga.WithHooks(saga.Hooks{StepDone: e.stepDone}))
+	user, found := userHooks(e.b, dopts)
+	if len(cfg.dispatcher) > 0 && !found {
+		t.Logf("sagatest: cannot find the hooks given with saga.WithHooks; they may not be called")
+	}
+	dopts = append(dopts, saga.WithHooks(e.hooks(user)))
 	if e.d, err = saga.NewDispatcher(e.b, e.store, Queue, dopts...); err != nil {
 		t.Fatalf("sagatest: %v", err)
 	}
-	go func() { e.done <- e.d.Run(runCtx) }()
+	if err := e.d.Open(e.ctx); err != nil {
+		t.Fatalf("sagatest: %v", err)
+	}
 	t.Cleanup(e.stop)
+	e.resume()
 	e.settle()
 	return e
+}
+
+// hooks returns the dispatcher's hooks: the user's, then the journal's.
+func (e *Env) hooks(user saga.Hooks) saga.Hooks {
+	return saga.Hooks{
+		StepStarted: user.StepStarted,
+		StepDone: func(ctx context.Context, info saga.StepInfo, res saga.StepResult) {
+			if user.StepDone != nil {
+				user.StepDone(ctx, info, res)
+			}
+			e.stepDone(ctx, info, res)
+		},
+	}
+}
+
+// drainTimeout bounds each step, as saga.Dispatcher.Run's default does.
+const drainTimeout = 30 * time.Second
+
+// resume starts the receive loop.
+func (e *Env) resume() {
+	if e.loopCancel != nil || e.stopped {
+		return
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	e.loopCancel, e.loopDone = cancel, done
+	go func() {
+		defer close(done)
+		e.receiveLoop(ctx)
+	}()
+}
+
+// pause stops the receive loop and waits until it has returned: the step
+// in flight, if any, finishes first.
+func (e *Env) pause() {
+	if e.loopCancel == nil {
+		return
+	}
+	e.loopCancel()
+	<-e.loopDone
+	e.loopCancel, e.loopDone = nil, nil
+}
+
+// receiveLoop is Dispatcher.Run's receive loop with one worker, which
+// also counts steps against the budget.
+func (e *Env) receiveLoop(ctx context.Context) {
+	for {
+		ds, err := e.q.Receive(ctx, 1)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, transport.ErrClosed) {
+				e.mu.Lock()
+				e.loopErr = err
+				e.mu.Unlock()
+			}
+			return
+		}
+		for _, del := range ds {
+			if !e.admit() {
+				<-ctx.Done() // settle reports it; stop ends it
+				return
+			}
+			e.handle(del)
+		}
+	}
+}
+
+// admit counts a step against the budget and reports whether it may run.
+func (e *Env) admit() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.steps >= e.budget {
+		e.overBudget = true
+		return false
+	}
+	e.steps++
+	return true
+}
+
+// handle runs one message through the dispatcher.
+func (e *Env) handle(del *transport.Delivery) {
+	e.mu.Lock()
+	e.handled = append(e.handled, del.Message)
+	e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(e.ctx, drainTimeout)
+	defer cancel()
+	e.d.Handle(ctx, del)
 }
 
 // stop stops the dispatcher and checks what it left behind.
 func (e *Env) stop() {
 	e.t.Helper()
-	if !e.stopped {
-		e.cancel()
-		if err := <-e.done; err != nil {
-			e.t.Errorf("sagatest: dispatcher: %v", err)
-		}
-		e.stopped = true
-	}
+	e.pause()
+	e.stopped = true
 	var leaks []string
 	if !e.t.Failed() {
 		leaks = e.leaks()
@@ -219,21 +379,63 @@ func (e *Env) stop() {
 	}
 }
 
-// leaks lists what the test left behind: dead letters it did not look at,
+// leaks lists what the test left behind: failures it did not look at,
 // timeouts scheduled for instances that do not wait for them.
 func (e *Env) leaks() []string {
 	var out []string
 	e.observe(&e.dead, -1)
 	e.mu.Lock()
-	ms, read := e.dead.msgs, e.deadRead
+	dead, deadRead := e.dead.msgs, e.deadRead
+	failures, failRead := slices.Clone(e.failures), e.failRead
 	e.mu.Unlock()
-	if len(ms) > 0 && !read {
-		out = append(out, fmt.Sprintf("%d message(s) dead-lettered, which the test did not look at (Env.DeadLetters)", len(ms)))
+	if len(dead) > 0 && !deadRead && !failRead {
+		out = append(out, fmt.Sprintf("%d message(s) dead-lettered, which the test did not look at (Env.DeadLetters):", len(dead)))
+		// The dispatcher dead-letters in a step: the k-th dead letter is
+		// the k-th step that ended so.
+		var steps []Failure
+		for _, f := range failures {
+			if f.Outcome == saga.DeadLettered {
+				steps = append(steps, f)
+			}
+		}
+		for i, m := range dead {
+			line := fmt.Sprintf("  %s at %s: %s: %s", m.Properties[saga.TypeProperty], e.offset(m.EnqueuedAt), m.DeadLetterReason, firstLine(m.DeadLetterDescription))
+			if len(steps) == len(dead) && steps[i].Caller != "" {
+				line += " (during " + steps[i].Caller + ")"
+			}
+			out = append(out, line)
+		}
 	}
+	timeouts := make(map[uint64]saga.ScheduledTimeout)
 	for st, err := range e.d.ScheduledTimeouts(e.ctx, "") {
 		if err != nil {
 			out = append(out, fmt.Sprintf("listing scheduled timeouts: %v", err))
+			return out
+		}
+		timeouts[st.Seq] = st
+	}
+	for m, err := range e.q.Browse(e.ctx, 0) {
+		if err != nil {
+			out = append(out, fmt.Sprintf("browsing queue %s: %v", Queue, err))
 			break
+		}
+		if m.State != transport.Scheduled {
+			continue
+		}
+		typ := m.Properties[saga.TypeProperty]
+		// A delayed retry of a failed step is scheduled by that step.
+		if i := slices.IndexFunc(failures, func(f Failure) bool {
+			return f.Outcome == saga.Retried && f.MessageType == typ && f.At.Equal(m.EnqueuedAt)
+		}); i >= 0 {
+			if !failRead {
+				out = append(out, fmt.Sprintf("%s failed and waits for a delayed retry at %s, which the test did not look at (Env.Failures): %s (during %s)",
+					typ, e.offset(m.ScheduledAt), firstLine(failures[i].Err.Error()), failures[i].Caller))
+			}
+			continue
+		}
+		st, ok := timeouts[m.Seq]
+		if !ok {
+			continue // scheduled by the test
 		}
 		inst, err := e.d.Instance(e.ctx, st.Saga, st.ID)
 		switch {
@@ -243,11 +445,28 @@ func (e *Env) leaks() []string {
 			out = append(out, fmt.Sprintf("timeout %s of %s/%s: %v", st.Type, st.Saga, st.ID, err))
 		case inst.Completed:
 			out = append(out, fmt.Sprintf("timeout %s of %s/%s still scheduled for %s, but the instance completed", st.Type, st.Saga, st.ID, e.offset(st.At)))
-		case !slices.ContainsFunc(inst.Timeouts, func(p saga.PendingTimeout) bool { return p.Type == st.Type }):
+		case !slices.ContainsFunc(inst.Timeouts, func(p saga.PendingTimeout) bool { return string(p.Handle) == m.MessageID }):
 			out = append(out, fmt.Sprintf("timeout %s of %s/%s still scheduled for %s, but the instance no longer waits for it", st.Type, st.Saga, st.ID, e.offset(st.At)))
 		}
 	}
 	return out
+}
+
+// drive starts a call that moves the Env on: it resets the step budget
+// and remembers the test line that made it, for failure reports.
+func (e *Env) drive() {
+	caller := ""
+	if pc, _, _, ok := runtime.Caller(1); ok {
+		name := runtime.FuncForPC(pc).Name()
+		name = name[strings.LastIndex(name, "/")+1:]                                 // sagatest.(*Env).Send
+		caller = strings.NewReplacer("sagatest.", "", "(*Env)", "Env").Replace(name) // Env.Send
+	}
+	if _, file, line, ok := runtime.Caller(2); ok {
+		caller = strings.TrimSpace(fmt.Sprintf("%s at %s:%d", caller, filepath.Base(file), line))
+	}
+	e.mu.Lock()
+	e.steps, e.caller = 0, caller
+	e.mu.Unlock()
 }
 
 // settle waits until every goroutine in the bubble is blocked: the
@@ -258,13 +477,24 @@ func (e *Env) settle() {
 	if e.stopped {
 		return
 	}
-	select {
-	case err := <-e.done:
-		e.stopped = true
-		e.t.Fatalf("sagatest: the dispatcher stopped: %v", err)
-	default:
+	e.mu.Lock()
+	over, loopErr, caller := e.overBudget, e.loopErr, e.caller
+	e.mu.Unlock()
+	if loopErr != nil {
+		e.t.Fatalf("sagatest: receiving from %s: %v", Queue, loopErr)
+		return
 	}
 	e.observeAll(-1)
+	if over {
+		where := ""
+		if caller != "" {
+			where = " during " + caller
+		}
+		e.t.Fatalf("sagatest: the dispatcher ran %d steps%s without the test moving on, and was stopped at %s: "+
+			"does a handler keep requesting timeouts that are already due, or sending itself messages? "+
+			"Raise the limit with WithStepBudget if the steps are meant.\n%s",
+			e.budget, where, e.offset(time.Now()), e.journalSection())
+	}
 }
 
 // Settle waits until the dispatcher has handled every message that is
@@ -273,30 +503,46 @@ func (e *Env) settle() {
 // outcome some other way.
 func (e *Env) Settle() {
 	e.t.Helper()
+	e.drive()
 	e.settle()
 }
 
 // Send sends m to the dispatcher's queue, as Dispatcher.Send does, and
 // waits until it has been handled. It fails the test if the send fails.
+// Unless opts set one, m gets a MessageID, "sagatest-1", "sagatest-2",
+// ..., so that Explore can redeliver it.
 func (e *Env) Send(m any, opts ...saga.SendOption) {
+	e.t.Helper()
+	e.drive()
+	e.send(m, opts)
+	e.settle()
+}
+
+func (e *Env) send(m any, opts []saga.SendOption) {
 	e.t.Helper()
 	// Journaled first: the dispatcher may handle m before Send returns.
 	body, _ := e.codec.Marshal(m)
-	e.record(0, time.Now(), fmt.Sprintf("test sent %s%s", messageName(m), bodySuffix(body)))
+	e.mu.Lock()
+	e.recordLocked(0, time.Now(), fmt.Sprintf("test sent %s%s", messageName(m), bodySuffix(body)))
+	e.sends++
+	id := fmt.Sprintf("sagatest-%d", e.sends)
+	e.mu.Unlock()
+	opts = append([]saga.SendOption{saga.WithMessageID(id)}, opts...)
 	if _, err := e.d.Send(e.ctx, m, opts...); err != nil {
 		e.t.Fatalf("sagatest: Send(%T): %v", m, err)
 	}
-	e.settle()
 }
 
 // Advance moves the virtual clock forward by d and waits until the
 // dispatcher has handled everything due by then. Timeouts due on the way
 // fire at their own time, in order, and so do the timeouts their handlers
-// request.
+// request, delayed retries included. It fails the test if d is negative.
 func (e *Env) Advance(d time.Duration) {
 	e.t.Helper()
+	e.drive()
 	if d < 0 {
-		e.t.Fatalf("sagatest: Advance(%v): negative duration", d)
+		e.t.Fatalf("sagatest: Advance(%v): negative duration; the virtual clock only moves forward (now %s)", d, e.offset(time.Now()))
+		return
 	}
 	time.Sleep(d)
 	e.settle()
@@ -306,24 +552,30 @@ func (e *Env) Advance(d time.Duration) {
 // fails the test if t is in the past.
 func (e *Env) AdvanceTo(t time.Time) {
 	e.t.Helper()
+	e.drive()
 	d := time.Until(t)
 	if d < 0 {
-		e.t.Fatalf("sagatest: AdvanceTo(%v): %v in the past (now %s)", t, -d, e.offset(time.Now()))
+		e.t.Fatalf("sagatest: AdvanceTo(%v): %v in the past; the virtual clock only moves forward (now %s)", t.UTC(), -d, e.offset(time.Now()))
+		return
 	}
 	time.Sleep(d)
 	e.settle()
 }
 
-// Now returns the virtual time.
-func (e *Env) Now() time.Time { return time.Now() }
+// Now returns the virtual time, in UTC and without a monotonic clock
+// reading, as times come back from the store and from messages. (Handlers'
+// Context.Now and time.Now in the bubble return the same instant in
+// time.Local.)
+func (e *Env) Now() time.Time { return time.Now().UTC() }
 
-// Start returns the virtual time at which the Env started; the journal
-// shows times as offsets from it.
+// Start returns the virtual time at which the Env started, in UTC; the
+// journal shows times as offsets from it.
 func (e *Env) Start() time.Time { return e.start }
 
 // Dispatcher returns the Env's dispatcher, to hand to code under test that
 // sends through it, or for its operator methods (Instance,
-// CancelTimeouts, ...). Call Settle after using it directly.
+// CancelTimeouts, ...). Call Settle after using it directly. Do not call
+// its Run or Handle: the Env runs its own receive loop.
 func (e *Env) Dispatcher() *saga.Dispatcher { return e.d }
 
 // Broker returns the Env's in-memory broker.
@@ -347,13 +599,26 @@ func (e *Env) Completed(s saga.Saga, id string) bool {
 
 // Timeouts returns the pending timeouts of an instance of s, by due time:
 // those requested and not yet handled, cancelled or replaced. It returns
-// nil for a missing or completed instance.
+// nil if there are none, and for a missing or completed instance.
 func (e *Env) Timeouts(s saga.Saga, id string) []saga.PendingTimeout {
 	e.t.Helper()
-	if inst := e.instance(e.t, s, id); inst != nil {
+	if inst := e.instance(e.t, s, id); inst != nil && !inst.Completed && len(inst.Timeouts) > 0 {
 		return inst.Timeouts
 	}
 	return nil
+}
+
+// Failures returns the steps that ended with an error so far, in order:
+// handler errors (retried or dead-lettered), undecodable or unknown
+// messages. Calling it tells Run that the test looked at them, including
+// dead letters and messages still waiting for a delayed retry.
+func (e *Env) Failures() []Failure {
+	e.t.Helper()
+	e.settle()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.failRead = true
+	return slices.Clone(e.failures)
 }
 
 // instance settles and loads an instance; nil if there is none.

@@ -51,6 +51,12 @@ func (e *Env) stepDone(ctx context.Context, info saga.StepInfo, res saga.StepRes
 	for i, line := range describeStep(info, res, prev, cur, now, e.offset) {
 		e.recordLocked(min(i, 1), now, line)
 	}
+	if res.Err != nil {
+		e.failures = append(e.failures, Failure{
+			At: now.UTC(), Saga: info.Saga, ID: info.ID, MessageType: info.MessageType,
+			Outcome: res.Outcome, Err: res.Err, Caller: e.caller,
+		})
+	}
 	e.mu.Unlock()
 	e.observeAll(1)
 }

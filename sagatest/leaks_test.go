@@ -36,7 +36,8 @@ func TestLeaks(t *testing.T) {
 
 		env.Send(stray{})
 		got := strings.Join(env.leaks(), "\n")
-		if want := "1 message(s) dead-lettered, which the test did not look at (Env.DeadLetters)"; got != want {
+		if want := "1 message(s) dead-lettered, which the test did not look at (Env.DeadLetters):\n" +
+			`  sagatest.stray at +0s: UnknownMessageType: saga: unknown message type: "sagatest.stray" (during Env.Send at leaks_test.go:37)`; got != want {
 			t.Errorf("after a dead letter: got leaks %q, want %q", got, want)
 		}
 		env.DeadLetters()
