@@ -143,8 +143,9 @@ type Env struct {
 	loopCancel context.CancelFunc
 	loopDone   chan struct{}
 	stopped    bool
-	redelivery int // redeliveries so far, to name their queues
-	sends      int // messages Send sent, to name them
+	redelivery int            // redeliveries so far, to name their queues
+	sends      int            // messages Send sent, to name them
+	inputs     map[int]string // Explore's inputs, as resolved
 
 	mu         sync.Mutex
 	events     []event
@@ -278,17 +279,17 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 	return e
 }
 
-// hooks returns the dispatcher's hooks: the user's, then the journal's.
+// hooks returns the dispatcher's hooks: the user's, with a StepDone that
+// calls the user's, then writes the journal.
 func (e *Env) hooks(user saga.Hooks) saga.Hooks {
-	return saga.Hooks{
-		StepStarted: user.StepStarted,
-		StepDone: func(ctx context.Context, info saga.StepInfo, res saga.StepResult) {
-			if user.StepDone != nil {
-				user.StepDone(ctx, info, res)
-			}
-			e.stepDone(ctx, info, res)
-		},
+	h := user
+	h.StepDone = func(ctx context.Context, info saga.StepInfo, res saga.StepResult) {
+		if user.StepDone != nil {
+			user.StepDone(ctx, info, res)
+		}
+		e.stepDone(ctx, info, res)
 	}
+	return h
 }
 
 // drainTimeout bounds each step, as saga.Dispatcher.Run's default does.
