@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,18 +20,40 @@ type Config struct {
 	Replicas int
 	// MemoryStorage keeps the bucket in memory. Default: false (files).
 	MemoryStorage bool
+	// MarkerTTL is how long the bucket keeps the marker a removed key
+	// leaves — deleted by Delete, or expired (the tombstone of a completed
+	// saga, see PutTTL) — after which the key leaves no trace in the
+	// stream. Default: 1 hour. Minimum: 1 second.
+	MarkerTTL time.Duration
 }
 
-// Store is a saga.Store on a JetStream KV bucket.
+// DefaultMarkerTTL is Config.MarkerTTL's default.
+const DefaultMarkerTTL = time.Hour
+
+// Store is a saga.ExpiringStore on a JetStream KV bucket.
 type Store struct {
-	kv jetstream.KeyValue
+	kv        jetstream.KeyValue
+	js        jetstream.JetStream
+	prefix    string // the subject prefix of the bucket's keys
+	markerTTL time.Duration
 }
 
-// New creates the bucket if needed and returns a Store on it. The bucket
-// keeps one revision per key and no age limit: saga state never expires.
+var _ saga.ExpiringStore = (*Store)(nil)
+
+// New creates the bucket if needed, or updates it, and returns a Store on
+// it. The bucket keeps one revision per key and no age limit: the state of
+// a running saga never expires; a completed saga's tombstone does (PutTTL),
+// and so do the markers removed keys leave (Config.MarkerTTL), which needs
+// nats-server 2.11 or later.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error) {
 	if cfg.Bucket == "" {
 		cfg.Bucket = "jetsaga_sagas"
+	}
+	if cfg.MarkerTTL == 0 {
+		cfg.MarkerTTL = DefaultMarkerTTL
+	}
+	if cfg.MarkerTTL < time.Second {
+		return nil, fmt.Errorf("kvstore: MarkerTTL %v: must be at least 1s", cfg.MarkerTTL)
 	}
 	storage := jetstream.FileStorage
 	if cfg.MemoryStorage {
@@ -39,14 +62,15 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      cfg.Bucket,
 		Description: "jetsaga saga state",
-		History:     1,
-		Storage:     storage,
-		Replicas:    max(cfg.Replicas, 1),
+		History:        1,
+		Storage:        storage,
+		Replicas:       max(cfg.Replicas, 1),
+		LimitMarkerTTL: cfg.MarkerTTL,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Store{kv: kv}, nil
+	return &Store{kv: kv, js: js, prefix: "$KV." + cfg.Bucket + ".", markerTTL: cfg.MarkerTTL}, nil
 }
 
 // Load returns the value and revision of key, or saga.ErrNotFound.
@@ -71,21 +95,47 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, rev uint64) (
 	} else {
 		n, err = s.kv.Update(ctx, key, value, rev)
 	}
+	return n, putErr(key, value, err)
+}
+
+// PutTTL is Put, and the key expires ttl after this write (at the
+// server's next expiry check, within about a second; TTLs are whole
+// seconds, rounded up). A later Put keeps the key for good.
+func (s *Store) PutTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	if ttl < time.Second {
+		ttl = time.Second
+	}
+	ttl = (ttl + time.Second - 1).Truncate(time.Second)
+	if rev == 0 {
+		n, err := s.kv.Create(ctx, key, value, jetstream.KeyTTL(ttl))
+		return n, putErr(key, value, err)
+	}
+	// KeyValue.Update takes no TTL: publish as it does, with one.
+	ack, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.prefix + key, Data: value},
+		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
+	if err != nil {
+		return 0, putErr(key, value, err)
+	}
+	return ack.Sequence, nil
+}
+
+func putErr(key string, value []byte, err error) error {
+	if err == nil {
+		return nil
+	}
 	if isConflict(err) {
-		return 0, fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)
+		return fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)
 	}
 	if errors.Is(err, nats.ErrMaxPayload) {
 		// Retrying cannot make the record smaller: the step fails for good.
-		return 0, saga.Permanent(fmt.Errorf("kvstore: put %s: record of %d bytes: %w", key, len(value), err))
+		return saga.Permanent(fmt.Errorf("kvstore: put %s: record of %d bytes: %w", key, len(value), err))
 	}
-	if err != nil {
-		return 0, fmt.Errorf("kvstore: put %s: %w", key, err)
-	}
-	return n, nil
+	return fmt.Errorf("kvstore: put %s: %w", key, err)
 }
 
 // Delete removes key if its revision is rev; a missing key is
-// saga.ErrNotFound.
+// saga.ErrNotFound. The purge marker it leaves expires after
+// Config.MarkerTTL.
 func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
 	if _, _, err := s.Load(ctx, key); err != nil {
 		return err
@@ -93,7 +143,7 @@ func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
 	if rev == 0 {
 		return fmt.Errorf("%w: %s exists; delete needs its revision", saga.ErrConflict, key)
 	}
-	err := s.kv.Purge(ctx, key, jetstream.LastRevision(rev))
+	err := s.kv.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(s.markerTTL))
 	if isConflict(err) {
 		return fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)
 	}
