@@ -83,7 +83,10 @@ type Config struct {
 // are keyed by the Login of the messages: one flow per login attempt.
 //
 // A CodeRequested for a login whose flow is running changes nothing; after
-// the flow completed it starts a new one. A resend keeps the attempts
+// the flow completed it starts a new one. A code entered at or after its
+// expiry fails the flow as expired, even if the expiry timeout, due at the
+// same instant, has not been handled yet: the outcome does not depend on
+// which of the two the dispatcher takes first. A resend keeps the attempts
 // already used, so asking for new codes does not buy more guesses. A
 // CodeEntered or CodeResendRequested for a login with no running flow
 // (expired, failed, verified or never started) is dropped: the service
@@ -132,6 +135,11 @@ func New(cfg Config) *saga.Definition[State] {
 		})
 	saga.Handles(d, saga.By(func(m CodeEntered) string { return m.Login }),
 		func(ctx context.Context, c *saga.Context[State], m CodeEntered) error {
+			if !c.Now().Before(c.Data.ExpiresAt) {
+				// Entered when the code expired, before its timeout was
+				// handled: expired all the same, whichever comes first.
+				return fail(c, ReasonExpired)
+			}
 			if subtle.ConstantTimeCompare([]byte(m.Code), []byte(c.Data.Code)) == 1 {
 				c.MarkComplete()
 				return c.Send(cfg.Events, Verified{Login: c.ID(), User: c.Data.User})

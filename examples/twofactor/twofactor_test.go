@@ -20,7 +20,12 @@ const events = "auth-events"
 // newFlow returns the production flow (5 minutes, 3 attempts) with codes
 // 111111, 222222, ... instead of random ones.
 func newFlow() *saga.Definition[twofactor.State] {
-	var n atomic.Int32 // handlers run on the dispatcher's goroutine
+	return countingFlow(new(atomic.Int32))
+}
+
+// countingFlow is newFlow counting codes in n, which a test may reset.
+func countingFlow(n *atomic.Int32) *saga.Definition[twofactor.State] {
+	// Atomic: handlers run on the dispatcher's goroutine.
 	return twofactor.New(twofactor.Config{NewCode: func() string {
 		return fmt.Sprintf("%06d", 111111*int(n.Add(1)))
 	}})
