@@ -71,19 +71,47 @@
 // the handler runs again on the fresh state, up to [WithConflictRetries]
 // times. Limits: effects carried out again more than the queue's
 // DuplicateWindow (default 10 minutes) after the first try reach their
-// queues twice (timeouts are still handled once, by the token check); a
-// completed instance leaves a tombstone with its inbox, so that a
-// redelivered message cannot start it again.
+// queues twice (timeouts are still handled once, by the token check).
 //
+// # Committed, effects pending
+//
+// A step whose change is committed but whose effects cannot all be
+// carried out yet — a destination queue at its MaxBytes
+// (transport.ErrQueueFull), a broker briefly unreachable — has not
+// failed: its change stands and will not be undone. Its message is
+// completed with the outcome [EffectsPending] (StepResult.Err matches
+// [ErrEffectsPending] and the cause), never retried or dead-lettered. The
+// effects stay in the instance's record and are carried out, exactly
+// once, by whichever comes first: the next step on the instance (which
+// carries out a pending outbox before anything else, and fails, to be
+// retried, while it cannot) or a retry the dispatcher schedules on its own
+// queue (scheduled messages are not held back by a full queue), repeated
+// with [RetryPolicy].Backoff until they are out.
+//
+// # Completed instances
+//
+// A completed instance leaves a tombstone: its inbox, so that a
+// redelivered or late message cannot start it again, and the fact that it
+// completed, which a [NotFoundPolicy] Handler sees. The tombstone is kept
+// for [WithCompletedRetention] (default 7 days, [DefaultRetention]): that
+// is the window in which a redelivered starting message cannot restart a
+// finished instance. After it, with a store that lets records expire
+// ([ExpiringStore]: kvstore, memstore), the tombstone is gone and leaves no
+// trace, and such a message starts a new instance with the same ID.
 // # Timeouts
 //
 // [Context.RequestTimeout] returns a [TimeoutHandle]; keep it in the data
 // to cancel or reschedule the timeout. A timeout that arrives after it was
 // cancelled or rescheduled, or after the instance completed, is dropped
 // (its token is no longer in the instance's state) — never handled.
-// Completing an instance cancels its pending timeouts. Timeouts are
-// scheduled through a [timeout.Scheduler]: by default scheduled messages on
-// the dispatcher's own queue; the Temporal engine for long ones.
+// Completing an instance cancels its pending timeouts. In an OnTimeout
+// handler [Context.Timeout] returns the handle of the timeout being
+// handled, to tell several timeouts of one type apart;
+// [Context.IsPending] tells whether a handle is still pending. A payload
+// type the saga has no OnTimeout for is refused at the request
+// ([ErrNoTimeoutHandler]). Timeouts are scheduled through a
+// [timeout.Scheduler]: by default scheduled messages on the dispatcher's
+// own queue; the Temporal engine for long ones.
 //
 // # Failures
 //
@@ -93,13 +121,32 @@
 // its description. Errors wrapped with [Permanent] skip the retries. A
 // panic is an error. A message that cannot be decoded, or whose type no
 // saga handles, is dead-lettered at once. A message for a missing instance
-// follows the saga's [NotFoundPolicy].
+// follows the saga's [NotFoundPolicy]: ignored, dead-lettered, or given to
+// its Handler, which can tell a completed instance from one that never
+// existed and reply.
+//
+// What a handler asks for is checked at the call: an invalid queue name,
+// a message the transport would refuse (a bad property, too large), a
+// reply without ReplyTo ([ErrNoReplyTo]), a timeout no OnTimeout handles
+// ([ErrNoTimeoutHandler]) is an error from [Context.Send], [Context.Reply],
+// [Context.Publish] or [Context.RequestTimeout] that matches both
+// [ErrPermanent] and its cause (transport.ErrInvalidQueueName, ...):
+// returned from the handler, it dead-letters the message at once.
+//
+// A dead letter is the message as it was first sent — its MessageID, body
+// and properties, without the bookkeeping of delayed retries — so that an
+// operator can send it again, plus its retry history in
+// [PropertyAttempts], [PropertyDelayedRetries], [PropertyFirstFailure] and
+// [PropertyLastError]. Nothing of a dead-lettered message's step was
+// committed: a step that committed is never dead-lettered (see
+// [EffectsPending]).
 //
 // # Operating
 //
 // [Dispatcher.Instance] shows one instance's state and pending timeouts;
 // [Dispatcher.ScheduledTimeouts] lists the timeouts waiting in the queue;
 // [Dispatcher.CancelTimeouts] and [Dispatcher.CancelAllTimeouts] cancel
-// them. Logging is log/slog ([WithLogger]); [Hooks] report each step for
-// metrics and tracing at no cost when unset.
+// them, as steps on the instances (they never race a handler's step) that
+// report exactly what they cancelled. Logging is log/slog ([WithLogger]);
+// [Hooks] report each step for metrics and tracing at no cost when unset.
 package saga

@@ -240,7 +240,7 @@ type StepResult struct {
 type Outcome string
 
 const (
-	Handled      Outcome = "handled"       // committed and completed
+	Handled Outcome = "handled" // committed and completed
 	// EffectsPending: the step committed (its change stands, the message
 	// is completed and will not be redelivered), but its effects could
 	// not all be carried out yet, e.g. a destination queue is full
@@ -250,9 +250,9 @@ const (
 	// own queue, whichever comes first; the retry repeats with
 	// RetryPolicy.Backoff until they are out.
 	EffectsPending Outcome = "effects-pending"
-	Duplicate    Outcome = "duplicate"     // already handled: no second effect
-	Dropped      Outcome = "dropped"       // stale timeout, or no instance (NotFoundPolicy applied)
-	Retried      Outcome = "retried"       // rescheduled for a delayed retry
-	DeadLettered Outcome = "dead-lettered" // moved to the dead-letter queue
-	Abandoned    Outcome = "abandoned"     // left to redelivery (e.g. on shutdown)
+	Duplicate      Outcome = "duplicate"     // already handled: no second effect
+	Dropped        Outcome = "dropped"       // stale timeout, or no instance (NotFoundPolicy applied)
+	Retried        Outcome = "retried"       // rescheduled for a delayed retry
+	DeadLettered   Outcome = "dead-lettered" // moved to the dead-letter queue
+	Abandoned      Outcome = "abandoned"     // left to redelivery (e.g. on shutdown)
 )

@@ -60,8 +60,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 		storage = jetstream.MemoryStorage
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      cfg.Bucket,
-		Description: "jetsaga saga state",
+		Bucket:         cfg.Bucket,
+		Description:    "jetsaga saga state",
 		History:        1,
 		Storage:        storage,
 		Replicas:       max(cfg.Replicas, 1),
