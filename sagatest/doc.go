@@ -28,14 +28,73 @@
 //
 // [Env.Send] sends a message to the dispatcher's queue ([Queue]) and
 // returns once it has been handled. [Env.Advance] and [Env.AdvanceTo] move
-// the clock and return once everything due by then has been handled:
-// timeouts, the timeouts their handlers request, delayed retries. (A plain
-// time.Sleep works too; call [Env.Settle] after it.) [Env.Dispatcher]
-// hands the dispatcher to code under test that starts sagas itself.
+// the clock and return once everything due by then has been handled. (A
+// plain time.Sleep works too; call [Env.Settle] after it.)
+// [Env.Dispatcher] hands the dispatcher to code under test that starts
+// sagas itself.
+//
+// The rules of time, as in NServiceBus.Testing:
+//
+//   - every timeout that comes due during one Advance fires within it, at
+//     its own virtual time, in due order — and so do the timeouts their
+//     handlers request, if due before the Advance ends (chained
+//     timeouts), and delayed retries;
+//   - a timeout requested for a time already past is handled at once, at
+//     the current virtual time;
+//   - the clock only moves forward: a negative Advance, or AdvanceTo a
+//     past time, fails the test;
+//   - a timeout whose handler fails is not lost: it is retried as any
+//     message is (saga.RetryPolicy), then dead-lettered;
+//   - the dispatcher may run at most [DefaultStepBudget] steps during one
+//     call of Send, Advance, AdvanceTo or Settle ([WithStepBudget]): a
+//     handler that keeps requesting timeouts that are already due would
+//     otherwise hang the test, since virtual time moves only when every
+//     goroutine waits. Beyond it the Env stops the dispatcher and fails
+//     the test, with the journal.
 //
 // The dispatcher runs one step at a time, in queue order, so a run is
 // deterministic. Its options, the codec and the start time can be changed
 // with [WithDispatcherOptions], [WithCodec] and [WithStart].
+//
+// # Exploring races
+//
+// Saga bugs live in races: a payment arriving at the instant the deadline
+// fires, a resend racing the expiry, a message redelivered after a
+// crash. [Explore] runs a scenario once for each order in which a set of
+// concurrent inputs — [Send], [Timeout], [Redeliver] — can arrive at one
+// instant, each time in a fresh Env, and checks the outcome after each:
+//
+//	func TestPaymentAtTheDeadline(t *testing.T) {
+//		sagatest.Explore(t, []saga.Saga{Order},
+//			func(t *testing.T, env *sagatest.Env) { // before the race
+//				env.Send(OrderPlaced{Order: "o1"}) // its deadline is due in an hour
+//			},
+//			[]sagatest.Input{ // at one instant, in every order
+//				sagatest.Timeout(Order, "o1"),
+//				sagatest.Send(PaymentArrived{Order: "o1"}),
+//			},
+//			func(t *testing.T, env *sagatest.Env) { // the invariant
+//				shipped := len(sagatest.Sent[Shipped](env, "shipping"))
+//				cancelled := len(sagatest.Sent[Cancelled](env, "shipping"))
+//				if shipped+cancelled != 1 {
+//					t.Errorf("shipped %d, cancelled %d: want one of them", shipped, cancelled)
+//				}
+//			})
+//	}
+//
+// A failing order is reported with the journal of its run and the option
+// that re-runs it alone, the same way every time:
+//
+//	sagatest: Explore at order_test.go:12: order 2 of 2 failed:
+//	  1. timeout sagatest_test.payDeadline of order/o1, due +1h0m0s
+//	  2. send sagatest_test.PaymentArrived {"Order":"o1"}
+//	re-run it alone with the option sagatest.Replay(1, 0)
+//	journal (now +1h0m0s): ...
+//
+// Explore runs every order of up to 6 inputs (720), and a sample drawn
+// with a fixed seed beyond ([WithOrderings], [WithSeed]). Each order costs
+// about what a Run of the same scenario costs (BenchmarkExplore: about
+// 0.2 ms for a setup of one message and two inputs).
 //
 // # Looking
 //
@@ -63,10 +122,19 @@
 //	+5m0s      twofactor/ann: timeout sagatest_test.Expired handled, completed
 //	+5m0s      sent sagatest_test.CodeExpired to notifications {"User":"ann"}
 //
+// Assertions compare with reflect.DeepEqual, except for times: two
+// time.Time values are equal if they are the same instant, whatever their
+// location or monotonic reading. Data and messages come back from JSON in
+// UTC, handlers' Context.Now reads the bubble's clock in time.Local, and
+// [Env.Now] and [Env.Start] return UTC; all of them compare equal at the
+// same instant.
+//
 // When the test function returns, Run stops the dispatcher and fails the
-// test if a message was dead-lettered and the test never called
-// DeadLetters, or if a timeout is still scheduled for an instance that
-// completed or no longer waits for it.
+// test if a message was dead-lettered, or is still waiting for a delayed
+// retry, and the test never looked ([Env.DeadLetters], [Env.Failures]) —
+// naming the call of the test (Send, Advance, ... with its file and line)
+// during which the step failed — or if a timeout is still scheduled for
+// an instance that completed or no longer waits for it.
 //
 // # Limits
 //
@@ -83,10 +151,11 @@
 //   - Everything must be in memory. A goroutine blocked on a real socket
 //     or a system call is not "durably blocked", so the Env cannot settle
 //     while it waits, and virtual time stops; a handler that never
-//     returns hangs the test. NATS, the JetStream transport, kvstore and
-//     Temporal cannot run in a bubble — an embedded nats-server stalls it,
-//     since one of its goroutines waits on a channel created at package
-//     init, outside the bubble. Test those in real time.
+//     returns hangs the test. NATS, the JetStream transport and kvstore
+//     cannot run in a bubble — an embedded nats-server stalls it, since
+//     one of its goroutines waits on a channel created at package init,
+//     outside the bubble. Test those in real time, as the examples'
+//     demo tests do.
 //   - A goroutine still blocked when the test function returns fails the
 //     test: stop what you start.
 //   - Share variables between handlers and the test through sync/atomic or
@@ -95,8 +164,21 @@
 //
 // And the Env's own:
 //
-//   - The Env uses the dispatcher's hooks (saga.WithHooks) to write the
-//     journal; hooks passed in WithDispatcherOptions replace them.
+//   - The Env runs its own receive loop, which hands each message to
+//     saga.Dispatcher.Handle, instead of Dispatcher.Run: so it can count
+//     steps and hold messages back for Explore. Steps are bounded by 30
+//     seconds of virtual time, whatever saga.WithDrainTimeout says.
+//   - Hooks given with saga.WithHooks in WithDispatcherOptions are called,
+//     then the Env's, which write the journal.
+//   - Env.Send gives each message a MessageID (sagatest-1, sagatest-2,
+//     ...) unless its options set one, so that Explore can redeliver it.
+//   - Timeouts due at the very same instant are scheduled on timers that
+//     fire together; the order in which the dispatcher then takes them is
+//     not fixed. When it matters, make them Explore's inputs.
+//   - Explore delivers its inputs one at a time, each with what it causes
+//     at that instant before the next: it explores the order of the
+//     inputs, not of their consequences among themselves. Timeout inputs
+//     due earlier than the latest one wait for it.
 //   - The journal shows messages sent to a queue once the Env watches it:
 //     from the first Sent, Messages or AssertSent naming it, earlier ones
 //     included, or from the start with [WithQueues].
