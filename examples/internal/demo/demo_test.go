@@ -89,9 +89,9 @@ func TestFeed(t *testing.T) {
 	for _, want := range []string{
 		`(?m)^ \+\d+\.\d{3}s  ann  ← events seq=1 \(enqueued [+-]\d+\.\d{3}s\)  waved 2 times$`,
 		`(?m)^ \+\d+\.\d{3}s  bob  ← events seq=2 .*  greeted bob$`,
-		`(?m)^ \+\d+\.\d{3}s       ← events seq=3 .*  unknown message type nobody.Knows$`,
+		`(?m)^ \+\d+\.\d{3}s       ← events seq=3 .*  saga: unknown message type: "nobody.Knows"$`,
 		`(?m)^ \+\d+\.\d{3}s  ann  ← events seq=4 .*  greeted ann$`,
-		`← events seq=5 .*  undecodable demo.waved: `,
+		`← events seq=5 .*  saga: malformed message: demo.waved: `,
 	} {
 		if !regexp.MustCompile(want).MatchString(out.String()) {
 			t.Errorf("output lacks %s:\n%s", want, out.String())

@@ -3,6 +3,7 @@ package demo
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/jetsaga/jetsaga/saga"
@@ -20,11 +21,11 @@ type Event struct {
 	Body any
 }
 
-// Decoder decodes the events of one type and describes them in words.
-// Describe makes one.
+// Decoder describes the events of one type in words. Describe makes one.
 type Decoder struct {
-	typ    string
-	decode func(body []byte) (id string, v any, text string, err error)
+	typ      saga.MessageType
+	goType   reflect.Type
+	describe func(v any) (id, text string)
 }
 
 // Describe returns the Decoder of events of type M, which travel under
@@ -32,13 +33,9 @@ type Decoder struct {
 // about and what it says, in the demo's words.
 func Describe[M any](describe func(M) (id, text string)) Decoder {
 	return Decoder{
-		typ: saga.MessageName[M](),
-		decode: func(body []byte) (string, any, string, error) {
-			var v M
-			err := saga.JSON{}.Unmarshal(body, &v)
-			id, text := describe(v)
-			return id, v, text, err
-		},
+		typ:      saga.TypeOf[M](),
+		goType:   reflect.TypeFor[M](),
+		describe: func(v any) (string, string) { return describe(v.(M)) },
 	}
 }
 
@@ -46,19 +43,29 @@ func Describe[M any](describe func(M) (id, text string)) Decoder {
 // each message as it arrives and passes it on to the scenario, which
 // waits for the ones it expects with Await.
 type Feed struct {
-	p     *Printer
-	q     *transport.Queue
-	types map[string]Decoder
-	ch    chan Event
-	stash []Event // received, not yet awaited
+	p        *Printer
+	q        *transport.Queue
+	dec      *saga.Decoder
+	describe map[reflect.Type]func(v any) (id, text string)
+	ch       chan Event
+	stash    []Event // received, not yet awaited
 }
 
 // NewFeed returns a Feed on the events queue q that prints with p and
 // decodes the event types of decoders. Run consumes the queue.
 func NewFeed(p *Printer, q *transport.Queue, decoders ...Decoder) *Feed {
-	f := &Feed{p: p, q: q, types: make(map[string]Decoder), ch: make(chan Event, 64)}
+	f := &Feed{p: p, q: q, describe: make(map[reflect.Type]func(any) (string, string)), ch: make(chan Event, 64)}
+	types := make([]saga.MessageType, len(decoders))
+	for i, d := range decoders {
+		types[i] = d.typ
+	}
+	dec, err := saga.NewDecoder(saga.JSON{}, types...)
+	if err != nil {
+		panic(err) // two event types under one name: a bug in the demo
+	}
+	f.dec = dec
 	for _, d := range decoders {
-		f.types[d.typ] = d
+		f.describe[d.goType] = d.describe
 	}
 	return f
 }
@@ -88,21 +95,17 @@ func (f *Feed) Run(ctx context.Context) {
 	}
 }
 
-// decode decodes an event by its saga.TypeProperty and describes it in
-// words.
+// decode decodes an event with the saga.Decoder of the feed's types and
+// describes it in words.
 func (f *Feed) decode(m *transport.Message) (Event, string) {
 	e := Event{Seq: m.Seq, EnqueuedAt: m.EnqueuedAt}
-	typ := m.Properties[saga.TypeProperty]
-	d, ok := f.types[typ]
-	if !ok {
-		return e, "unknown message type " + typ
+	v, err := f.dec.Decode(m)
+	if err != nil {
+		return e, err.Error()
 	}
 	var text string
-	var err error
-	e.ID, e.Body, text, err = d.decode(m.Body)
-	if err != nil {
-		text = fmt.Sprintf("undecodable %s: %v", typ, err)
-	}
+	e.ID, text = f.describe[reflect.TypeOf(v)](v)
+	e.Body = v
 	return e, text
 }
 
