@@ -15,15 +15,18 @@ import (
 
 // Instance is what an operator sees of a saga instance.
 type Instance struct {
-	Saga, ID  string
-	Data      []byte // encoded with the dispatcher's codec
+	Saga, ID string
+	Data     []byte // encoded with the dispatcher's codec; nil once completed
+	// Completed is true for the tombstone of a completed instance, which
+	// is kept for the retention (WithCompletedRetention).
 	Completed bool
 	Started   time.Time
-	Updated   time.Time
+	Updated   time.Time // the last step that changed it (completion, for a tombstone)
 	Timeouts  []PendingTimeout
 }
 
-// Instance returns the stored state of a saga instance, or ErrNotFound.
+// Instance returns the stored state of a saga instance, or ErrNotFound
+// (never started, or completed longer ago than the retention).
 func (d *Dispatcher) Instance(ctx context.Context, sagaName, id string) (*Instance, error) {
 	if err := validateID(id); err != nil {
 		return nil, fmt.Errorf("%w: %s/%.64q: %w", ErrNotFound, sagaName, id, err)

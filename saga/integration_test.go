@@ -207,6 +207,10 @@ func TestCrashPoints(t *testing.T) {
 				if !ok || d.Fired < 1 {
 					return fmt.Sprintf("timeout not handled yet: %+v", d)
 				}
+				// StepDone runs after the message is settled.
+				if len(log.filter(saga.MessageName[CrashDue]())) == 0 {
+					return "timeout step not reported yet"
+				}
 				return queueEmpty(t, q)
 			})
 
