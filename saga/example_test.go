@@ -3,6 +3,9 @@ package saga_test
 import (
 	"context"
 	"fmt"
+	"go/format"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -189,4 +192,40 @@ func Example_signUp() {
 	<-done
 	// Output:
 	// bob@example.com <nil>
+}
+
+// TestReadmeQuotesTheExample keeps README.md's saga and test snippets
+// what this file compiles, and every Go snippet of the README
+// gofmt-clean.
+func TestReadmeQuotesTheExample(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Skipf("no README: %v", err)
+	}
+	self, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range []string{"saga", "test"} {
+		_, rest, _ := strings.Cut(string(self), "// README: "+part+" begin\n")
+		snippet, _, ok := strings.Cut(rest, "\n// README: "+part+" end")
+		if !ok {
+			t.Fatalf("no README markers for %s", part)
+		}
+		if !strings.Contains(string(readme), "```go\n"+snippet+"```\n") {
+			t.Errorf("README.md does not quote the %s snippet of example_test.go verbatim:\n%s", part, snippet)
+		}
+	}
+	blocks := strings.Split(string(readme), "```go\n")
+	for _, b := range blocks[1:] {
+		code, _, _ := strings.Cut(b, "```\n")
+		formatted, err := format.Source([]byte(code))
+		if err != nil {
+			t.Errorf("README.md Go snippet does not parse: %v\n%s", err, code)
+			continue
+		}
+		if string(formatted) != code {
+			t.Errorf("README.md Go snippet is not gofmt-clean:\n%s\ngofmt:\n%s", code, formatted)
+		}
+	}
 }

@@ -14,11 +14,11 @@
 //	POST /login/{id}/verify  {"code": "123456"}  the user's attempt
 //	GET  /login/{id}                             the login's state
 //
-// For example:
+// It prints them when it starts, with curl commands to try them:
 //
-//	curl -i -d '{"user":"ann"}' localhost:8080/login/l1/code
-//	curl -d '{"code":"123456"}' localhost:8080/login/l1/verify   # the code from the log
-//	curl localhost:8080/login/l1
+//	curl -i -d '{"user":"ann"}' http://127.0.0.1:8080/login/l1/code
+//	curl -d '{"code":"123456"}' http://127.0.0.1:8080/login/l1/verify    # use the code from "sms: your login code" above
+//	curl http://127.0.0.1:8080/login/l1
 //
 // # How a handler learns the result
 //
@@ -102,8 +102,28 @@ type config struct {
 	Ready func(addr string)
 }
 
+// usage is what the service prints when it listens at base: its
+// endpoints and curl commands to try them (README.md shows them too).
+func usage(base string, ttl time.Duration) string {
+	return fmt.Sprintf(`
+The two-factor flow over HTTP, at %[1]s (codes live %[2]v):
+
+  POST /login/{id}/code    {"user": "ann"}     start a 2FA flow; the code goes out by "SMS" (this log)
+  POST /login/{id}/resend                      a new code; the old one stops working
+  POST /login/{id}/verify  {"code": "123456"}  the user's attempt
+  GET  /login/{id}                             the login's state: processing, pending, verified or failed
+
+Try it from another terminal:
+
+  curl -i -d '{"user":"ann"}' %[1]s/login/l1/code
+  curl -d '{"code":"123456"}' %[1]s/login/l1/verify    # use the code from "sms: your login code" above
+  curl %[1]s/login/l1
+
+`, base, ttl)
+}
+
 // run runs the service until ctx ends, then shuts it down gracefully. It
-// logs to out.
+// logs to out, and prints its endpoints there once it listens.
 func run(ctx context.Context, out io.Writer, cfg config) error {
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:8080"
@@ -148,6 +168,7 @@ func run(ctx context.Context, out io.Writer, cfg config) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("listening", "url", "http://"+ln.Addr().String(), "ttl", cfg.TTL)
+	fmt.Fprint(out, usage("http://"+ln.Addr().String(), cfg.TTL))
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr().String())
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -285,4 +286,114 @@ func TestRunShutsDownGracefully(t *testing.T) {
 	if _, err := http.Get(url); err == nil {
 		t.Errorf("the server still answers after run returned")
 	}
+}
+
+// TestUsageCommandsWork runs the service as main does and runs the curl
+// commands it prints (as HTTP requests), with the code it sent by "SMS":
+// they must work as printed. README.md must show the same commands.
+func TestUsageCommandsWork(t *testing.T) {
+	var out syncBuffer
+	ready := make(chan string, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, &out, config{Addr: "127.0.0.1:0", TTL: time.Minute, NewCode: func() string { return "654321" },
+			Ready: func(a string) { ready <- a }})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	var base string
+	select {
+	case a := <-ready:
+		base = "http://" + a
+	case err := <-done:
+		t.Fatalf("run returned early: %v\n%s", err, out.String())
+	}
+	printed := out.String()
+	for _, want := range []string{
+		"The two-factor flow over HTTP, at " + base + " (codes live 1m0s):",
+		"  POST /login/{id}/code    {\"user\": \"ann\"}",
+		"  POST /login/{id}/resend ",
+		"  POST /login/{id}/verify  {\"code\": \"123456\"}",
+		"  GET  /login/{id} ",
+	} {
+		if !strings.Contains(printed, want) {
+			t.Errorf("the service's output lacks %q:\n%s", want, printed)
+		}
+	}
+	var cmds [][]string
+	for line := range strings.Lines(printed) {
+		if cmd, ok := strings.CutPrefix(strings.TrimSpace(line), "curl "); ok {
+			cmds = append(cmds, shellWords(t, cmd))
+		}
+	}
+	if len(cmds) != 3 {
+		t.Fatalf("got %d curl commands, want 3:\n%s", len(cmds), printed)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(usage("http://127.0.0.1:8080", 5*time.Minute)) {
+		if strings.HasPrefix(line, "  curl ") && !strings.Contains(string(readme), strings.TrimPrefix(line, "  ")) {
+			t.Errorf("README.md lacks %q", strings.TrimSpace(line))
+		}
+	}
+
+	// curl -i -d BODY URL: POST the body; curl URL: GET.
+	do := func(args []string) (int, map[string]any) {
+		method, body, url := "GET", "", ""
+		for i := 0; i < len(args); i++ {
+			switch args[i] {
+			case "-i":
+			case "-d":
+				method, body = "POST", args[i+1]
+				i++
+			default:
+				url = args[i]
+			}
+		}
+		return call(t, method, url, strings.ReplaceAll(body, "123456", "654321"))
+	}
+	if code, v := do(cmds[0]); code != http.StatusAccepted {
+		t.Fatalf("%v: got %d %v, want 202", cmds[0], code, v)
+	}
+	poll(t, base+"/login/l1", func(_ int, v map[string]any) bool { return strings.Contains(history(v), "code issued") })
+	if !strings.Contains(out.String(), `msg="sms: your login code" user=ann login=l1 code=654321`) {
+		t.Errorf("no code sent by SMS:\n%s", out.String())
+	}
+	if code, v := do(cmds[1]); code != http.StatusAccepted {
+		t.Fatalf("%v: got %d %v, want 202", cmds[1], code, v)
+	}
+	poll(t, base+"/login/l1", statusIs("verified"))
+	if code, v := do(cmds[2]); code != http.StatusOK || v["status"] != "verified" {
+		t.Errorf("%v: got %d %v, want 200 verified", cmds[2], code, v)
+	}
+}
+
+// shellWords splits a command line as sh does, for the quoting the usage
+// uses: words, 'single-quoted' words, and a # comment.
+func shellWords(t *testing.T, s string) []string {
+	t.Helper()
+	var words []string
+	for s = strings.TrimSpace(s); s != "" && s[0] != '#'; s = strings.TrimSpace(s) {
+		if s[0] == '\'' {
+			end := strings.IndexByte(s[1:], '\'')
+			if end < 0 {
+				t.Fatalf("unbalanced quote in %q", s)
+			}
+			words, s = append(words, s[1:end+1]), s[end+2:]
+			continue
+		}
+		end := strings.IndexAny(s, " \t")
+		if end < 0 {
+			end = len(s)
+		}
+		words, s = append(words, s[:end]), s[end:]
+	}
+	return words
 }

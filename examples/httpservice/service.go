@@ -353,42 +353,38 @@ func (s *service) consume(ctx context.Context) {
 	}
 }
 
+// events decodes the saga's events into their Go types.
+var events = func() *saga.Decoder {
+	d, err := saga.NewDecoder(saga.JSON{},
+		saga.TypeOf[twofactor.CodeIssued](), saga.TypeOf[twofactor.CodeRejected](),
+		saga.TypeOf[twofactor.Verified](), saga.TypeOf[twofactor.Failed]())
+	if err != nil {
+		panic(err) // two of twofactor's events under one name
+	}
+	return d
+}()
+
 func (s *service) handleEvent(ctx context.Context, m *transport.Message) error {
-	typ := m.Properties[saga.TypeProperty]
+	v, err := events.Decode(m)
+	if err != nil {
+		return err
+	}
 	var id, note string
 	var update func(l *login)
-	switch typ {
-	case saga.MessageName[twofactor.CodeIssued]():
-		var e twofactor.CodeIssued
-		if err := json.Unmarshal(m.Body, &e); err != nil {
-			return err
-		}
+	switch e := v.(type) {
+	case twofactor.CodeIssued:
 		// The SMS gateway would go here.
 		s.log.InfoContext(ctx, "sms: your login code", "user", e.User, "login", e.Login, "code", e.Code, "expires", e.ExpiresAt)
 		id, note = e.Login, "code issued, expires "+e.ExpiresAt.Format(time.RFC3339)
 		update = func(l *login) { l.User, l.Outcome, l.Reason = e.User, "", "" }
-	case saga.MessageName[twofactor.CodeRejected]():
-		var e twofactor.CodeRejected
-		if err := json.Unmarshal(m.Body, &e); err != nil {
-			return err
-		}
+	case twofactor.CodeRejected:
 		id, note = e.Login, fmt.Sprintf("wrong code, %d attempt(s) left", e.Remaining)
-	case saga.MessageName[twofactor.Verified]():
-		var e twofactor.Verified
-		if err := json.Unmarshal(m.Body, &e); err != nil {
-			return err
-		}
+	case twofactor.Verified:
 		id, note = e.Login, "verified"
 		update = func(l *login) { l.Outcome = statusVerified }
-	case saga.MessageName[twofactor.Failed]():
-		var e twofactor.Failed
-		if err := json.Unmarshal(m.Body, &e); err != nil {
-			return err
-		}
+	case twofactor.Failed:
 		id, note = e.Login, "failed: "+e.Reason
 		update = func(l *login) { l.Outcome, l.Reason = statusFailed, e.Reason }
-	default:
-		return fmt.Errorf("unknown event type %q", typ)
 	}
 	s.log.InfoContext(ctx, "auth event", "login", id, "seq", m.Seq, "event", note)
 	s.mu.Lock()
