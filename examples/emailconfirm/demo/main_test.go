@@ -28,7 +28,7 @@ func TestDemo(t *testing.T) {
 		`production uses 30m, 1h and 7 days`,
 		`dana\s+← signup-events seq=1 .*ConfirmationRequested`,
 		`dana\s+← signup-events seq=3 .*Confirmed: activate the account of dana@example.com`,
-		`seq=0x800000000001\s+scheduled enqueued \+\d+\.\d+s\s+due \+\d+\.\d+s\s+emailconfirm/dana emailconfirm.Remind`,
+		`seq=0x8[0-9a-f]{11}\s+scheduled enqueued \+\d+\.\d+s\s+due \+\d+\.\d+s\s+emailconfirm/dana emailconfirm.Remind`,
 		`eve\s+timeout emailconfirm.Remind activated: seq=\d+, due`,
 		`eve\s+← signup-events .*ReminderDue`,
 		`eve\s+← signup-events .*Confirmed`,
