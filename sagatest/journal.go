@@ -164,11 +164,25 @@ func (e *Env) journal() string {
 	return sb.String()
 }
 
-// journalSection is the journal as assertion failures show it.
+// Failures show at most journalHead + journalTail lines of the journal.
+const (
+	journalHead = 40
+	journalTail = 60
+)
+
+// journalSection is the journal as assertion failures show it: all of it,
+// or its beginning and its end if it is long.
 func (e *Env) journalSection() string {
 	j := e.journal()
 	if j == "" {
 		j = "(empty)\n"
+	}
+	if lines := strings.SplitAfter(j, "\n"); len(lines) > journalHead+journalTail+1 {
+		lines = lines[:len(lines)-1] // after the last newline
+		omitted := len(lines) - journalHead - journalTail
+		j = strings.Join(lines[:journalHead], "") +
+			fmt.Sprintf("… %d lines left out (Env.Journal has them all) …\n", omitted) +
+			strings.Join(lines[len(lines)-journalTail:], "")
 	}
 	return fmt.Sprintf("journal (now %s):\n%s", e.offset(time.Now()), indentLines(j))
 }

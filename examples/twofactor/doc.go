@@ -34,7 +34,9 @@
 // clock, with the real durations: a code that expires exactly at 5m0s and
 // not a nanosecond before, a resend at 2m whose original expiry at 5m does
 // nothing while the new one fires at 7m, and so on — each test takes
-// milliseconds.
+// milliseconds. explore_test.go explores the races at the instant of the
+// expiry with sagatest.Explore — the right code entered then, a resend, a
+// redelivered wrong code — in every order the dispatcher could take them.
 //
 // # Demo
 //
