@@ -31,8 +31,12 @@ type QueueConfig struct {
 	// one it is moved to the dead-letter queue with reason
 	// ReasonMaxDeliveryCountExceeded. Default: 10.
 	MaxDeliveryCount int
-	// DuplicateWindow is how long MessageIDs are remembered for duplicate
-	// detection. Default: 10m (Service Bus's default).
+	// DuplicateWindow is how long a MessageID is remembered for duplicate
+	// detection after a message with it was accepted (or activated), across
+	// server restarts; see the package documentation for the rules. On
+	// JetStream each message with a MessageID is kept in the partition's
+	// schedule stream for this long, so the window sizes that stream.
+	// Default: 10m (Service Bus's default).
 	DuplicateWindow time.Duration
 	// MaxBytes caps the stored size of each partition's active messages; a
 	// send that would exceed it fails with ErrQueueFull rather than
@@ -40,18 +44,22 @@ type QueueConfig struct {
 	// only cap a schedule stream by evicting pending schedules), and
 	// activations are never dropped: on JetStream an activation into a full
 	// partition waits until space frees; in memory it may exceed the cap.
-	// Default: 0 (no cap).
+	// On JetStream the check is approximate when several brokers send (see
+	// the package documentation); nothing is ever dropped. Default: 0 (no
+	// cap).
 	MaxBytes int64
 	// Replicas is the JetStream replication factor. Default: 1.
 	Replicas int
 	// MemoryStorage keeps JetStream data in memory instead of files, losing
 	// it on server restart. Default: false.
 	MemoryStorage bool
-	// CancelRecordTTL is how long the JetStream transport keeps the record of
-	// a cancellation, which stops a cancelled message that activated in the
-	// same instant from being delivered. It must exceed the longest time an
-	// activated message may wait in the queue before it is received.
-	// Default: 7 days.
+	// CancelRecordTTL is how long the record of a cancellation is kept: for
+	// that long Cancel of the same number answers ErrNotFound (after it,
+	// ErrAlreadyActivated on JetStream), and the cancelled message's
+	// MessageID stays taken. On JetStream the record also stops a
+	// cancelled message that activated in the same instant from being
+	// delivered, so it must exceed the longest time an activated message
+	// may wait in the queue before it is received. Default: 7 days.
 	CancelRecordTTL time.Duration
 }
 

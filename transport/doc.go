@@ -13,8 +13,10 @@
 // CorrelationID, SessionID, ReplyTo, Subject, ContentType, application
 // Properties). The broker stamps each stored message with a sequence number
 // (Seq, Service Bus's SequenceNumber) and the broker's UTC time of
-// acceptance (EnqueuedAt, Service Bus's EnqueuedTimeUtc). Send returns the
-// sequence number; received and browsed messages carry both.
+// acceptance into the queue (EnqueuedAt, Service Bus's EnqueuedTimeUtc).
+// Received and browsed messages carry both; Send, like Service Bus's,
+// returns none for an immediate send (Schedule returns the scheduled
+// sequence number).
 //
 // Active sequence numbers are unique, increasing and gap-free per queue
 // partition: 1, 2, 3, ... in arrival order. A queue with Partitions > 1
@@ -73,33 +75,58 @@
 //
 // # Duplicate detection
 //
-// A message with a MessageID that the queue has seen within its
-// DuplicateWindow is acknowledged but not stored again;
-// [SendResult].Duplicate reports it. Immediate sends and schedules are
-// detected separately (they are stored in different JetStream streams).
+// A message with a MessageID that the queue remembers is acknowledged but
+// not stored again; [SendResult].Duplicate reports it. Sends and schedules
+// share one ID space per queue (per partition: a MessageID maps to one
+// partition unless a SessionID picks it). The queue remembers a MessageID
+//   - for DuplicateWindow after a message with it was accepted, whatever
+//     became of it: received and completed, dead-lettered, still waiting;
+//   - while a scheduled message with it is pending, and for DuplicateWindow
+//     after it activated;
+//   - for CancelRecordTTL (default 7 days) after a scheduled message with
+//     it was cancelled, so that a late retry of a schedule request never
+//     brings a cancelled message back.
+//
+// The JetStream broker remembers across server restarts and, on
+// replicated streams, leader changes: its check reads stored messages,
+// not nats-server's in-memory Nats-Msg-Id table (which a restarted server
+// rebuilds only from messages still stored). It may remember a MessageID
+// somewhat longer than the window: copies are cleaned up by receivers,
+// every few seconds, once older than the window. The memory broker
+// forgets exactly when the window ends.
 //
 // # Input checks
 //
-// Queue names are 1–64 characters of [A-Za-z0-9_-]. IDs and session IDs
-// may contain anything but control characters, up to 128 bytes; they are
-// encoded before they reach a NATS subject, so '.', '*', '>' and spaces
-// can never act as subject separators or wildcards. Every check is made
-// before anything is written, and returns an error that errors.Is matches:
-// [ErrInvalidQueueName], [ErrInvalidMessage], [ErrMessageTooLarge],
-// [ErrSessionRequired], [ErrClosed].
+// Queue names are 1–64 characters of [A-Za-z0-9_-]. String fields travel
+// as headers: UTF-8 without control characters (C0 U+0000–U+001F, DEL and
+// C1 U+0080–U+009F), at most 4096 bytes each; MessageID and SessionID at
+// most 128 bytes; at most 64 properties with keys of 1–64 characters of
+// [A-Za-z0-9_-]. IDs are encoded (or hashed) before they reach a NATS
+// subject, so '.', '*', '>' and spaces can never act as subject separators
+// or wildcards. A message's body and encoded headers must fit the
+// server's max_payload less 512 bytes ([Broker.MaxBodySize] computes the
+// room left for a body). Every check is made before anything is written,
+// and returns an error that errors.Is matches: [ErrInvalidQueueName],
+// [ErrInvalidMessage], [ErrMessageTooLarge], [ErrSessionRequired],
+// [ErrClosed].
 //
 // # On JetStream
 //
-// Each partition p of queue N is two streams. The schedule stream
-// (P_S_N_p, limits retention, message schedules enabled) holds each
-// scheduled message on its own subject; nats-server's scheduler activates
-// it by writing a copy to an activation subject in the same stream. The
-// queue stream (P_Q_N_p, work-queue retention) receives immediate sends
-// and sources the activation subjects, so active messages take the queue
-// stream's contiguous sequence numbers and EnqueuedAt is the time the copy
-// was stored there. Receivers share one durable pull consumer per
-// partition; each session has its own durable consumer with MaxAckPending
-// 1. The dead-letter queue is the stream P_D_N.
+// Each partition p of queue N is two streams. Every write goes to the
+// schedule stream (P_S_N_p, limits retention, message schedules enabled),
+// each message on subjects of its own named after its MessageID (a hash of
+// it) or a NUID: an immediate send as a copy that the queue stream
+// sources at once; a scheduled message as a schedule that nats-server's
+// scheduler activates by writing that copy at its time. The queue stream
+// (P_Q_N_p, work-queue retention) takes only what it sources, so active
+// messages get its contiguous sequence numbers, and EnqueuedAt is the time
+// a copy was stored there. A send or schedule with a MessageID is written
+// only if no subject of that MessageID holds a message (a conditional
+// write on the server), which is how duplicate detection survives
+// restarts; copies with a MessageID are kept for the duplicate window,
+// copies without one are purged once sourced. Receivers share one durable
+// pull consumer per partition; each session has its own durable consumer
+// with MaxAckPending 1. The dead-letter queue is the stream P_D_N.
 //
 // Cancel writes a cancel record that the server accepts only while the
 // schedule is still stored (an expected-last-subject-sequence condition),
@@ -112,7 +139,14 @@
 // client clock behind the server's, by more than that — a receiver drops
 // the activation, so a nil from Cancel always holds; that activation's
 // sequence number then goes unused. Cancel records live for
-// CancelRecordTTL.
+// CancelRecordTTL; a scheduled message no longer stored and without one
+// has activated.
+//
+// MaxBytes on JetStream: Send checks the queue stream's size as read at
+// most 100 ms before plus what this broker sent since, and the queue
+// stream enforces the cap itself; messages accepted while other brokers
+// fill it wait in the schedule stream and move in as space frees, never
+// dropped.
 //
 // Limits of the guarantees: a message is safe once Send or Schedule
 // returned; with nats-server's default sync policy it has reached the

@@ -38,7 +38,7 @@ func ExampleNewMemory() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("sent seq", r.Seq)
+	fmt.Println("duplicate:", r.Duplicate)
 
 	ds, err := q.Receive(ctx, 10)
 	if err != nil {
@@ -51,7 +51,7 @@ func ExampleNewMemory() {
 		}
 	}
 	// Output:
-	// sent seq 1
+	// duplicate: false
 	// received seq 1 "order 42", delivery 1
 }
 

@@ -91,18 +91,25 @@ func (d *jsDriver) mapErr(err error) error {
 
 // Names. With prefix P, queue N and partition p:
 //
-//	stream P_Q_N_p  subjects P.Q.N.p.>   active messages (work queue)
-//	                           .m           messages without session
-//	                           .s.<sid>     messages of session sid
-//	stream P_S_N_p  subjects P.S.N.p.>   scheduled messages (limits)
-//	                           .s.<id>      one schedule per subject
-//	                           .x.<id>      its cancel record
-//	                           .f.m/.f.s.<sid> activations, sourced
-//	                                        into P.Q.N.p.m / .s.<sid>
+//	stream P_S_N_p  subjects P.S.N.p.>   every write (limits retention)
+//	            .<key>.s                  a scheduled message
+//	            .<key>.x.<seq>            the record of its cancellation
+//	            .<key>.f.<tail>           a message with a MessageID, sent or
+//	                                      activated; sourced into the queue
+//	            .<key>.g.<tail>           the same without a MessageID
+//	stream P_Q_N_p  subjects P.Q.N.p.>   active messages (work queue),
+//	                                      sourced from P_S_N_p
+//	            .m                        messages without session
+//	            .s.<sid>                  messages of session sid
 //	stream P_D_N    subjects P.D.N.0.>   the dead-letter queue
 //
-// N is [A-Za-z0-9_-] and the partition is decimal after the last '_', so
-// the names never collide; session IDs are encoded by subjectToken.
+// <tail> is "m" or "s.<sid>". <key> is "_" and 22 base64url characters of
+// a hash of the MessageID, or a NUID (22 alphanumerics) for a message
+// without one, so every message has its own subjects. All of a MessageID's
+// traces share the prefix P.S.N.p.<key>., which is what makes duplicate
+// detection survive restarts (see guard). N is [A-Za-z0-9_-] and the
+// partition is decimal after the last '_', so the names never collide;
+// session IDs are encoded by subjectToken.
 type jsNames struct {
 	queue, sched         string // stream names
 	qSubj, sSubj         string // subject prefixes, without trailing dot
@@ -327,13 +334,13 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 	qc.Subjects = []string{n.qSubj + ".>"}
 	qc.Retention = jetstream.WorkQueuePolicy
 	if n.hasSch {
-		qc.Sources = []*jetstream.StreamSource{{
-			Name: n.sched,
-			SubjectTransforms: []jetstream.SubjectTransformConfig{{
-				Source:      n.sSubj + ".f.>",
-				Destination: n.qSubj + ".>",
-			}},
-		}}
+		var trs []jetstream.SubjectTransformConfig
+		for _, kind := range []string{copyWithID, copyWithoutID} {
+			trs = append(trs,
+				jetstream.SubjectTransformConfig{Source: n.sSubj + ".*." + kind + ".m", Destination: n.qSubj + ".m"},
+				jetstream.SubjectTransformConfig{Source: n.sSubj + ".*." + kind + ".s.*", Destination: n.qSubj + ".s.{{wildcard(2)}}"})
+		}
+		qc.Sources = []*jetstream.StreamSource{{Name: n.sched, SubjectTransforms: trs}}
 	}
 	s, err := d.js.CreateOrUpdateStream(ctx, qc)
 	if err != nil {
@@ -410,11 +417,25 @@ type jsPartition struct {
 	sched jetstream.Stream
 	cons  jetstream.Consumer
 
-	// Activation copies stay in the schedule stream after the queue stream
-	// has sourced them; receivers note the highest sourced one and purge
-	// below it now and then (see notePurge).
+	// Copies stay in the schedule stream after the queue stream has
+	// sourced them; receivers note the highest sourced one and purge below
+	// it now and then (see maybePurge). Copies of messages with a
+	// MessageID are kept for the duplicate window: aged holds checkpoints
+	// of (sourced sequence, enqueue time) to tell which are old enough.
 	sourcedUpTo atomic.Uint64
 	purgeMu     sync.Mutex
-	purgedUpTo  uint64
+	purgedUpTo  uint64 // copies without MessageID
+	agedUpTo    uint64 // copies with MessageID
+	aged        []checkpoint
 	lastPurge   time.Time
+
+	// The queue stream's size as last read, for MaxBytes (see checkFull).
+	sizeMu   sync.Mutex
+	size     uint64
+	sizeRead time.Time
+}
+
+type checkpoint struct {
+	seq uint64
+	at  time.Time
 }

@@ -2,8 +2,12 @@ package transport
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,19 +49,68 @@ func (q *jsQueue) targetSuffix(m *Message) string {
 	return ".m"
 }
 
-// natsMsg encodes m for subject, with its MessageID as Nats-Msg-Id for
-// duplicate detection, and refuses it if it cannot fit max_payload.
+// Subject kinds of copies in the schedule stream (see jsDriver.names).
+const (
+	copyWithID    = "f"
+	copyWithoutID = "g"
+)
+
+// msgKey returns the subject token of a message in the schedule stream:
+// a hash of its MessageID, so that every trace of one MessageID shares a
+// subject prefix, or a fresh NUID for a message without one.
+func msgKey(id string) string {
+	if id == "" {
+		return nuid.Next()
+	}
+	h := sha256.Sum256([]byte(id))
+	return "_" + base64.RawURLEncoding.EncodeToString(h[:16])
+}
+
+// copySubject is the subject of the copy of m that the queue stream
+// sources: an immediate send, or the activation of a schedule.
+func (q *jsQueue) copySubject(part *jsPartition, key string, m *Message) string {
+	kind := copyWithoutID
+	if m.MessageID != "" {
+		kind = copyWithID
+	}
+	return part.n.sSubj + "." + key + "." + kind + q.targetSuffix(m)
+}
+
+// natsMsg encodes m for subject and refuses it if it cannot fit
+// max_payload.
 func (q *jsQueue) natsMsg(subject string, m *Message) (*nats.Msg, error) {
 	msg := &nats.Msg{Subject: subject, Header: encodeHeader(m), Data: m.Body}
 	if n, max := sizeWith(msg.Header, m.Body), q.d.maxPayload(); int64(n) > max {
 		return nil, fmt.Errorf("%w: %d bytes, server max_payload is %d", ErrMessageTooLarge, n, max)
 	}
-	if m.MessageID != "" {
-		msg.Header.Set(jetstream.MsgIDHeader, escapeValue(m.MessageID))
-	}
 	return msg, nil
 }
 
+// guard makes the server store msg only if no subject under
+// P.S.N.p.<key>. holds a message: no schedule pending with this MessageID,
+// no record of its cancellation, and no copy of a message with it sent or
+// activated within the duplicate window. The check reads stored messages,
+// not the server's in-memory Nats-Msg-Id table, so it holds across server
+// restarts and, on replicated streams, leader changes. A refusal is a
+// "wrong last sequence" error (isDuplicate).
+func guard(msg *nats.Msg, part *jsPartition, key string) {
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	msg.Header.Set(expectedLastSubjSeqSubj, part.n.sSubj+"."+key+".>")
+}
+
+const expectedLastSubjSeqSubj = "Nats-Expected-Last-Subject-Sequence-Subject"
+
+// isDuplicate reports whether err is the server's refusal of a guarded write.
+func isDuplicate(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// send writes m's copy to the schedule stream, from which the queue stream
+// sources it at once; that copy gets the queue's next sequence number.
+// The active sequence number is therefore not known here: SendResult.Seq
+// is 0, as in Service Bus, whose send returns none.
 func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, error) {
 	if q.isDLQ {
 		return SendResult{}, fmt.Errorf("%w: send to a dead-letter queue", ErrUnsupported)
@@ -66,21 +119,65 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 		return SendResult{}, err
 	}
 	part := q.parts[p]
-	msg, err := q.natsMsg(part.n.qSubj+q.targetSuffix(m), m)
+	key := msgKey(m.MessageID)
+	msg, err := q.natsMsg(q.copySubject(part, key, m), m)
 	if err != nil {
 		return SendResult{}, err
 	}
-	ack, err := q.d.js.PublishMsg(ctx, msg)
+	size := sizeWith(msg.Header, m.Body)
+	if err := q.checkFull(ctx, part, size); err != nil {
+		return SendResult{}, err
+	}
+	if m.MessageID != "" {
+		guard(msg, part, key)
+	}
+	_, err = q.d.js.PublishMsg(ctx, msg)
+	if isDuplicate(err) {
+		return SendResult{Duplicate: true}, nil
+	}
 	if err != nil {
 		return SendResult{}, q.d.mapErr(err)
 	}
-	return SendResult{Seq: makeSeq(p, false, ack.Sequence), Duplicate: ack.Duplicate}, nil
+	if q.cfg.MaxBytes > 0 {
+		part.sizeMu.Lock()
+		part.size += uint64(size) // until the next read of the stream's size
+		part.sizeMu.Unlock()
+	}
+	return SendResult{}, nil
+}
+
+// sizeStale is how old the queue stream's size may be when Send checks
+// MaxBytes; sends of this broker since the read are added to it.
+const sizeStale = 100 * time.Millisecond
+
+// checkFull refuses a message that would take the partition's active
+// messages past MaxBytes, by the queue stream's size as read at most
+// sizeStale ago. The queue stream enforces the cap itself as well: what
+// passes this check while the partition fills waits in the schedule
+// stream until space frees, and is never dropped.
+func (q *jsQueue) checkFull(ctx context.Context, part *jsPartition, n int) error {
+	if q.cfg.MaxBytes <= 0 {
+		return nil
+	}
+	part.sizeMu.Lock()
+	defer part.sizeMu.Unlock()
+	if time.Since(part.sizeRead) > sizeStale {
+		info, err := part.queue.Info(ctx)
+		if err != nil {
+			return q.d.mapErr(err)
+		}
+		part.size, part.sizeRead = info.State.Bytes, time.Now()
+	}
+	if int64(part.size)+int64(n) > q.cfg.MaxBytes {
+		return fmt.Errorf("%w: queue %s partition %d: MaxBytes %d reached", ErrQueueFull, q.cfg.Name, part.idx, q.cfg.MaxBytes)
+	}
+	return nil
 }
 
 // schedule publishes m on its own schedule subject in the partition's
-// schedule stream. The server activates it at `at` by writing a copy to
-// the activation subject, which the queue stream sources: that copy gets
-// the queue's next sequence number and the activation time.
+// schedule stream. The server activates it at `at` by writing its copy,
+// which the queue stream sources: that copy gets the queue's next
+// sequence number and the activation time.
 func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time) (SendResult, error) {
 	if q.isDLQ {
 		return SendResult{}, fmt.Errorf("%w: schedule on a dead-letter queue", ErrUnsupported)
@@ -91,19 +188,32 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 	part := q.parts[p]
 	sm := *m
 	sm.ScheduledAt = at
-	msg, err := q.natsMsg(part.n.sSubj+".s."+nuid.Next(), &sm)
+	key := msgKey(m.MessageID)
+	schedSubj := part.n.sSubj + "." + key + ".s"
+	msg, err := q.natsMsg(schedSubj, &sm)
 	if err != nil {
 		return SendResult{}, err
 	}
 	// RFC3339Nano: jetstream.WithScheduleAt rounds to whole seconds, which
 	// would fire up to a second early.
 	msg.Header.Set(natsSchedule, "@at "+msg.Header.Get(hdrScheduledAt))
-	msg.Header.Set(natsScheduleTarget, part.n.sSubj+".f"+q.targetSuffix(m))
+	msg.Header.Set(natsScheduleTarget, q.copySubject(part, key, m))
+	if m.MessageID != "" {
+		guard(msg, part, key)
+	}
 	ack, err := q.d.js.PublishMsg(ctx, msg)
+	if isDuplicate(err) {
+		// The first copy's number, while it is still pending.
+		raw, gerr := part.sched.GetLastMsgForSubject(ctx, schedSubj)
+		if gerr != nil {
+			return SendResult{Duplicate: true}, nil
+		}
+		return SendResult{Seq: makeSeq(p, true, raw.Sequence), Duplicate: true}, nil
+	}
 	if err != nil {
 		return SendResult{}, q.d.mapErr(err)
 	}
-	return SendResult{Seq: makeSeq(p, true, ack.Sequence), Duplicate: ack.Duplicate}, nil
+	return SendResult{Seq: makeSeq(p, true, ack.Sequence)}, nil
 }
 
 // cancelMargin is how close to its due time a scheduled message counts as
@@ -111,16 +221,20 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 const cancelMargin = 500 * time.Millisecond
 
 // cancel stops a pending schedule with one conditional write: a cancel
-// record on <sSubj>.x.<id>, accepted only while <sSubj>.s.<id> still holds
-// the schedule, which it purges in the same step (Nats-Schedule-Next:
-// purge). The server's scheduler may already have read the schedule when
-// the record lands and still write the activation, but only once the
-// message is due: so a message due within cancelMargin is reported as
-// activated rather than cancelled. Should a cancel record still land
-// after the due time (a request delayed, or a client clock behind the
-// server's, by more than the margin), a receiver drops the activation
-// (see dropCancelled): a nil result always means "never delivered", at
-// the price of one unused active sequence number in that case.
+// record on P.S.N.p.<key>.x.<seq>, accepted only while P.S.N.p.<key>.s
+// still holds the schedule, which it purges in the same step
+// (Nats-Schedule-Next: purge). The server's scheduler may already have
+// read the schedule when the record lands and still write the activation,
+// but only once the message is due: so a message due within cancelMargin
+// is reported as activated rather than cancelled. Should a cancel record
+// still land after the due time (a request delayed, or a client clock
+// behind the server's, by more than the margin), a receiver drops the
+// activation (see dropCancelled): a nil result always means "never
+// delivered", at the price of one unused active sequence number then.
+//
+// A schedule no longer stored was cancelled (its cancel record, kept for
+// CancelRecordTTL, says so) or activated: a number the stream issued with
+// no cancel record activated.
 func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	if q.isDLQ {
 		return fmt.Errorf("%w: cancel on a dead-letter queue", ErrUnsupported)
@@ -129,15 +243,19 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 		return err
 	}
 	part, local := q.parts[Partition(seq)], LocalSeq(seq)
+	if local == 0 {
+		return fmt.Errorf("%w: seq %d", ErrNotFound, seq)
+	}
 	raw, err := part.sched.GetMsg(ctx, local)
 	if isNotFound(err) {
-		return fmt.Errorf("%w: seq %d", ErrNotFound, seq)
+		return q.cancelledOrActivated(ctx, part, seq)
 	}
 	if err != nil {
 		return q.d.mapErr(err)
 	}
-	id, ok := strings.CutPrefix(raw.Subject, part.n.sSubj+".s.")
-	if !ok || raw.Header.Get(natsSchedule) == "" {
+	rest, ok := strings.CutPrefix(raw.Subject, part.n.sSubj+".")
+	key, kind, _ := strings.Cut(rest, ".")
+	if !ok || kind != "s" || raw.Header.Get(natsSchedule) == "" {
 		return fmt.Errorf("%w: seq %d is not a scheduled message", ErrNotFound, seq)
 	}
 	// The server's scheduler may already be activating a message this
@@ -147,7 +265,8 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	if due, err := time.Parse(time.RFC3339Nano, raw.Header.Get(hdrScheduledAt)); err == nil && time.Until(due) < cancelMargin {
 		return fmt.Errorf("%w: seq %d is due at %s, within %v", ErrAlreadyActivated, seq, due.Format(time.RFC3339Nano), cancelMargin)
 	}
-	rec := &nats.Msg{Subject: part.n.sSubj + ".x." + id, Header: nats.Header{}}
+	recSubj := part.n.sSubj + "." + key + ".x." + strconv.FormatUint(local, 10)
+	rec := &nats.Msg{Subject: recSubj, Header: nats.Header{}}
 	rec.Header.Set(hdrCancelled, "1")
 	rec.Header.Set(natsScheduleNext, "purge")
 	rec.Header.Set(natsScheduler, raw.Subject)
@@ -156,18 +275,68 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	if err == nil {
 		return nil
 	}
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence &&
-		apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequenceConstant {
+	if !isDuplicate(err) {
 		return q.d.mapErr(err)
 	}
 	// The schedule is gone: activated, or cancelled by a racing Cancel.
-	if _, err := part.sched.GetLastMsgForSubject(ctx, rec.Subject); err == nil {
+	if _, err := part.sched.GetLastMsgForSubject(ctx, recSubj); err == nil {
 		return fmt.Errorf("%w: seq %d was cancelled concurrently", ErrNotFound, seq)
 	} else if !isNotFound(err) {
 		return q.d.mapErr(err)
 	}
 	return fmt.Errorf("%w: seq %d", ErrAlreadyActivated, seq)
+}
+
+// cancelledOrActivated tells what became of a scheduled sequence number
+// that is no longer stored: cancelled if its cancel record is kept,
+// activated if the schedule stream issued it, else never a message.
+func (q *jsQueue) cancelledOrActivated(ctx context.Context, part *jsPartition, seq uint64) error {
+	local := LocalSeq(seq)
+	found, err := q.d.lastBySubject(ctx, part.n.sched, part.n.sSubj+".*.x."+strconv.FormatUint(local, 10))
+	if err != nil {
+		return err
+	}
+	if found {
+		return fmt.Errorf("%w: seq %d was cancelled", ErrNotFound, seq)
+	}
+	info, err := part.sched.Info(ctx)
+	if err != nil {
+		return q.d.mapErr(err)
+	}
+	if local > info.State.LastSeq {
+		return fmt.Errorf("%w: seq %d", ErrNotFound, seq)
+	}
+	return fmt.Errorf("%w: seq %d is no longer scheduled and was not cancelled", ErrAlreadyActivated, seq)
+}
+
+// lastBySubject reports whether stream holds a message on subject, which
+// may hold wildcards (which direct gets do not take).
+func (d *jsDriver) lastBySubject(ctx context.Context, stream, subject string) (bool, error) {
+	req, err := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	resp, err := d.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return false, d.mapErr(err)
+	}
+	var r struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return false, fmt.Errorf("transport: message get: %w", err)
+	}
+	switch {
+	case r.Error == nil:
+		return true, nil
+	case r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return false, nil
+	}
+	return false, d.mapErr(r.Error)
 }
 
 func isNotFound(err error) bool {
@@ -201,7 +370,7 @@ func (q *jsQueue) peek(ctx context.Context, from uint64, max int) ([]*Message, e
 				if part.sched == nil {
 					continue
 				}
-				stream, filter = part.sched, part.n.sSubj+".s.*"
+				stream, filter = part.sched, part.n.sSubj+".*.s"
 			}
 			for len(out) < max {
 				raw, err := stream.GetMsg(ctx, start, jetstream.WithGetMsgSubject(filter))

@@ -128,9 +128,9 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream
 	h := msg.Headers()
 	decodeHeader(h, m)
 	s := &jsSettler{q: q, msg: msg, m: m, lockedUntil: received.Add(q.cfg.LockDuration)}
-	if sched := h.Get(natsScheduler); sched != "" && !q.isDLQ {
-		part.noteSourced(h.Get(natsStreamSource))
-		if q.dropCancelled(ctx, part, sched) {
+	if !q.isDLQ {
+		part.noteSourced(h.Get(natsStreamSource), m.EnqueuedAt)
+		if sched := h.Get(natsScheduler); sched != "" && q.dropCancelled(ctx, part, sched) {
 			if err := msg.Ack(); err != nil {
 				q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: ack of cancelled activation failed", slogErr(err), slogQueue(q.cfg.Name))
 			}
@@ -150,22 +150,29 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream
 }
 
 // dropCancelled reports whether the activation of the schedule on
-// subject sched was cancelled in the instant it activated: then Cancel
-// returned nil and the message must not be delivered.
+// subject sched (P.S.N.p.<key>.s) was cancelled in the instant it
+// activated: then Cancel returned nil and the message must not be
+// delivered.
 func (q *jsQueue) dropCancelled(ctx context.Context, part *jsPartition, sched string) bool {
-	id, ok := strings.CutPrefix(sched, part.n.sSubj+".s.")
-	if !ok {
+	key, ok := strings.CutSuffix(sched, ".s")
+	if !ok || !strings.HasPrefix(key, part.n.sSubj+".") {
 		return false
 	}
-	_, err := part.sched.GetLastMsgForSubject(ctx, part.n.sSubj+".x."+id)
-	return err == nil
+	found, err := q.d.lastBySubject(ctx, part.n.sched, key+".x.*")
+	if err != nil {
+		// Deliver: a cancel record lands after activation only when a
+		// Cancel request was delayed past the cancel margin.
+		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: cancel record lookup failed; delivering", slogErr(err), slogQueue(q.cfg.Name))
+		return false
+	}
+	return found
 }
 
-// noteSourced records the schedule-stream sequence of an activation copy
-// that reached the queue (from its Nats-Stream-Source header: "<stream>
-// <seq> ..."). Sourcing is in order, so every activation below it has
-// reached the queue too.
-func (p *jsPartition) noteSourced(src string) {
+// noteSourced records the schedule-stream sequence of a copy that reached
+// the queue (from its Nats-Stream-Source header: "<stream> <seq> ...")
+// and the time it was enqueued there. Sourcing is in order, so every copy
+// below it has reached the queue too.
+func (p *jsPartition) noteSourced(src string, enqueued time.Time) {
 	f := strings.Fields(src)
 	if len(f) < 2 {
 		return
@@ -177,30 +184,56 @@ func (p *jsPartition) noteSourced(src string) {
 	for {
 		cur := p.sourcedUpTo.Load()
 		if seq <= cur || p.sourcedUpTo.CompareAndSwap(cur, seq) {
-			return
+			break
 		}
+	}
+	// A checkpoint a second: copies up to seq were stored no later than
+	// enqueued.
+	if !p.purgeMu.TryLock() {
+		return
+	}
+	defer p.purgeMu.Unlock()
+	if n := len(p.aged); n == 0 || enqueued.Sub(p.aged[n-1].at) >= time.Second && seq > p.aged[n-1].seq {
+		p.aged = append(p.aged, checkpoint{seq: seq, at: enqueued})
 	}
 }
 
-// maybePurge removes activation copies the queue stream has already
-// sourced from the schedule stream, at most every few seconds.
+// purgeEvery is how often a receiver purges sourced copies.
+const purgeEvery = 5 * time.Second
+
+// maybePurge removes copies the queue stream has already sourced from the
+// schedule stream, at most every purgeEvery: those without a MessageID at
+// once, those with one once they are older than the duplicate window (they
+// are what remembers the MessageID, see guard).
 func (q *jsQueue) maybePurge(ctx context.Context, part *jsPartition) {
 	if !part.purgeMu.TryLock() {
 		return
 	}
 	defer part.purgeMu.Unlock()
-	upTo := part.sourcedUpTo.Load()
-	if upTo <= part.purgedUpTo || time.Since(part.lastPurge) < 5*time.Second {
+	if time.Since(part.lastPurge) < purgeEvery {
 		return
 	}
 	part.lastPurge = time.Now()
-	err := part.sched.Purge(context.WithoutCancel(ctx),
-		jetstream.WithPurgeSubject(part.n.sSubj+".f.>"), jetstream.WithPurgeSequence(upTo))
-	if err != nil {
-		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: purging activation copies failed", slogErr(err), slogQueue(q.cfg.Name))
-		return
+	ctx = context.WithoutCancel(ctx)
+	purge := func(kind string, upTo uint64) bool {
+		err := part.sched.Purge(ctx, jetstream.WithPurgeSubject(part.n.sSubj+".*."+kind+".>"), jetstream.WithPurgeSequence(upTo))
+		if err != nil {
+			q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: purging sourced copies failed", slogErr(err), slogQueue(q.cfg.Name))
+		}
+		return err == nil
 	}
-	part.purgedUpTo = upTo
+	if upTo := part.sourcedUpTo.Load(); upTo > part.purgedUpTo && purge(copyWithoutID, upTo+1) {
+		part.purgedUpTo = upTo
+	}
+	old := time.Now().Add(-q.cfg.DuplicateWindow)
+	upTo := part.agedUpTo
+	for len(part.aged) > 0 && part.aged[0].at.Before(old) {
+		upTo = part.aged[0].seq
+		part.aged = part.aged[1:]
+	}
+	if upTo > part.agedUpTo && purge(copyWithID, upTo+1) {
+		part.agedUpTo = upTo
+	}
 }
 
 // jsSettler settles one JetStream delivery. The lock is tracked on the

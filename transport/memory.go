@@ -240,9 +240,8 @@ type memPartition struct {
 	active     []*memEntry // by Seq, locked ones included
 	pending    []*memEntry // scheduled, by Seq
 	activated  map[uint64]struct{}
-	bytes      int64 // stored size of active messages, which MaxBytes caps
-	dedup      memDedup
-	dedupSched memDedup
+	bytes      int64    // stored size of active messages, which MaxBytes caps
+	dedup      memDedup // MessageIDs of sent and scheduled messages alike
 }
 
 // memEntry is a stored message.
@@ -295,37 +294,78 @@ func memIndex(es []*memEntry, seq uint64) (int, bool) {
 	return slices.BinarySearchFunc(es, seq, func(e *memEntry, s uint64) int { return cmp.Compare(e.m.Seq, s) })
 }
 
-// memDedup remembers the MessageIDs seen within the duplicate window.
+// memDedup remembers MessageIDs as the JetStream broker does: for the
+// duplicate window after a message with the ID was accepted, while a
+// scheduled message with it is pending, for the duplicate window after it
+// activated, and for CancelRecordTTL after it was cancelled.
 type memDedup struct {
-	seen  map[string]memSeen
-	order []string // IDs in the order they were seen, for expiry
+	ids    map[string]*memSeen
+	writes int // since the last sweep of expired IDs
 }
 
 type memSeen struct {
-	seq uint64
-	at  time.Time
+	until   time.Time // remembered until then, unless pending
+	pending uint64    // the pending scheduled message with this ID, if any
 }
 
-// lookup forgets expired IDs and returns the sequence number of id's first
-// copy, if it is remembered.
-func (d *memDedup) lookup(id string, now time.Time, window time.Duration) (uint64, bool) {
-	for len(d.order) > 0 && now.Sub(d.seen[d.order[0]].at) >= window {
-		delete(d.seen, d.order[0])
-		d.order = d.order[1:]
+// lookup reports whether id is remembered and, if a scheduled message with
+// it is pending, that message's sequence number.
+func (d *memDedup) lookup(id string, now time.Time) (pending uint64, dup bool) {
+	s, ok := d.ids[id]
+	switch {
+	case id == "" || !ok:
+		return 0, false
+	case s.pending != 0:
+		return s.pending, true
+	case now.Before(s.until):
+		return 0, true
 	}
-	s, ok := d.seen[id]
-	return s.seq, ok
+	delete(d.ids, id)
+	return 0, false
 }
 
-func (d *memDedup) remember(id string, seq uint64, now time.Time) {
+// remember notes that a message with id was accepted, as pending
+// scheduled message seq if seq is not 0, and keeps it at least until until.
+func (d *memDedup) remember(id string, pending uint64, until time.Time) {
 	if id == "" {
 		return
 	}
-	if d.seen == nil {
-		d.seen = make(map[string]memSeen)
+	if d.ids == nil {
+		d.ids = make(map[string]*memSeen)
 	}
-	d.seen[id] = memSeen{seq: seq, at: now}
-	d.order = append(d.order, id)
+	s, ok := d.ids[id]
+	if !ok {
+		s = &memSeen{}
+		d.ids[id] = s
+	}
+	s.pending = pending
+	if until.After(s.until) {
+		s.until = until
+	}
+	if d.writes++; d.writes > 1024 && d.writes > len(d.ids) {
+		d.sweep(until)
+	}
+}
+
+// settle notes that the scheduled message with id is no longer pending,
+// and keeps its ID until until.
+func (d *memDedup) settle(id string, until time.Time) {
+	if s, ok := d.ids[id]; ok {
+		s.pending = 0
+		if until.After(s.until) {
+			s.until = until
+		}
+	}
+}
+
+// sweep forgets the IDs that expired before now.
+func (d *memDedup) sweep(now time.Time) {
+	for id, s := range d.ids {
+		if s.pending == 0 && !now.Before(s.until) {
+			delete(d.ids, id)
+		}
+	}
+	d.writes = 0
 }
 
 func (l *memLog) send(ctx context.Context, m *Message, partition int) (SendResult, error) {
@@ -355,25 +395,27 @@ func (l *memLog) put(ctx context.Context, m *Message, p int, at time.Time) (Send
 	}
 	defer l.q.mu.Unlock()
 	now, part, cfg := l.q.clock.Now(), l.parts[p], l.q.cfg
-	dedup := &part.dedup
-	if !at.IsZero() {
-		dedup = &part.dedupSched
-	}
-	if seq, ok := dedup.lookup(c.MessageID, now, cfg.DuplicateWindow); ok {
-		return SendResult{Seq: seq, Duplicate: true}, nil
+	if pending, dup := part.dedup.lookup(c.MessageID, now); dup {
+		return SendResult{Seq: pending, Duplicate: true}, nil
 	}
 	if at.IsZero() && cfg.MaxBytes > 0 && part.bytes+int64(size) > cfg.MaxBytes {
 		return SendResult{}, fmt.Errorf("%w: queue %s partition %d: MaxBytes %d reached", ErrQueueFull, cfg.Name, p, cfg.MaxBytes)
 	}
 	e := &memEntry{m: c, size: size}
-	var seq uint64
 	if at.IsZero() {
-		seq = part.appendActive(e, now)
+		part.appendActive(e, now)
+		part.dedup.remember(c.MessageID, 0, now.Add(cfg.DuplicateWindow))
 		l.q.notify()
-	} else {
-		seq = l.addPending(part, e, now)
+		// As on JetStream, where a message reaches the queue through the
+		// schedule stream, Send does not report the active sequence number.
+		return SendResult{}, nil
 	}
-	dedup.remember(c.MessageID, seq, now)
+	seq := l.addPending(part, e, now)
+	if _, pending := memIndex(part.pending, seq); pending {
+		part.dedup.remember(c.MessageID, seq, now.Add(cfg.DuplicateWindow))
+	} else {
+		part.dedup.remember(c.MessageID, 0, now.Add(cfg.DuplicateWindow))
+	}
 	return SendResult{Seq: seq}, nil
 }
 
@@ -398,6 +440,7 @@ func (l *memLog) activateWhenDue(p *memPartition, e *memEntry, now time.Time) {
 	i, _ := memIndex(p.pending, e.m.Seq)
 	p.pending = slices.Delete(p.pending, i, i+1)
 	p.activated[e.m.Seq] = struct{}{}
+	p.dedup.settle(e.m.MessageID, now.Add(l.q.cfg.DuplicateWindow))
 	p.appendActive(e, now)
 	l.q.notify()
 }
@@ -428,12 +471,13 @@ func (l *memLog) cancel(ctx context.Context, seq uint64) error {
 		e := p.pending[i]
 		e.stop()
 		p.pending = slices.Delete(p.pending, i, i+1)
+		p.dedup.settle(e.m.MessageID, l.q.clock.Now().Add(l.q.cfg.CancelRecordTTL))
 		return nil
 	}
 	if _, ok := p.activated[seq]; ok {
-		return ErrAlreadyActivated
+		return fmt.Errorf("%w: seq %d", ErrAlreadyActivated, seq)
 	}
-	return ErrNotFound
+	return fmt.Errorf("%w: seq %d", ErrNotFound, seq)
 }
 
 func (l *memLog) peek(ctx context.Context, from uint64, max int) ([]*Message, error) {

@@ -34,7 +34,30 @@ func memSend(t *testing.T, q *Queue, m *Message) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return r.Seq
+	if !m.ScheduledAt.IsZero() || r.Duplicate {
+		return r.Seq
+	}
+	if r.Seq != 0 {
+		t.Fatalf("Send: Seq %#x, want 0 for an immediate send", r.Seq)
+	}
+	// The memory broker stores a send at once: it is its partition's
+	// newest active message.
+	return memLastActive(t, q, q.partitionOf(m))
+}
+
+func memLastActive(t *testing.T, q *Queue, p int) uint64 {
+	t.Helper()
+	var last uint64
+	for m, err := range q.Browse(t.Context(), makeSeq(p, false, 0)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if Partition(m.Seq) != p || m.State != Active {
+			break
+		}
+		last = m.Seq
+	}
+	return last
 }
 
 func memReceive(t *testing.T, q *Queue) *Delivery {
@@ -408,11 +431,7 @@ func TestMemoryPeekPages(t *testing.T) {
 		ctx := t.Context()
 		var want []uint64
 		for i := range 20 {
-			r, err := q.Send(ctx, &Message{Body: []byte("x"), MessageID: fmt.Sprint(i)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want = append(want, r.Seq)
+			want = append(want, memSend(t, q, &Message{Body: []byte("x"), MessageID: fmt.Sprint(i)}))
 			seq, err := q.Schedule(ctx, memMsg("later"), time.Now().Add(time.Hour))
 			if err != nil {
 				t.Fatal(err)
@@ -452,24 +471,32 @@ func TestMemoryDuplicateDetection(t *testing.T) {
 			}
 			return r
 		}
-		first := send(&Message{MessageID: "a"})
-		if r := send(&Message{MessageID: "a"}); r != (SendResult{Seq: first.Seq, Duplicate: true}) {
-			t.Fatalf("repeat: got %+v, want duplicate of %d", r, first.Seq)
+		if first := send(&Message{MessageID: "a"}); first != (SendResult{}) {
+			t.Fatalf("first: got %+v, want no seq, no duplicate", first)
+		}
+		if r := send(&Message{MessageID: "a"}); r != (SendResult{Duplicate: true}) {
+			t.Fatalf("repeat: got %+v, want a duplicate", r)
 		}
 		later := time.Now().Add(time.Hour)
-		sched := send(&Message{MessageID: "a", ScheduledAt: later})
-		if sched.Duplicate || !IsScheduledSeq(sched.Seq) {
-			t.Fatalf("schedule shares the send scope: got %+v", sched)
+		if r := send(&Message{MessageID: "a", ScheduledAt: later}); r != (SendResult{Duplicate: true}) {
+			t.Fatalf("schedule with a sent MessageID: got %+v, want a duplicate (one ID space)", r)
 		}
-		if r := send(&Message{MessageID: "a", ScheduledAt: later}); r != (SendResult{Seq: sched.Seq, Duplicate: true}) {
+		sched := send(&Message{MessageID: "b", ScheduledAt: later})
+		if sched.Duplicate || !IsScheduledSeq(sched.Seq) {
+			t.Fatalf("schedule: got %+v", sched)
+		}
+		if r := send(&Message{MessageID: "b", ScheduledAt: later}); r != (SendResult{Seq: sched.Seq, Duplicate: true}) {
 			t.Fatalf("repeat schedule: got %+v, want duplicate of %d", r, sched.Seq)
 		}
 		if n := len(memPeekAll(t, q)); n != 2 {
 			t.Fatalf("got %d stored, want 2", n)
 		}
 		time.Sleep(time.Minute)
-		if r := send(&Message{MessageID: "a"}); r.Duplicate || r.Seq != makeSeq(0, false, 2) {
-			t.Fatalf("after window: got %+v, want new seq 2", r)
+		if r := send(&Message{MessageID: "a"}); r.Duplicate {
+			t.Fatalf("after window: got %+v, want a new message", r)
+		}
+		if seq := memLastActive(t, q, 0); seq != makeSeq(0, false, 2) {
+			t.Fatalf("after window: stored as seq %#x, want 2", seq)
 		}
 	})
 }

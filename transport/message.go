@@ -6,20 +6,29 @@ import (
 )
 
 // Message is what a queue stores: a body, the properties a sender sets, and
-// the facts the broker assigns. It follows Azure Service Bus's message model;
-// DESIGN.md maps each field to its Service Bus name.
+// the facts the broker assigns. It follows Azure Service Bus's message
+// model; each field's comment names its Service Bus counterpart where the
+// name differs.
+//
+// The string fields travel as headers: each is at most 4096 bytes of
+// UTF-8 without control characters (U+0000–U+001F, U+007F and
+// U+0080–U+009F); MessageID and SessionID at most 128 bytes.
 type Message struct {
-	// Body is the payload. Its size plus the encoded properties must fit the
-	// server's max payload, else the send fails with ErrMessageTooLarge.
+	// Body is the payload. Its size plus the encoded header fields must fit
+	// the server's max payload less a reserve of 512 bytes for the
+	// transport's own headers, else the send fails with
+	// ErrMessageTooLarge; Broker.MaxBodySize tells how large a body a
+	// message can carry.
 	Body []byte
 
 	// ContentType describes Body, for example "application/json".
 	ContentType string
 	// MessageID identifies the message for duplicate detection: a second
-	// message with the same MessageID sent to the same queue within the
-	// queue's DuplicateWindow is accepted but not stored again. Immediate
-	// sends and schedules are checked separately: a scheduled message is a
-	// duplicate only of another schedule.
+	// message with the same MessageID sent or scheduled to the same queue
+	// while the queue remembers it (see QueueConfig.DuplicateWindow) is
+	// accepted but not stored again (SendResult.Duplicate). Sends and
+	// schedules share one ID space per queue. It travels in a header:
+	// 1–128 bytes of UTF-8, no control characters.
 	// Default: empty, which disables duplicate detection for this message.
 	MessageID string
 	// CorrelationID links a reply to its request.
@@ -29,7 +38,8 @@ type Message struct {
 	SessionID string
 	// ReplyTo names the queue a reply should go to.
 	ReplyTo string
-	// Subject is an application label (Service Bus calls it Subject/Label).
+	// Subject is an application label (Service Bus's Subject, formerly
+	// Label).
 	Subject string
 	// Properties are application key/value pairs. Keys are 1–64 characters
 	// of [A-Za-z0-9_-]; values are any UTF-8 without control characters.

@@ -35,8 +35,8 @@ func isNameRune(r rune) bool {
 }
 
 // validID checks an identifier that is stored in a header and may be
-// encoded into a subject token: printable UTF-8, no control characters,
-// 1–128 bytes. Dots, wildcards and spaces are allowed; they never reach a
+// encoded into a subject token: UTF-8 without control characters (C0, DEL
+// and C1), at most 128 bytes. Dots, wildcards and spaces are allowed; they never reach a
 // subject unencoded (see subjectToken).
 func validID(field, v string) error {
 	if len(v) > maxIDLen {
@@ -53,12 +53,15 @@ func validValue(field, v string) error {
 		return invalid(field, "longer than %d bytes", maxHeaderValue)
 	}
 	for _, r := range v {
-		if r < 0x20 || r == 0x7f {
+		if isControl(r) {
 			return invalid(field, "contains control character %U", r)
 		}
 	}
 	return nil
 }
+
+// isControl reports whether r is a C0 or C1 control character or DEL.
+func isControl(r rune) bool { return r < 0x20 || r >= 0x7f && r <= 0x9f }
 
 func validPropKey(k string) error {
 	if k == "" || len(k) > maxPropKey {

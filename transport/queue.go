@@ -83,6 +83,17 @@ func (b *Broker) Validate(m *Message) error {
 	return nil
 }
 
+// MaxBodySize returns the largest Body that m (its other fields as they
+// are) can carry: the server's max payload (1 MiB by default; the memory
+// broker uses that default) less m's encoded header fields and a reserve
+// of 512 bytes for the headers the transport and the server add. It is 0
+// if m's other fields alone do not fit.
+func (b *Broker) MaxBodySize(m *Message) int64 {
+	c := *m
+	c.Body = nil
+	return max(b.d.maxPayload()-int64(wireSize(&c)), 0)
+}
+
 // Close releases the broker's resources. It does not close a *nats.Conn
 // the caller passed in.
 func (b *Broker) Close() error { return b.d.close() }
@@ -106,20 +117,32 @@ func (q *Queue) Config() QueueConfig { return q.cfg }
 
 // SendResult reports what the broker did with a sent message.
 type SendResult struct {
-	// Seq is the message's sequence number: an active one for an immediate
-	// send, a scheduled one (ScheduledBit set) when ScheduledAt was set.
+	// Seq is the scheduled sequence number (ScheduledBit set) of a message
+	// sent with ScheduledAt, which Cancel takes. It is 0 for an immediate
+	// send: as in Service Bus, whose send returns no sequence number, the
+	// active sequence number is assigned as the message enters the queue
+	// and is on the received or browsed message. On a duplicate, Seq is
+	// the pending scheduled message's number if there is one, else 0.
 	Seq uint64
-	// Duplicate is true when the MessageID was seen within the
-	// DuplicateWindow; the message was not stored again and Seq is the
-	// sequence number of the first copy.
+	// Duplicate is true when the queue remembers the MessageID (see
+	// QueueConfig.DuplicateWindow); the message was not stored again.
 	Duplicate bool
 }
 
 // Send stores m in the queue. If m.ScheduledAt is set, Send schedules it
 // for that time, as Schedule does. m is not modified.
 //
+// When Send returns nil the message is stored. On JetStream it reaches
+// the queue — Receive, Peek and Browse see it — a moment later (typically
+// well under a millisecond; it moves in from the partition's schedule
+// stream, see the package documentation), in the order Send calls
+// returned.
+//
 // Errors: ErrInvalidMessage, ErrSessionRequired, ErrMessageTooLarge,
-// ErrUnsupported (sending to a dead-letter queue), ErrClosed.
+// ErrQueueFull, ErrUnsupported (sending to a dead-letter queue),
+// ErrClosed, or the context's error; after any error other than the
+// argument checks the message may or may not be stored, and sending it
+// again with the same MessageID is safe.
 func (q *Queue) Send(ctx context.Context, m *Message) (SendResult, error) {
 	if err := validateMessage(m, q.cfg.RequiresSession); err != nil {
 		return SendResult{}, err
@@ -149,16 +172,22 @@ func (q *Queue) Schedule(ctx context.Context, m *Message, at time.Time) (uint64,
 }
 
 // Cancel deletes the scheduled message with sequence number seq and
-// returns a definite outcome:
+// returns a definite outcome, the same on both brokers:
 //   - nil: cancelled; it will never be delivered.
-//   - ErrAlreadyActivated: it activated first; it has been or will be delivered.
-//   - ErrNotFound: no pending scheduled message has this number (never
-//     existed, already cancelled, or activated before this call).
+//   - ErrAlreadyActivated: it activated, before or during this call; it
+//     has been or will be delivered.
+//   - ErrNotFound: it was cancelled earlier, or the queue never issued
+//     this number as a scheduled sequence number.
 //
-// Any other error (a closed connection, a timeout) leaves the outcome
-// unknown; calling Cancel again is safe. On JetStream a message due within
-// 500 ms counts as activated (the server may be activating it already):
-// Cancel returns ErrAlreadyActivated and the message is delivered.
+// Any other error (ErrClosed, the context's error, a server error) leaves
+// the outcome unknown; calling Cancel again is safe and then answers
+// definitely. On JetStream a message due within 500 ms counts as
+// activated (the server may be activating it already): Cancel returns
+// ErrAlreadyActivated and the message is delivered. The JetStream broker
+// knows a cancellation for CancelRecordTTL (default 7 days); after that
+// it reports a long-gone scheduled message as ErrAlreadyActivated, and so
+// it does for a number in the schedule log that never named a scheduled
+// message (which no Schedule call returns).
 func (q *Queue) Cancel(ctx context.Context, seq uint64) error {
 	if !IsScheduledSeq(seq) || Partition(seq) >= q.cfg.Partitions {
 		return fmt.Errorf("%w: seq %d is not a scheduled sequence number of this queue", ErrNotFound, seq)

@@ -14,6 +14,7 @@ import (
 // clear error and changes nothing; IDs with NATS subject syntax in them
 // are data, never subjects; a closed broker says so.
 func (s *suite) testInput(t *testing.T) {
+	parallel(t, "MaxBodySize", s.testInputMaxBodySize)
 	parallel(t, "QueueNames", s.testInputQueueNames)
 	parallel(t, "HostileIDs", s.testInputHostileIDs)
 	parallel(t, "HostileSessions", s.testInputHostileSessions)
@@ -155,6 +156,9 @@ func (s *suite) testInputInvalidMessages(t *testing.T) {
 		{"SessionID over 128 bytes", &transport.Message{SessionID: strings.Repeat("x", 129)}},
 		{"CorrelationID with tab", &transport.Message{CorrelationID: "c\tx"}},
 		{"ReplyTo with DEL", &transport.Message{ReplyTo: "r\x7f"}},
+		{"MessageID with C1 NEL", &transport.Message{MessageID: "a\u0085b"}},
+		{"Subject with C1 CSI", &transport.Message{Subject: "s\u009b0m"}},
+		{"property value with C1", &transport.Message{Properties: map[string]string{"k": "v\u0080"}}},
 		{"Subject with escape", &transport.Message{Subject: "s\x1b[0m"}},
 		{"Subject not UTF-8", &transport.Message{Subject: "\xff\xfe"}},
 		{"ContentType with newline", &transport.Message{ContentType: "text/plain\n"}},
@@ -357,4 +361,24 @@ func (s *suite) testInputReopen(t *testing.T) {
 	if _, err := b.OpenQueue(t.Context(), transport.QueueConfig{Name: name}); !errors.Is(err, transport.ErrInvalidConfig) {
 		t.Errorf("OpenQueue changing Partitions 4 to 1 (the default) = %v, want %v", err, transport.ErrInvalidConfig)
 	}
+}
+
+// testInputMaxBodySize checks that Broker.MaxBodySize is the real limit:
+// a body of that size is stored, one byte more is refused.
+func (s *suite) testInputMaxBodySize(t *testing.T) {
+	b, q := s.open(t, transport.QueueConfig{})
+	m := &transport.Message{MessageID: "big", Properties: map[string]string{"k": strings.Repeat("v", 1000)}}
+	n := b.MaxBodySize(m)
+	if n <= 0 || n >= 1<<20 {
+		t.Fatalf("MaxBodySize = %d, want a little under 1 MiB", n)
+	}
+	m.Body = make([]byte, n+1)
+	if _, err := q.Send(t.Context(), m); !errors.Is(err, transport.ErrMessageTooLarge) {
+		t.Errorf("Send of MaxBodySize+1 bytes: %v, want %v", err, transport.ErrMessageTooLarge)
+	}
+	if err := b.Validate(m); !errors.Is(err, transport.ErrMessageTooLarge) {
+		t.Errorf("Validate of MaxBodySize+1 bytes: %v, want %v", err, transport.ErrMessageTooLarge)
+	}
+	m.Body = m.Body[:n]
+	send(t, q, m)
 }

@@ -21,5 +21,5 @@ func TestMemory(t *testing.T) {
 			}
 		})
 		return b
-	}, transporttest.Features{ActivationSlack: 100 * time.Millisecond})
+	}, transporttest.Features{ActivationSlack: 100 * time.Millisecond, DedupForgetsOnTime: true})
 }

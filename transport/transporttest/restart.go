@@ -20,6 +20,23 @@ func (s *suite) testRestart(t *testing.T) {
 	}
 	t.Run("Graceful", func(t *testing.T) { s.testRestartWith(t, false) })
 	t.Run("Abrupt", func(t *testing.T) { s.testRestartWith(t, true) })
+	t.Run("DuplicatesGraceful", func(t *testing.T) { s.testRestartDuplicates(t, false) })
+	t.Run("DuplicatesAbrupt", func(t *testing.T) { s.testRestartDuplicates(t, true) })
+}
+
+// testRestartDuplicates checks that MessageIDs are remembered across a
+// restart of the server, whatever became of their messages: nats-server
+// rebuilds its own duplicate table only from messages still stored.
+func (s *suite) testRestartDuplicates(t *testing.T, abrupt bool) {
+	_, q := s.open(t, transport.QueueConfig{DuplicateWindow: time.Hour})
+	ids := seedFates(t, q, s.f.CancelMargin)
+	s.f.Restart(t, abrupt, 0)
+	// Sends may fail while the client reconnects.
+	eventually(t, 2*awaitMargin, func() bool {
+		_, err := q.Peek(t.Context(), 0, 1)
+		return err == nil
+	}, "the queue to answer after the restart")
+	checkAllDuplicates(t, q, ids)
 }
 
 func (s *suite) testRestartWith(t *testing.T, abrupt bool) {

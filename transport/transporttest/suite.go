@@ -9,6 +9,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,10 @@ type Features struct {
 	// (JetStream's scheduler ticks every 250 ms). Used only as an upper
 	// bound when awaiting; lower bounds (never early) are always strict.
 	ActivationSlack time.Duration
+	// DedupForgetsOnTime says the backend forgets a MessageID as soon as
+	// its DuplicateWindow has passed. Without it, the suite checks only
+	// that IDs are remembered for at least the window.
+	DedupForgetsOnTime bool
 }
 
 // Run runs every test of the contract against brokers made by newBroker
@@ -212,7 +217,58 @@ func send(t *testing.T, q *transport.Queue, m *transport.Message) transport.Send
 	if r.Duplicate {
 		t.Fatalf("Send(%s): Duplicate true, want false", describe(m))
 	}
+	if !m.ScheduledAt.IsZero() {
+		return r
+	}
+	if r.Seq != 0 {
+		t.Errorf("Send(%s): Seq %#x, want 0 (an immediate send reports no sequence number)", describe(m), r.Seq)
+	}
+	r.Seq = awaitActive(t, q, m)
 	return r
+}
+
+// claims records, per queue, the active sequence numbers awaitActive has
+// attributed to a sent message, so that equal messages sent one after
+// another get one each.
+var claims sync.Map // *transport.Queue → *claimed
+
+type claimed struct {
+	mu   sync.Mutex
+	seqs map[uint64]bool
+}
+
+// awaitActive waits until the message just sent shows up as an active
+// message of q, and returns its sequence number: the first active
+// message with the same content that no earlier call claimed. (A send
+// reaches the queue shortly after Send returns; the JetStream broker
+// moves it in from its schedule stream.) The caller must not receive the
+// message concurrently.
+func awaitActive(t *testing.T, q *transport.Queue, m *transport.Message) uint64 {
+	t.Helper()
+	v, _ := claims.LoadOrStore(q, &claimed{seqs: make(map[uint64]bool)})
+	c := v.(*claimed)
+	var seq uint64
+	eventually(t, awaitMargin, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for got, err := range q.Browse(t.Context(), 0) {
+			if err != nil || got.State != transport.Active {
+				return false
+			}
+			if !c.seqs[got.Seq] && sameContent(got, m) {
+				seq, c.seqs[got.Seq] = got.Seq, true
+				return true
+			}
+		}
+		return false
+	}, "the message sent (%s) never showed up in the queue", describe(m))
+	return seq
+}
+
+// sameContent reports whether got carries what the sender set in want.
+func sameContent(got, want *transport.Message) bool {
+	return bytes.Equal(got.Body, want.Body) && got.MessageID == want.MessageID && got.SessionID == want.SessionID &&
+		got.CorrelationID == want.CorrelationID && got.Subject == want.Subject && maps.Equal(got.Properties, want.Properties)
 }
 
 func schedule(t *testing.T, q *transport.Queue, m *transport.Message, at time.Time) uint64 {
