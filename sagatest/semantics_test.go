@@ -302,3 +302,24 @@ func TestAStepWaitingForARetryIsReported(t *testing.T) {
 		t.Errorf("the test's output does not match %s:\n%s", want, out)
 	}
 }
+
+// A handler asking for a timeout no OnTimeout handles: saga refuses it at
+// RequestTimeout; the step fails, and the test says during which call.
+func TestATimeoutWithoutHandlerIsReportedAtItsTestLine(t *testing.T) {
+	type unhandled struct{}
+	out := expectFailure(t, func(t *testing.T) {
+		d := saga.Define[struct{}]("careless")
+		saga.StartedBy(d, saga.By(func(m StampMe) string { return m.ID }),
+			func(ctx context.Context, c *saga.Context[struct{}], m StampMe) error {
+				_, err := c.RequestTimeout(time.Hour, unhandled{})
+				return err
+			})
+		sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+			env.Send(StampMe{ID: "c1"})
+		})
+	})
+	want := regexp.MustCompile(`sagatest_test.StampMe at \+0s: \w+: .*unhandled.* \(during Env.Send at semantics_test.go:\d+\)\n(.*\n)*\s+journal \(now \+0s\):\n`)
+	if !want.MatchString(out) {
+		t.Errorf("the test's output does not match %s:\n%s", want, out)
+	}
+}
