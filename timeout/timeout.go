@@ -11,8 +11,8 @@ import (
 )
 
 var (
-	// ErrNotFound is returned by Cancel when no pending timeout has the ref:
-	// it never existed, was cancelled, or fired earlier.
+	// ErrNotFound is returned by Cancel when the timeout was cancelled
+	// before, or the ref names nothing the engine scheduled.
 	ErrNotFound = errors.New("timeout: not found")
 	// ErrAlreadyFired is returned by Cancel when the timeout fired first:
 	// its message has been or will be delivered.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -37,18 +38,31 @@ func (s *Transport) Schedule(ctx context.Context, t Timeout) (Ref, error) {
 	}
 	m := *t.Message
 	m.MessageID = t.ID
-	seq, err := q.Schedule(ctx, &m, t.At)
+	m.ScheduledAt = t.At
+	r, err := q.Send(ctx, &m)
 	if err != nil {
 		return "", err
 	}
-	return Ref(TransportEngine + ":" + t.Queue + ":" + strconv.FormatUint(seq, 10)), nil
+	// A repeated Schedule of a timeout no longer pending (it fired or was
+	// cancelled) gets no sequence number: its ref carries 0 and the due
+	// time, which is all Cancel needs then.
+	return Ref(TransportEngine + ":" + t.Queue + ":" + strconv.FormatUint(r.Seq, 10) + "@" + strconv.FormatInt(t.At.UnixNano(), 10)), nil
 }
 
-// Cancel cancels the scheduled message ref names.
+// Cancel cancels the scheduled message ref names, with the outcomes
+// Scheduler documents (see transport.Queue.Cancel for how long a
+// cancellation is remembered).
 func (s *Transport) Cancel(ctx context.Context, ref Ref) error {
-	queue, seq, err := parseTransportRef(ref)
+	queue, seq, due, err := parseTransportRef(ref)
 	if err != nil {
 		return err
+	}
+	if seq == 0 {
+		// Scheduled again after it had fired or been cancelled.
+		if !due.IsZero() && time.Now().After(due) {
+			return fmt.Errorf("%w: %s: due %s", ErrAlreadyFired, ref, due.Format(time.RFC3339Nano))
+		}
+		return fmt.Errorf("%w: %s", ErrNotFound, ref)
 	}
 	q, err := s.b.Queue(ctx, queue)
 	if err != nil {
@@ -64,15 +78,26 @@ func (s *Transport) Cancel(ctx context.Context, ref Ref) error {
 	return err
 }
 
-func parseTransportRef(ref Ref) (queue string, seq uint64, err error) {
+// parseTransportRef reads "queue:<queue>:<seq>@<due unix ns>", or the
+// older "queue:<queue>:<seq>".
+func parseTransportRef(ref Ref) (queue string, seq uint64, due time.Time, err error) {
+	bad := fmt.Errorf("%w: %q", ErrInvalidRef, ref)
 	rest, ok := strings.CutPrefix(string(ref), TransportEngine+":")
 	i := strings.LastIndexByte(rest, ':')
 	if !ok || i < 0 {
-		return "", 0, fmt.Errorf("%w: %q", ErrInvalidRef, ref)
+		return "", 0, due, bad
 	}
-	seq, err = strconv.ParseUint(rest[i+1:], 10, 64)
-	if err != nil || !transport.IsScheduledSeq(seq) {
-		return "", 0, fmt.Errorf("%w: %q", ErrInvalidRef, ref)
+	seqPart, duePart, hasDue := strings.Cut(rest[i+1:], "@")
+	if hasDue {
+		ns, err := strconv.ParseInt(duePart, 10, 64)
+		if err != nil {
+			return "", 0, due, bad
+		}
+		due = time.Unix(0, ns)
 	}
-	return rest[:i], seq, nil
+	seq, err = strconv.ParseUint(seqPart, 10, 64)
+	if err != nil || seq != 0 && !transport.IsScheduledSeq(seq) || seq == 0 && !hasDue {
+		return "", 0, due, bad
+	}
+	return rest[:i], seq, due, nil
 }

@@ -41,6 +41,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env, f Features) {
 		{"CancelPending", testCancelPending},
 		{"CancelAfterFire", testCancelAfterFire},
 		{"CancelUnknown", testCancelUnknown},
+		{"ScheduleAgainAfterFate", testScheduleAgain},
 		{"Invalid", testInvalid},
 	}
 	for _, tc := range tests {
@@ -150,8 +151,8 @@ func testCancelAfterFire(t *testing.T, e Env, f Features) {
 		t.Fatal("timeout did not fire")
 	}
 	err := e.Scheduler.Cancel(t.Context(), ref)
-	if !errors.Is(err, timeout.ErrAlreadyFired) && !errors.Is(err, timeout.ErrNotFound) {
-		t.Errorf("Cancel after firing: %v, want ErrAlreadyFired or ErrNotFound", err)
+	if !errors.Is(err, timeout.ErrAlreadyFired) {
+		t.Errorf("Cancel after firing: %v, want ErrAlreadyFired", err)
 	}
 }
 
@@ -176,5 +177,34 @@ func testInvalid(t *testing.T, e Env, f Features) {
 		if _, err := e.Scheduler.Schedule(t.Context(), tc.t); !errors.Is(err, timeout.ErrInvalidTimeout) {
 			t.Errorf("%s: Schedule: %v, want ErrInvalidTimeout", tc.name, err)
 		}
+	}
+}
+
+// testScheduleAgain schedules a timeout again after it fired, and another
+// after it was cancelled (a flush retried after a crash does this): the
+// timeout is not scheduled a second time, and Cancel of the new ref still
+// tells what became of it.
+func testScheduleAgain(t *testing.T, e Env, f Features) {
+	q := queueFor(t, e)
+	at := time.Now().Add(200 * time.Millisecond)
+	schedule(t, e, q, "again-fired", at)
+	if receiveOne(t, q, time.Until(at)+f.Slack+5*time.Second) == nil {
+		t.Fatal("timeout did not fire")
+	}
+	later := time.Now().Add(time.Hour)
+	ref := schedule(t, e, q, "again-cancelled", later)
+	if err := e.Scheduler.Cancel(t.Context(), ref); err != nil {
+		t.Fatalf("Cancel: %v", err)
+	}
+	fired := schedule(t, e, q, "again-fired", at)
+	cancelled := schedule(t, e, q, "again-cancelled", later)
+	if err := e.Scheduler.Cancel(t.Context(), fired); !errors.Is(err, timeout.ErrAlreadyFired) {
+		t.Errorf("Cancel of a fired timeout scheduled again: %v, want ErrAlreadyFired", err)
+	}
+	if err := e.Scheduler.Cancel(t.Context(), cancelled); !errors.Is(err, timeout.ErrNotFound) {
+		t.Errorf("Cancel of a cancelled timeout scheduled again: %v, want ErrNotFound", err)
+	}
+	if d := receiveOne(t, q, f.Slack+time.Second); d != nil {
+		t.Errorf("received %q: a timeout scheduled again after it fired or was cancelled came back", d.Body)
 	}
 }
