@@ -425,7 +425,7 @@ func validateID(id string) error {
 		return fmt.Errorf("must be 1-%d bytes of UTF-8", maxIDLen)
 	}
 	for _, r := range id {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
 			return fmt.Errorf("contains control character %U", r)
 		}
 	}
@@ -874,7 +874,7 @@ func truncate(s string, n int) string {
 func sanitize(s string) string {
 	b := []rune(s)
 	for i, r := range b {
-		if r < 0x20 || r == 0x7f {
+		if r < 0x20 || r >= 0x7f && r <= 0x9f {
 			b[i] = ' '
 		}
 	}

@@ -1155,9 +1155,13 @@ func poisonCase(t *testing.T, n *node, name, bad string, out func(PStart) (POut,
 	if c, _, _ := data[counter](t, d, name, "p-1"); c.Count != 1 {
 		t.Errorf("count %d, want 1: only the fine message's step may commit", c.Count)
 	}
-	if got := len(peekAll(t, dest)); got != 1 {
-		t.Errorf("%d messages in %s, want the fine one", got, dest.Name())
-	}
+	// A sent message reaches its queue a moment after the send.
+	eventually(t, 10*time.Second, func() string {
+		if got := len(peekAll(t, dest)); got != 1 {
+			return fmt.Sprintf("%d messages in %s, want the fine one", got, dest.Name())
+		}
+		return ""
+	})
 	return dl[0]
 }
 
@@ -1181,7 +1185,14 @@ func TestRegressionIdentityCollisionAcrossQueues(t *testing.T) {
 		ds = append(ds, d)
 		run(t, d)
 	}
-	eventually(t, 10*time.Second, func() string { return queueEmpty(t, qs[0]) + queueEmpty(t, qs[1]) })
+	// Wait for both steps (a sent message reaches its queue a moment after
+	// the send, so an empty queue proves nothing), then for quiet.
+	eventually(t, 10*time.Second, func() string {
+		if c, _, _ := data[counter](t, ds[0], "counter", "shared"); c.Count < 2 {
+			return fmt.Sprintf("count %d, want 2: one Incr came through each queue", c.Count)
+		}
+		return queueEmpty(t, qs[0]) + queueEmpty(t, qs[1])
+	})
 	if c, _, _ := data[counter](t, ds[0], "counter", "shared"); c.Count != 2 {
 		t.Errorf("count %d, want 2: one Incr came through each queue", c.Count)
 	}

@@ -107,12 +107,40 @@ func WithLogger(l *slog.Logger) Option {
 	})
 }
 
-// WithHooks sets callbacks for metrics and tracing.
+// WithHooks adds callbacks for metrics and tracing. Hooks given by
+// several WithHooks options are all called, in the order given: each
+// StepStarted gets the context the one before returned, and StepDone
+// runs in the same order.
 func WithHooks(h Hooks) Option {
 	return optionFunc(func(c *config) error {
-		c.hooks = h
+		c.hooks = c.hooks.then(h)
 		return nil
 	})
+}
+
+// then returns hooks that call h's after a's.
+func (a Hooks) then(h Hooks) Hooks {
+	out := a
+	switch {
+	case a.StepStarted == nil:
+		out.StepStarted = h.StepStarted
+	case h.StepStarted != nil:
+		first, second := a.StepStarted, h.StepStarted
+		out.StepStarted = func(ctx context.Context, info StepInfo) context.Context {
+			return second(first(ctx, info), info)
+		}
+	}
+	switch {
+	case a.StepDone == nil:
+		out.StepDone = h.StepDone
+	case h.StepDone != nil:
+		first, second := a.StepDone, h.StepDone
+		out.StepDone = func(ctx context.Context, info StepInfo, res StepResult) {
+			first(ctx, info, res)
+			second(ctx, info, res)
+		}
+	}
+	return out
 }
 
 // WithConcurrency sets how many messages are handled at once.

@@ -262,11 +262,9 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 		saga.WithCodec(e.codec),
 	}
 	dopts = append(dopts, cfg.dispatcher...)
-	user, found := userHooks(e.b, dopts)
-	if len(cfg.dispatcher) > 0 && !found {
-		t.Logf("sagatest: cannot find the hooks given with saga.WithHooks; they may not be called")
-	}
-	dopts = append(dopts, saga.WithHooks(e.hooks(user)))
+	// saga.WithHooks adds to the hooks given before it: the user's run
+	// first, then the journal's.
+	dopts = append(dopts, saga.WithHooks(saga.Hooks{StepDone: e.stepDone}))
 	if e.d, err = saga.NewDispatcher(e.b, e.store, Queue, dopts...); err != nil {
 		t.Fatalf("sagatest: %v", err)
 	}
@@ -277,19 +275,6 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 	e.resume()
 	e.settle()
 	return e
-}
-
-// hooks returns the dispatcher's hooks: the user's, with a StepDone that
-// calls the user's, then writes the journal.
-func (e *Env) hooks(user saga.Hooks) saga.Hooks {
-	h := user
-	h.StepDone = func(ctx context.Context, info saga.StepInfo, res saga.StepResult) {
-		if user.StepDone != nil {
-			user.StepDone(ctx, info, res)
-		}
-		e.stepDone(ctx, info, res)
-	}
-	return h
 }
 
 // drainTimeout bounds each step, as saga.Dispatcher.Run's default does.
