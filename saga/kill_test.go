@@ -1,6 +1,6 @@
 package saga_test
 
-// R1 (DESIGN.md): worker processes killed with SIGKILL at random points of
+// R1: worker processes killed with SIGKILL at random points of
 // a many-saga workload, again and again. The nats-server runs in the test
 // process and is never killed here (R2 covers that); the workers are this
 // test binary run again as TestKillWorkerHelper.

@@ -10,9 +10,9 @@
 //   - [Transport], the default: a scheduled message on the transport queue
 //     (JetStream's message schedules, or the in-memory broker on a virtual
 //     clock in tests);
-//   - the Temporal engine, in the nested module timeout/temporal, for
-//     timeouts days or months away;
-//   - [Router], which sends each timeout to an engine by its delay.
+//   - [Router], which sends each timeout to an engine by its delay (a
+//     Temporal engine for timeouts days or months away is planned, not yet
+//     released).
 //
 // Every engine passes the conformance suite in timeout/timeouttest.
 package timeout

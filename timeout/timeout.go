@@ -64,8 +64,8 @@ func (r Ref) Engine() string {
 
 // Scheduler arranges for timeouts to be delivered at or after their due
 // time. Implementations: Transport (scheduled messages on a transport
-// queue, the default), Router (several engines by duration), and the
-// Temporal engine in the timeout/temporal module.
+// queue, the default) and Router (several engines by duration). A
+// Temporal engine for long timeouts is planned, not yet released.
 type Scheduler interface {
 	// Schedule is idempotent on t.ID and returns the ref Cancel takes.
 	Schedule(ctx context.Context, t Timeout) (Ref, error)

@@ -58,7 +58,9 @@ func run(ctx context.Context, out io.Writer, url string, step time.Duration) err
 	if err != nil {
 		return err
 	}
-	say("sent     %-12q seq=%d", "welcome", r.Seq)
+	// Like Service Bus's, Send returns no sequence number: the message
+	// gets one as it enters the queue, and carries it when received.
+	say("sent     %-12q duplicate=%v", "welcome", r.Duplicate)
 
 	var seqs []uint64
 	for i, body := range []string{"reminder-1", "reminder-2", "reminder-3"} {

@@ -1,6 +1,6 @@
 // Package transporttest is the conformance suite of package transport: one
 // set of tests, run against every backend, that checks the promises the
-// transport documents (S1–S10 in DESIGN.md) with concrete values.
+// transport documents (its package documentation, S1–S10) with concrete values.
 //
 // A backend's test calls Run with a function that makes a fresh Broker for
 // each subtest, and with the Features it has beyond the common contract:
