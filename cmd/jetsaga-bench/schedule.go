@@ -74,7 +74,7 @@ func scheduleRates(ctx context.Context, e *env, name, label string, workers int)
 	if err != nil {
 		return nil, err
 	}
-	p1 := rateResult(name, label, res[0], res[1], 0.9)
+	p1 := rateResult(name, label, res[0], res[1], 0.85)
 	p1.Target += " (P1)"
 	same := rateResult(name, "  vs raw+source (same stream pair)", res[0], res[2], 0)
 	same.RawName = "raw+source"
