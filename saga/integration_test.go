@@ -154,11 +154,16 @@ func TestCrashPoints(t *testing.T) {
 		name      string
 		put       putFault
 		scheduled bool // crash right after the timeout is scheduled
+		// restart: before B takes over, a downstream consumer receives and
+		// completes what A sent, and the server restarts — which makes
+		// nats-server forget the MessageIDs of consumed messages.
+		restart bool
 	}{
 		{name: "after commit Put, before effects", put: func(_ string, v []byte) (bool, bool) { return false, hasOutbox(v) }},
 		{name: "after timeout scheduled, before next send", scheduled: true},
 		{name: "after effects, before clearing Put", put: func(_ string, v []byte) (bool, bool) { return !hasOutbox(v), false }},
 		{name: "after clearing Put, before ack", put: func(_ string, v []byte) (bool, bool) { return false, !hasOutbox(v) }},
+		{name: "after effects, effects consumed, server restarted", put: func(_ string, v []byte) (bool, bool) { return !hasOutbox(v), false }, restart: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,6 +202,26 @@ func TestCrashPoints(t *testing.T) {
 				t.Fatal("dispatcher A never reached the crash point")
 			}
 			ra.cancel()
+
+			consumed := map[string]int{}
+			if tc.restart {
+				ctx := ctxFor(t)
+				for len(consumed) < 2 {
+					ds, err := out.Receive(ctx, 2)
+					if err != nil {
+						t.Fatalf("downstream received %v before the restart: %v", consumed, err)
+					}
+					for _, d := range ds {
+						consumed[string(d.Body)]++
+						if err := d.Complete(ctx); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if err := srv.Restart(); err != nil {
+					t.Fatalf("restart: %v", err)
+				}
+			}
 
 			// Dispatcher B, on a fresh connection, takes over.
 			b := newNode(t, srv.ClientURL())
@@ -249,7 +274,7 @@ func TestCrashPoints(t *testing.T) {
 				t.Errorf("timeout fired %d times (distinct activations), want 1", len(seqs))
 			}
 
-			bodies := map[string]int{}
+			bodies := consumed
 			for _, m := range peekAll(t, out) {
 				bodies[string(m.Body)]++
 			}
