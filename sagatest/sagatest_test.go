@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -438,36 +437,15 @@ func TestWithStart(t *testing.T) {
 }
 
 // BenchmarkThirtyDayScenario measures one full 30-day invoice scenario
-// (thirtyDays: 12 assertions, 4 steps, 3 timeouts) in a fresh Env.
-//
-// synctest bubbles need a *testing.T, which a benchmark lacks, so the
-// benchmark gets one from testing.RunTests, which the go command's
-// generated main uses, and runs its loop inside that test.
+// (thirtyDays: 12 assertions, 4 steps, 3 timeouts) in a fresh Env, inside
+// a test that inTest provides (synctest bubbles need a *testing.T).
 func BenchmarkThirtyDayScenario(b *testing.B) {
 	inv := invoiceSaga()
-	procs := runtime.GOMAXPROCS(0)
-	defer runtime.GOMAXPROCS(procs) // RunTests sets it for each -cpu value
-	ran := false
-	ok := testing.RunTests(func(string, string) (bool, error) { return true, nil }, []testing.InternalTest{{
-		Name: b.Name(),
-		F: func(t *testing.T) {
-			if ran { // -count and -cpu make RunTests run it again
-				return
-			}
-			ran = true
-			runtime.GOMAXPROCS(procs)
-			b.ReportAllocs()
-			for b.Loop() {
-				sagatest.Run(t, []saga.Saga{inv}, func(t *testing.T, env *sagatest.Env) {
-					thirtyDays(t, env, inv)
-				})
-			}
-		},
-	}})
-	switch {
-	case !ok:
-		b.Fatal("the scenario failed")
-	case !ran:
-		b.Skip("the scenario did not run (-test.skip?)")
-	}
+	inTest(b, func(t *testing.T) {
+		for b.Loop() {
+			sagatest.Run(t, []saga.Saga{inv}, func(t *testing.T, env *sagatest.Env) {
+				thirtyDays(t, env, inv)
+			})
+		}
+	})
 }

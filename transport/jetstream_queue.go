@@ -76,14 +76,15 @@ func (q *jsQueue) copySubject(part *jsPartition, key string, m *Message) string 
 	return part.n.sSubj + "." + key + "." + kind + q.targetSuffix(m)
 }
 
-// natsMsg encodes m for subject and refuses it if it cannot fit
-// max_payload.
-func (q *jsQueue) natsMsg(subject string, m *Message) (*nats.Msg, error) {
+// natsMsg encodes m for subject and returns it with its size, refusing it
+// if it cannot fit max_payload.
+func (q *jsQueue) natsMsg(subject string, m *Message) (*nats.Msg, int, error) {
 	msg := &nats.Msg{Subject: subject, Header: encodeHeader(m), Data: m.Body}
-	if n, max := sizeWith(msg.Header, m.Body), q.d.maxPayload(); int64(n) > max {
-		return nil, fmt.Errorf("%w: %d bytes, server max_payload is %d", ErrMessageTooLarge, n, max)
+	n, max := sizeWith(msg.Header, m.Body), q.d.maxPayload()
+	if int64(n) > max {
+		return nil, 0, fmt.Errorf("%w: %d bytes, server max_payload is %d", ErrMessageTooLarge, n, max)
 	}
-	return msg, nil
+	return msg, n, nil
 }
 
 // guard makes the server store msg only if no subject under
@@ -92,7 +93,7 @@ func (q *jsQueue) natsMsg(subject string, m *Message) (*nats.Msg, error) {
 // activated within the duplicate window. The check reads stored messages,
 // not the server's in-memory Nats-Msg-Id table, so it holds across server
 // restarts and, on replicated streams, leader changes. A refusal is a
-// "wrong last sequence" error (isDuplicate).
+// "wrong last sequence" error (isWrongLastSeq).
 func guard(msg *nats.Msg, part *jsPartition, key string) {
 	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	msg.Header.Set(expectedLastSubjSeqSubj, part.n.sSubj+"."+key+".>")
@@ -100,8 +101,10 @@ func guard(msg *nats.Msg, part *jsPartition, key string) {
 
 const expectedLastSubjSeqSubj = "Nats-Expected-Last-Subject-Sequence-Subject"
 
-// isDuplicate reports whether err is the server's refusal of a guarded write.
-func isDuplicate(err error) bool {
+// isWrongLastSeq reports whether err is the server's refusal of a write
+// whose expected-last-subject-sequence condition failed: a duplicate for
+// a guarded send or schedule, a schedule already gone for a cancel record.
+func isWrongLastSeq(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
@@ -120,11 +123,10 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 	}
 	part := q.parts[p]
 	key := msgKey(m.MessageID)
-	msg, err := q.natsMsg(q.copySubject(part, key, m), m)
+	msg, size, err := q.natsMsg(q.copySubject(part, key, m), m)
 	if err != nil {
 		return SendResult{}, err
 	}
-	size := sizeWith(msg.Header, m.Body)
 	if err := q.checkFull(ctx, part, size); err != nil {
 		return SendResult{}, err
 	}
@@ -132,7 +134,7 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 		guard(msg, part, key)
 	}
 	_, err = q.d.js.PublishMsg(ctx, msg)
-	if isDuplicate(err) {
+	if isWrongLastSeq(err) {
 		return SendResult{Duplicate: true}, nil
 	}
 	if err != nil {
@@ -190,7 +192,7 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 	sm.ScheduledAt = at
 	key := msgKey(m.MessageID)
 	schedSubj := part.n.sSubj + "." + key + ".s"
-	msg, err := q.natsMsg(schedSubj, &sm)
+	msg, _, err := q.natsMsg(schedSubj, &sm)
 	if err != nil {
 		return SendResult{}, err
 	}
@@ -202,7 +204,7 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 		guard(msg, part, key)
 	}
 	ack, err := q.d.js.PublishMsg(ctx, msg)
-	if isDuplicate(err) {
+	if isWrongLastSeq(err) {
 		// The first copy's number, while it is still pending.
 		raw, gerr := part.sched.GetLastMsgForSubject(ctx, schedSubj)
 		if gerr != nil {
@@ -275,7 +277,7 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	if err == nil {
 		return nil
 	}
-	if !isDuplicate(err) {
+	if !isWrongLastSeq(err) {
 		return q.d.mapErr(err)
 	}
 	// The schedule is gone: activated, or cancelled by a racing Cancel.

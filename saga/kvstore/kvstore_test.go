@@ -19,21 +19,7 @@ import (
 
 func newStore(t *testing.T, cfg kvstore.Config) *kvstore.Store {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		t.Skipf("cannot start an embedded nats-server (JetStream needs a writable temp dir and loopback networking): %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := kvstore.New(t.Context(), js, cfg)
+	s, err := kvstore.New(t.Context(), connectJS(t), cfg)
 	if err != nil {
 		t.Fatalf("kvstore.New: %v", err)
 	}

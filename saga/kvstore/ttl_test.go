@@ -19,7 +19,7 @@ func connectJS(t *testing.T) jetstream.JetStream {
 	t.Helper()
 	srv, err := embedded.Start(embedded.Options{})
 	if err != nil {
-		t.Skipf("cannot start an embedded nats-server: %v", err)
+		t.Skipf("cannot start an embedded nats-server (JetStream needs a writable temp dir and loopback networking): %v", err)
 	}
 	t.Cleanup(srv.Shutdown)
 	nc, err := srv.Connect()
