@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/timeout"
 )
 
 // Instance is what an operator sees of a saga instance.
@@ -42,34 +42,42 @@ func (d *Dispatcher) Instance(ctx context.Context, sagaName, id string) (*Instan
 	}, nil
 }
 
-// ScheduledTimeout is a timeout waiting in the dispatcher's queue.
+// ScheduledTimeout is a timeout an engine holds for a saga instance.
 type ScheduledTimeout struct {
 	Saga, ID string
 	Type     string
 	At       time.Time
-	Seq      uint64 // scheduled sequence number on the queue
+	// Ref names the timeout on its engine (Ref.Engine() is "queue" for
+	// the transport, "temporal" for Temporal).
+	Ref timeout.Ref
+	// Seq is the scheduled sequence number on the dispatcher's queue, for
+	// a timeout on the transport engine; 0 on other engines.
+	Seq uint64
 }
 
-// ScheduledTimeouts lists the timeouts waiting in the dispatcher's queue,
-// of saga sagaName (all sagas if empty), in sequence order. It browses the
-// queue; engines other than the transport (Temporal) are not included.
+// ScheduledTimeouts lists the pending timeouts of saga sagaName (all
+// sagas if empty) on every engine of the dispatcher's timeout scheduler
+// (a timeout.Router lists each of its engines; the transport engine in
+// sequence order). An engine that cannot list its timeouts yields an
+// error matching errors.ErrUnsupported; the listing goes on with the
+// next engine if the caller continues.
 func (d *Dispatcher) ScheduledTimeouts(ctx context.Context, sagaName string) iter.Seq2[ScheduledTimeout, error] {
 	return func(yield func(ScheduledTimeout, error) bool) {
-		q, err := d.open(ctx)
-		if err != nil {
+		if _, err := d.open(ctx); err != nil {
 			yield(ScheduledTimeout{}, err)
 			return
 		}
-		for m, err := range q.Browse(ctx, 0) {
+		for p, err := range timeout.List(ctx, d.cfg.timeouts, timeout.Filter{Queue: d.queueName, Saga: sagaName}) {
 			if err != nil {
-				yield(ScheduledTimeout{}, err)
-				return
-			}
-			name, ok := m.Properties[propSaga]
-			if m.State != transport.Scheduled || !ok || sagaName != "" && name != sagaName || m.Properties[propType] == flushType {
+				if !yield(ScheduledTimeout{}, err) {
+					return
+				}
 				continue
 			}
-			st := ScheduledTimeout{Saga: name, ID: m.Properties[propSagaID], Type: m.Properties[propType], At: m.ScheduledAt, Seq: m.Seq}
+			if p.Saga == "" || p.Properties[propType] == flushType {
+				continue
+			}
+			st := ScheduledTimeout{Saga: p.Saga, ID: p.Instance, Type: p.Properties[propType], At: p.At, Ref: p.Ref, Seq: p.Seq}
 			if !yield(st, nil) {
 				return
 			}
@@ -162,21 +170,22 @@ func (d *Dispatcher) CancelTimeouts(ctx context.Context, sagaName, id string) (C
 }
 
 // CancelAllTimeouts cancels the pending timeouts of every instance of
-// sagaName that has one waiting in the dispatcher's queue (see
-// CancelTimeouts; timeouts of other engines are not listed). It returns a
+// sagaName that has one listed by ScheduledTimeouts (on every engine),
+// see CancelTimeouts. It returns a
 // result for each instance whose timeouts it cancelled — also when it
 // returns an error, which joins the errors of the instances it could not
 // cancel (an instance that no longer exists is skipped).
 func (d *Dispatcher) CancelAllTimeouts(ctx context.Context, sagaName string) ([]CancelResult, error) {
 	ids := make(map[string]bool)
+	var errs []error
 	for st, err := range d.ScheduledTimeouts(ctx, sagaName) {
 		if err != nil {
-			return nil, err
+			errs = append(errs, err)
+			continue
 		}
 		ids[st.ID] = true
 	}
 	var out []CancelResult
-	var errs []error
 	for _, id := range slices.Sorted(maps.Keys(ids)) {
 		res, err := d.CancelTimeouts(ctx, sagaName, id)
 		if len(res.Cancelled) > 0 {

@@ -16,6 +16,7 @@ type Definition[S any] struct {
 	name     string
 	routes   map[string]route[S]
 	notFound NotFoundPolicy
+	engine   string
 	err      error
 }
 
@@ -82,18 +83,35 @@ func Define[S any](name string, opts ...DefinitionOption) *Definition[S] {
 	if err := transport.ValidateQueueName(name); err != nil {
 		d.err = fmt.Errorf("%w: name %q: 1-64 characters of [A-Za-z0-9_-]", ErrInvalidDefinition, name)
 	}
+	var cfg definitionConfig
 	for _, o := range opts {
-		o(&d.notFound)
+		o(&cfg)
 	}
+	d.notFound, d.engine = cfg.notFound, cfg.engine
 	return d
 }
 
+type definitionConfig struct {
+	notFound NotFoundPolicy
+	engine   string
+}
+
 // DefinitionOption configures a Definition.
-type DefinitionOption func(*NotFoundPolicy)
+type DefinitionOption func(*definitionConfig)
 
 // WhenNotFound sets the saga-not-found policy.
 func WhenNotFound(p NotFoundPolicy) DefinitionOption {
-	return func(np *NotFoundPolicy) { *np = p }
+	return func(c *definitionConfig) { c.notFound = p }
+}
+
+// TimeoutEngine asks for the saga's timeouts to go to the named engine of
+// the dispatcher's timeout.Router ("queue" for the transport, "temporal"
+// for the Temporal engine), whatever the router's routes say. A
+// dispatcher whose timeout scheduler is not a Router ignores it; NewDispatcher
+// refuses a Router without that engine. Prefer routes (timeout.Route.Sagas),
+// which keep the choice out of the definition.
+func TimeoutEngine(name string) DefinitionOption {
+	return func(c *definitionConfig) { c.engine = name }
 }
 
 // StartedBy makes messages of type M start an instance of d (or, if the
@@ -157,6 +175,7 @@ type sagaRuntime interface {
 	validate() error
 	messageTypes() []string
 	policy() NotFoundPolicy
+	timeoutEngine() string
 	lookup(msgType string) (routeKind, bool)
 	decode(c Codec, msgType string, body []byte) (any, error)
 	find(ctx context.Context, msgType string, m any) (string, error)
@@ -186,6 +205,8 @@ func (d *Definition[S]) messageTypes() []string {
 }
 
 func (d *Definition[S]) policy() NotFoundPolicy { return d.notFound }
+
+func (d *Definition[S]) timeoutEngine() string { return d.engine }
 
 func (d *Definition[S]) lookup(msgType string) (routeKind, bool) {
 	r, ok := d.routes[msgType]

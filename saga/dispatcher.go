@@ -125,6 +125,9 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 		if err := rt.validate(); err != nil {
 			return nil, err
 		}
+		if r, ok := c.timeouts.(*timeout.Router); ok && rt.timeoutEngine() != "" && !slices.Contains(r.Engines(), rt.timeoutEngine()) {
+			return nil, fmt.Errorf("%w: saga %s asks for timeout engine %q; the router has %q", ErrInvalidOption, rt.Name(), rt.timeoutEngine(), r.Engines())
+		}
 		if _, dup := d.byName[rt.Name()]; dup {
 			return nil, fmt.Errorf("%w: saga %s registered twice", ErrInvalidDefinition, rt.Name())
 		}
@@ -621,7 +624,11 @@ func (d *Dispatcher) carryOut(ctx context.Context, key string, rec *record, e ef
 			return fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
 		}
 	case effectSchedule:
-		ref, err := d.cfg.timeouts.Schedule(ctx, timeout.Timeout{ID: e.Token, Queue: e.Queue, At: e.At, Message: e.Msg.transportMessage()})
+		m := e.Msg.transportMessage()
+		ref, err := d.cfg.timeouts.Schedule(ctx, timeout.Timeout{
+			ID: e.Token, Queue: e.Queue, At: e.At, Message: m,
+			Saga: m.Properties[propSaga], Instance: m.Properties[propSagaID], Engine: e.Engine,
+		})
 		if errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
 			d.dropEffect(ctx, key, e, err)
 			return nil

@@ -96,6 +96,8 @@ type effect struct {
 	At    time.Time   `json:"at,omitzero"`
 	Token string      `json:"token,omitempty"`
 	Ref   timeout.Ref `json:"ref,omitempty"`
+	// Engine is the timeout engine the saga asks for (TimeoutEngine).
+	Engine string `json:"engine,omitempty"`
 }
 
 type effectKind string

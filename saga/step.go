@@ -18,12 +18,12 @@ const TypeProperty = propType
 
 // Transport properties the dispatcher sets on messages it sends.
 const (
-	propType    = "jetsaga-type"    // message type name
-	propSaga    = "jetsaga-saga"    // saga name, on timeouts
-	propSagaID  = "jetsaga-saga-id" // instance ID, on timeouts
-	propToken   = "jetsaga-token"   // timeout token
-	propOrigin  = "jetsaga-origin"  // identity of the original message, on retries
-	propAttempt = "jetsaga-attempt" // delayed retry count, on retries
+	propType    = "jetsaga-type"           // message type name
+	propSaga    = timeout.PropertySaga     // saga name, on timeouts
+	propSagaID  = timeout.PropertyInstance // instance ID, on timeouts
+	propToken   = "jetsaga-token"          // timeout token
+	propOrigin  = "jetsaga-origin"         // identity of the original message, on retries
+	propAttempt = "jetsaga-attempt"        // delayed retry count, on retries
 
 	// Bookkeeping of delayed retries, removed from dead letters.
 	propMessageID = "jetsaga-message-id"  // the original's MessageID, if it had one
@@ -136,7 +136,11 @@ func (s *step) requestTimeout(at time.Time, payload any) (TimeoutHandle, error) 
 		s.rec.Timeouts = make(map[string]timeoutEntry)
 	}
 	s.rec.Timeouts[token] = timeoutEntry{Type: e.Type, At: at}
-	s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectSchedule, Queue: s.d.queueName, Msg: e, At: at, Token: token})
+	eff := effect{Kind: effectSchedule, Queue: s.d.queueName, Msg: e, At: at, Token: token}
+	if s.rt != nil {
+		eff.Engine = s.rt.timeoutEngine()
+	}
+	s.rec.Outbox = append(s.rec.Outbox, eff)
 	return TimeoutHandle(token), nil
 }
 

@@ -10,9 +10,15 @@
 //   - [Transport], the default: a scheduled message on the transport queue
 //     (JetStream's message schedules, or the in-memory broker on a virtual
 //     clock in tests);
-//   - [Router], which sends each timeout to an engine by its delay (a
-//     Temporal engine for timeouts days or months away is planned, not yet
-//     released).
+//   - Temporal, in the nested module github.com/jetsaga/jetsaga/timeout/temporal
+//     (one small workflow per timeout), for timeouts days or months away,
+//     so that a service that never uses it does not depend on the Temporal
+//     SDK;
+//   - [Router], which sends each timeout to an engine by its delay or its
+//     saga type, and Cancel to the engine that holds it.
+//
+// Engines that implement [Lister] list the timeouts they hold; [List]
+// and Router.Pending reach every engine.
 //
 // Every engine passes the conformance suite in timeout/timeouttest.
 package timeout

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -35,7 +36,51 @@ type Timeout struct {
 	At time.Time
 	// Message is what is delivered. Its MessageID is set to ID.
 	Message *transport.Message
+	// Saga and Instance name who asked for the timeout: a saga type and
+	// one of its instances (the saga package sets both). Optional. A
+	// Router routes by Saga (Route.Sagas); listings (Lister) show both and
+	// filter on them. Engines deliver them in the message's properties
+	// PropertySaga and PropertyInstance.
+	Saga, Instance string
+	// Engine asks a Router for an engine by name ("queue", "temporal"),
+	// whatever its routes say. Optional; other schedulers ignore it.
+	Engine string
 }
+
+// Properties the engines set on a timeout's message.
+const (
+	// PropertySaga carries Timeout.Saga.
+	PropertySaga = "jetsaga-saga"
+	// PropertyInstance carries Timeout.Instance.
+	PropertyInstance = "jetsaga-saga-id"
+	// PropertyTimeout marks a scheduled message as a timeout, so that
+	// listings tell timeouts from other scheduled messages on a queue; its
+	// value is "1", or the name of the Transport engine that scheduled it.
+	PropertyTimeout = "jetsaga-timeout"
+)
+
+// DeliveryMessage returns the message an engine delivers for t: a copy of
+// t.Message with MessageID set to t.ID and the properties PropertyTimeout,
+// PropertySaga and PropertyInstance set, so that every engine delivers
+// the same message.
+func (t Timeout) DeliveryMessage() *transport.Message {
+	m := *t.Message
+	m.MessageID = t.ID
+	m.Properties = make(map[string]string, len(t.Message.Properties)+3)
+	maps.Copy(m.Properties, t.Message.Properties)
+	m.Properties[PropertyTimeout] = "1"
+	if t.Saga != "" {
+		m.Properties[PropertySaga] = t.Saga
+	}
+	if t.Instance != "" {
+		m.Properties[PropertyInstance] = t.Instance
+	}
+	return &m
+}
+
+// Validate reports whether t can be scheduled: an error matching
+// ErrInvalidTimeout if it lacks ID, Queue, At or Message.
+func (t Timeout) Validate() error { return t.validate() }
 
 func (t Timeout) validate() error {
 	switch {
@@ -64,8 +109,9 @@ func (r Ref) Engine() string {
 
 // Scheduler arranges for timeouts to be delivered at or after their due
 // time. Implementations: Transport (scheduled messages on a transport
-// queue, the default) and Router (several engines by duration). A
-// Temporal engine for long timeouts is planned, not yet released.
+// queue, the default), Router (several engines, by delay or saga type)
+// and, in the nested module github.com/jetsaga/jetsaga/timeout/temporal,
+// Temporal workflows for long timeouts.
 type Scheduler interface {
 	// Schedule is idempotent on t.ID and returns the ref Cancel takes.
 	Schedule(ctx context.Context, t Timeout) (Ref, error)

@@ -1,8 +1,6 @@
 package timeouttest_test
 
 import (
-	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -55,24 +53,8 @@ func TestRouter(t *testing.T) {
 		b := memoryBroker(t)
 		r := &timeout.Router{
 			Default: timeout.NewTransport(b),
-			Routes:  []timeout.Route{{Beyond: 400 * time.Millisecond, Engine: "long", Scheduler: longEngine{timeout.NewTransport(b)}}},
+			Routes:  []timeout.Route{{Beyond: 400 * time.Millisecond, Engine: "long", Scheduler: timeout.NewTransport(b, timeout.WithEngineName("long"))}},
 		}
 		return timeouttest.Env{Scheduler: r, Broker: b}
 	}, timeouttest.Features{Slack: 100 * time.Millisecond})
-}
-
-// longEngine re-labels a transport engine's refs as engine "long".
-type longEngine struct{ inner *timeout.Transport }
-
-func (l longEngine) Schedule(ctx context.Context, t timeout.Timeout) (timeout.Ref, error) {
-	ref, err := l.inner.Schedule(ctx, t)
-	return "long:" + ref, err
-}
-
-func (l longEngine) Cancel(ctx context.Context, ref timeout.Ref) error {
-	inner, ok := strings.CutPrefix(string(ref), "long:")
-	if !ok {
-		return timeout.ErrInvalidRef
-	}
-	return l.inner.Cancel(ctx, timeout.Ref(inner))
 }

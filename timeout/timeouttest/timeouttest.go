@@ -25,12 +25,22 @@ type Env struct {
 type Features struct {
 	// Slack bounds how late a timeout may fire (JetStream: ~250 ms; Temporal: more).
 	Slack time.Duration
+	// ListingLag bounds how long a listing (timeout.Lister) may take to
+	// show a change: 0 for engines whose listings are current, a few
+	// seconds for Temporal's visibility store. Default: 0.
+	ListingLag time.Duration
+	// RaceRounds is how many timeouts the cancel-race test schedules at
+	// its due time. Default: 200.
+	RaceRounds int
 }
 
 // Run runs the suite; newEnv is called once per subtest.
 func Run(t *testing.T, newEnv func(t *testing.T) Env, f Features) {
 	if f.Slack == 0 {
 		f.Slack = time.Second
+	}
+	if f.RaceRounds == 0 {
+		f.RaceRounds = 200
 	}
 	tests := []struct {
 		name string
@@ -43,6 +53,10 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env, f Features) {
 		{"CancelUnknown", testCancelUnknown},
 		{"ScheduleAgainAfterFate", testScheduleAgain},
 		{"Invalid", testInvalid},
+		{"Message", testMessage},
+		{"HostileIDs", testHostileIDs},
+		{"Listing", testListing},
+		{"CancelRace", testCancelRace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,113 @@
+package timeout_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// TestRouterPicks checks which engine the router picks, by delay, saga
+// type and the engine a timeout asks for, and that Cancel and Pending
+// reach the engine that holds each timeout.
+func TestRouterPicks(t *testing.T) {
+	b, err := transport.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	r := &timeout.Router{
+		Default: timeout.NewTransport(b),
+		Routes: []timeout.Route{
+			{Beyond: 24 * time.Hour, Engine: "long", Scheduler: timeout.NewTransport(b, timeout.WithEngineName("long"))},
+			{Sagas: []string{"Loan"}, Engine: "loan", Scheduler: timeout.NewTransport(b, timeout.WithEngineName("loan"))},
+			{Beyond: time.Hour, Sagas: []string{"Claim"}, Engine: "claims", Scheduler: timeout.NewTransport(b, timeout.WithEngineName("claims"))},
+		},
+		Now: func() time.Time { return now },
+	}
+	for _, tc := range []struct {
+		name   string
+		after  time.Duration
+		saga   string
+		engine string
+		want   string
+	}{
+		{"short", time.Minute, "", "", "queue"},
+		{"long", 48 * time.Hour, "", "", "long"},
+		{"exactly beyond", 24 * time.Hour, "Other", "", "long"},
+		{"named saga, short", time.Minute, "Loan", "", "loan"},
+		{"named saga beats a longer generic route", 30 * 24 * time.Hour, "Loan", "", "loan"},
+		{"named saga, below its Beyond", time.Minute, "Claim", "", "queue"},
+		{"named saga, above its Beyond", 2 * time.Hour, "Claim", "", "claims"},
+		{"asked for", 48 * time.Hour, "Loan", "queue", "queue"},
+	} {
+		ref, err := r.Schedule(t.Context(), timeout.Timeout{
+			ID: tc.name, Queue: "q", At: now.Add(tc.after), Saga: tc.saga, Engine: tc.engine,
+			Message: &transport.Message{Body: []byte(tc.name)},
+		})
+		if err != nil {
+			t.Fatalf("%s: Schedule: %v", tc.name, err)
+		}
+		if ref.Engine() != tc.want {
+			t.Errorf("%s: scheduled on %q, want %q", tc.name, ref.Engine(), tc.want)
+		}
+	}
+	if _, err := r.Schedule(t.Context(), timeout.Timeout{ID: "x", Queue: "q", At: now, Engine: "temporal", Message: &transport.Message{}}); !errors.Is(err, timeout.ErrInvalidTimeout) {
+		t.Errorf("Schedule asking for a missing engine: %v, want ErrInvalidTimeout", err)
+	}
+
+	got := map[string]string{}
+	for p, err := range r.Pending(t.Context(), timeout.Filter{Queue: "q"}) {
+		if err != nil {
+			t.Fatalf("Pending: %v", err)
+		}
+		if _, dup := got[p.ID]; dup {
+			t.Errorf("Pending: %s listed twice", p.ID)
+		}
+		got[p.ID] = p.Ref.Engine()
+		if p.ID == "named saga, short" {
+			if err := r.Cancel(t.Context(), p.Ref); err != nil {
+				t.Errorf("Cancel(%s): %v", p.Ref, err)
+			}
+		}
+	}
+	if len(got) != 8 || got["long"] != "long" || got["short"] != "queue" || got["named saga, above its Beyond"] != "claims" {
+		t.Errorf("Pending listed %v", got)
+	}
+	for p, err := range r.Pending(t.Context(), timeout.Filter{Queue: "q", Saga: "Loan"}) {
+		if err != nil {
+			t.Fatalf("Pending: %v", err)
+		}
+		if p.ID != "named saga beats a longer generic route" && p.ID != "asked for" {
+			t.Errorf("Pending(Saga: Loan) listed %s (%s), which is cancelled or not Loan's", p.ID, p.Saga)
+		}
+	}
+	if err := r.Cancel(t.Context(), "nowhere:q:1@2"); !errors.Is(err, timeout.ErrInvalidRef) {
+		t.Errorf("Cancel on a missing engine: %v, want ErrInvalidRef", err)
+	}
+	if got := r.Engines(); len(got) != 4 || got[0] != "queue" {
+		t.Errorf("Engines() = %v", got)
+	}
+}
+
+// TestListWithoutLister checks that a scheduler that cannot list says so
+// with an error that matches errors.ErrUnsupported.
+func TestListWithoutLister(t *testing.T) {
+	for _, err := range timeout.List(t.Context(), noList{}, timeout.Filter{}) {
+		if !errors.Is(err, timeout.ErrNoListing) || !errors.Is(err, errors.ErrUnsupported) {
+			t.Errorf("List: %v, want ErrNoListing matching errors.ErrUnsupported", err)
+		}
+	}
+	b, _ := transport.NewMemory()
+	defer b.Close()
+	for _, err := range timeout.NewTransport(b).Pending(t.Context(), timeout.Filter{}) {
+		if !errors.Is(err, timeout.ErrNoListing) {
+			t.Errorf("Transport.Pending without a queue: %v, want ErrNoListing", err)
+		}
+	}
+}
+
+type noList struct{ timeout.Scheduler }
