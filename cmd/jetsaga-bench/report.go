@@ -74,7 +74,7 @@ func rateResult(bench, label string, ja, rb abResult, minRatio float64) Result {
 	}
 	r.Ratio = median(r.RoundRatios)
 	if minRatio > 0 {
-		r.Target = fmt.Sprintf(">= %.1fx", minRatio)
+		r.Target = fmt.Sprintf(">= %gx", minRatio)
 		r.Pass = verdict(r.Ratio >= minRatio)
 	}
 	return r
