@@ -242,7 +242,14 @@ func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
 		_ = del.Abandon(ctx)
 		return
 	}
-	info := StepInfo{Queue: d.queueName, MessageType: del.Properties[propType], Seq: del.Seq, DeliveryCount: del.DeliveryCount}
+	info := StepInfo{Queue: d.queueName, MessageType: del.Properties[propType], Seq: del.Seq, DeliveryCount: del.DeliveryCount,
+		EnqueuedAt: del.EnqueuedAt, Properties: del.Properties}
+	if _, ok := del.Properties[propToken]; ok {
+		info.TimeoutDue = del.ScheduledAt
+		if due, err := time.Parse(time.RFC3339Nano, del.Properties[timeout.PropertyDue]); err == nil {
+			info.TimeoutDue = due
+		}
+	}
 	var res StepResult
 	if info.MessageType == flushType {
 		info.Saga, info.ID = del.Properties[propSaga], del.Properties[propSagaID]
@@ -565,7 +572,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		}
 		delete(rec.Timeouts, token)
 	}
-	s := &step{d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
+	s := &step{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
 		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token}
 	typ := del.Properties[propType]
 	if err := runHandler(ctx, t.rt, s, typ, t.m); err != nil {

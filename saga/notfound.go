@@ -69,7 +69,7 @@ func (d *Dispatcher) notFound(ctx context.Context, t *target, key, identity stri
 	p := t.rt.policy()
 	switch {
 	case p.Handler != nil:
-		s := &step{d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: "notfound\x00" + identity,
+		s := &step{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: "notfound\x00" + identity,
 			in: del.Message, rec: &record{}, now: d.cfg.now(), codec: d.cfg.codec}
 		c := &NotFoundContext{step: s}
 		if tombstone != nil {

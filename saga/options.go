@@ -140,6 +140,16 @@ func (a Hooks) then(h Hooks) Hooks {
 			second(ctx, info, res)
 		}
 	}
+	switch {
+	case a.Outgoing == nil:
+		out.Outgoing = h.Outgoing
+	case h.Outgoing != nil:
+		first, second := a.Outgoing, h.Outgoing
+		out.Outgoing = func(ctx context.Context, props map[string]string) {
+			first(ctx, props)
+			second(ctx, props)
+		}
+	}
 	return out
 }
 
@@ -239,6 +249,14 @@ type Hooks struct {
 	StepStarted func(context.Context, StepInfo) context.Context
 	// StepDone is called after a message is settled.
 	StepDone func(context.Context, StepInfo, StepResult)
+	// Outgoing is called for each message a handler sends, publishes,
+	// replies or requests as a timeout, when it asks for it, with the
+	// step's context (the one StepStarted returned) and the message's
+	// properties, to which it may add (a W3C traceparent, say: the
+	// properties travel with the message and come back in the receiving
+	// step's StepInfo.Properties). Keys must be 1-64 characters of
+	// [A-Za-z0-9_-], values valid UTF-8 without control characters.
+	Outgoing func(ctx context.Context, props map[string]string)
 }
 
 // StepInfo identifies a step for hooks.
@@ -254,6 +272,13 @@ type StepInfo struct {
 	Queue, MessageType, Saga, ID string
 	Seq                          uint64
 	DeliveryCount                int
+	// EnqueuedAt is when the message became active on the queue.
+	EnqueuedAt time.Time
+	// TimeoutDue is the due time of a timeout, zero for other messages:
+	// EnqueuedAt (or now) minus TimeoutDue is how late it arrived.
+	TimeoutDue time.Time
+	// Properties are the incoming message's properties. Read only.
+	Properties map[string]string
 }
 
 // StepResult reports how a step ended.

@@ -2,6 +2,7 @@ package saga
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -38,6 +39,7 @@ var retryProps = []string{propOrigin, propAttempt, propMessageID, propTries, pro
 // step is one handler run on one instance: the loaded record, changed in
 // place by the handler through its Context, and the facts it may read.
 type step struct {
+	ctx      context.Context // the handler's, for Hooks.Outgoing
 	d        *Dispatcher
 	rt       sagaRuntime
 	sagaName string
@@ -70,6 +72,12 @@ func (s *step) envelope(m any, opts []SendOption) (*envelope, error) {
 	s.n++
 	for _, o := range opts {
 		o(e)
+	}
+	if h := s.d.cfg.hooks.Outgoing; h != nil && s.ctx != nil {
+		if e.Properties == nil {
+			e.Properties = make(map[string]string)
+		}
+		h(s.ctx, e.Properties)
 	}
 	return e, nil
 }
@@ -128,7 +136,10 @@ func (s *step) requestTimeout(at time.Time, payload any) (TimeoutHandle, error) 
 		return "", err
 	}
 	token := e.ID
-	e.Properties = map[string]string{propSaga: s.sagaName, propSagaID: s.id, propToken: token}
+	if e.Properties == nil {
+		e.Properties = make(map[string]string, 3)
+	}
+	e.Properties[propSaga], e.Properties[propSagaID], e.Properties[propToken] = s.sagaName, s.id, token
 	if err := s.check(e); err != nil {
 		return "", err
 	}

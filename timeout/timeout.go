@@ -53,6 +53,9 @@ const (
 	PropertySaga = "jetsaga-saga"
 	// PropertyInstance carries Timeout.Instance.
 	PropertyInstance = "jetsaga-saga-id"
+	// PropertyDue carries Timeout.At (RFC 3339 with nanoseconds), so that
+	// a receiver can tell how late a timeout arrived on any engine.
+	PropertyDue = "jetsaga-timeout-due"
 	// PropertyTimeout marks a scheduled message as a timeout, so that
 	// listings tell timeouts from other scheduled messages on a queue; its
 	// value is "1", or the name of the Transport engine that scheduled it.
@@ -61,14 +64,15 @@ const (
 
 // DeliveryMessage returns the message an engine delivers for t: a copy of
 // t.Message with MessageID set to t.ID and the properties PropertyTimeout,
-// PropertySaga and PropertyInstance set, so that every engine delivers
+// PropertyDue, PropertySaga and PropertyInstance set, so that every engine delivers
 // the same message.
 func (t Timeout) DeliveryMessage() *transport.Message {
 	m := *t.Message
 	m.MessageID = t.ID
-	m.Properties = make(map[string]string, len(t.Message.Properties)+3)
+	m.Properties = make(map[string]string, len(t.Message.Properties)+4)
 	maps.Copy(m.Properties, t.Message.Properties)
 	m.Properties[PropertyTimeout] = "1"
+	m.Properties[PropertyDue] = t.At.UTC().Format(time.RFC3339Nano)
 	if t.Saga != "" {
 		m.Properties[PropertySaga] = t.Saga
 	}

@@ -34,7 +34,7 @@ func testMessage(t *testing.T, e Env, f Features) {
 	if d == nil {
 		t.Fatal("timeout did not fire")
 	}
-	want := map[string]string{"k": "v", timeout.PropertySaga: "Loan", timeout.PropertyInstance: "loan-7"}
+	want := map[string]string{"k": "v", timeout.PropertyDue: at.UTC().Format(time.RFC3339Nano), timeout.PropertySaga: "Loan", timeout.PropertyInstance: "loan-7"}
 	if d.Properties[timeout.PropertyTimeout] == "" {
 		t.Errorf("property %s not set (all: %v)", timeout.PropertyTimeout, d.Properties)
 	}
