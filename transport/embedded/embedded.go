@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -37,6 +38,26 @@ type Options struct {
 	// ReadyTimeout bounds the wait for the server to accept connections.
 	// Default: 10s.
 	ReadyTimeout time.Duration
+
+	// The fields below make the server a node of a JetStream cluster;
+	// StartCluster sets them. A server without ClusterName is standalone.
+
+	// ServerName names the server; the nodes of a cluster need distinct
+	// names. Default: "jetsaga-embedded".
+	ServerName string
+	// ClusterName is the name of the cluster the server joins.
+	ClusterName string
+	// ClusterPort is the port the server listens on for routes from the
+	// other nodes. It must be fixed (not 0) for a node that restarts.
+	ClusterPort int
+	// ClusterAdvertise is the host:port the server tells the other nodes
+	// to reach its route listener at. Default: the listener itself.
+	ClusterAdvertise string
+	// Routes are the other nodes' route URLs (nats-route://host:port).
+	Routes []string
+	// MonitorPort is the port of the server's HTTP monitoring endpoint
+	// (/healthz, /jsz, ...). Default: 0, none.
+	MonitorPort int
 }
 
 // Server is a running embedded nats-server.
@@ -74,8 +95,12 @@ func (s *Server) start() error {
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
+	name := s.opts.ServerName
+	if name == "" {
+		name = "jetsaga-embedded"
+	}
 	so := &server.Options{
-		ServerName: "jetsaga-embedded",
+		ServerName: name,
 		Host:       s.opts.Host,
 		Port:       port,
 		JetStream:  true,
@@ -84,6 +109,18 @@ func (s *Server) start() error {
 		NoSigs:     true,
 		NoLog:      !s.opts.Debug,
 		SyncAlways: s.opts.SyncAlways,
+	}
+	if s.opts.MonitorPort != 0 {
+		so.HTTPHost, so.HTTPPort = s.opts.Host, s.opts.MonitorPort
+	}
+	if s.opts.ClusterName != "" {
+		so.Cluster = server.ClusterOpts{
+			Name:      s.opts.ClusterName,
+			Host:      s.opts.Host,
+			Port:      s.opts.ClusterPort,
+			Advertise: s.opts.ClusterAdvertise,
+		}
+		so.Routes = server.RoutesFromStr(strings.Join(s.opts.Routes, ","))
 	}
 	ns, err := server.NewServer(so)
 	if err != nil {
@@ -105,6 +142,9 @@ func (s *Server) start() error {
 
 // ClientURL returns the nats:// URL clients connect to.
 func (s *Server) ClientURL() string { return s.ns.ClientURL() }
+
+// ID returns the server's ID, new at each start.
+func (s *Server) ID() string { return s.ns.ID() }
 
 // StoreDir returns the JetStream store directory.
 func (s *Server) StoreDir() string { return s.opts.StoreDir }

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -34,7 +35,7 @@ func RunChildIfRequested() {
 		fmt.Fprintln(os.Stderr, "embedded child:", err)
 		os.Exit(2)
 	}
-	fmt.Printf("READY %s\n", s.ClientURL())
+	fmt.Printf("READY %s %s\n", s.ClientURL(), s.ID())
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
 	<-sig
@@ -45,10 +46,14 @@ func RunChildIfRequested() {
 // Process is an embedded server running in a child process, so that a
 // test can kill it abruptly (SIGKILL) and start it again on the same port
 // and store directory.
+//
+// Its methods may be called from several goroutines.
 type Process struct {
+	mu      sync.Mutex // guards the fields below but tempDir
 	opts    Options
 	cmd     *exec.Cmd
 	url     string
+	id      string
 	tempDir bool
 }
 
@@ -63,6 +68,8 @@ func StartProcess(opts Options) (*Process, error) {
 		}
 		p.opts.StoreDir, p.tempDir = dir, true
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if err := p.start(); err != nil {
 		p.cleanup()
 		return nil, err
@@ -89,8 +96,8 @@ func (p *Process) start() error {
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if url, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-				ready <- url
+			if rest, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
+				ready <- rest
 			}
 		}
 	}()
@@ -99,8 +106,9 @@ func (p *Process) start() error {
 		timeout = 30 * time.Second
 	}
 	select {
-	case url := <-ready:
-		p.url, p.cmd = url, cmd
+	case rest := <-ready:
+		url, id, _ := strings.Cut(rest, " ")
+		p.url, p.id, p.cmd = url, id, cmd
 	case <-time.After(timeout):
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -117,10 +125,34 @@ func (p *Process) start() error {
 
 // ClientURL returns the nats:// URL clients connect to; it stays the same
 // across Kill and Restart.
-func (p *Process) ClientURL() string { return p.url }
+func (p *Process) ClientURL() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.url
+}
+
+// ID returns the server's ID, new at each start.
+func (p *Process) ID() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.id
+}
+
+// Running reports whether the process runs (it was not killed or stopped).
+func (p *Process) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil
+}
 
 // Kill sends SIGKILL to the server process and waits for it to die.
 func (p *Process) Kill() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.kill()
+}
+
+func (p *Process) kill() error {
 	if p.cmd == nil {
 		return errors.New("embedded: process not running")
 	}
@@ -132,6 +164,8 @@ func (p *Process) Kill() error {
 
 // Restart starts the server process again after Kill or Stop.
 func (p *Process) Restart() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.cmd != nil {
 		return errors.New("embedded: process still running")
 	}
@@ -140,10 +174,23 @@ func (p *Process) Restart() error {
 
 // Stop asks the server process to shut down gracefully and waits for it.
 func (p *Process) Stop() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stop(0)
+}
+
+// stop sends SIGTERM and waits for the process to exit; after within (if
+// not 0) it kills it.
+func (p *Process) stop(within time.Duration) error {
 	if p.cmd == nil {
 		return nil
 	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	proc := p.cmd.Process
+	proc.Signal(syscall.SIGTERM)
+	if within > 0 {
+		t := time.AfterFunc(within, func() { proc.Kill() })
+		defer t.Stop()
+	}
 	err := p.cmd.Wait()
 	p.cmd = nil
 	return err
@@ -151,7 +198,15 @@ func (p *Process) Stop() error {
 
 // Close stops the process if it runs and removes a temporary store directory.
 func (p *Process) Close() error {
-	err := p.Stop()
+	return p.closeWithin(0)
+}
+
+// closeWithin is Close, killing the process if it has not stopped after
+// within (0: wait as long as it takes).
+func (p *Process) closeWithin(within time.Duration) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	err := p.stop(within)
 	p.cleanup()
 	return err
 }
