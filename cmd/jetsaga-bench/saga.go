@@ -316,7 +316,7 @@ func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int) (sagaRo
 	if err != nil {
 		return sagaRound{}, errors.Join(err, fail.get())
 	}
-	rec, err := e.checkSagaRound(ctx, n, k, benchPrefix+"_S_"+sagaQueue+"_0", benchPrefix+"_Q_"+sagaQueue+"_0", jetBucket)
+	rec, err := e.checkSagaRound(ctx, n, k, benchPrefix+"_S_"+sagaQueue+"_0", benchPrefix+".S."+sagaQueue+".0.*.s", benchPrefix+"_Q_"+sagaQueue+"_0", jetBucket)
 	if err != nil {
 		return sagaRound{}, err
 	}
@@ -349,20 +349,31 @@ func (f *firstErr) get() error {
 }
 
 // checkSagaRound checks on the env's own connection that a side did all
-// its work: n schedules pending, the queue empty, k records; it returns
+// its work: n schedules pending (on subjects schedSubj of schedStream,
+// which may hold other messages), the queue empty, k records; it returns
 // the mean stored size of a KV entry.
-func (e *env) checkSagaRound(ctx context.Context, n, k int, schedStream, queueStream, bucket string) (float64, error) {
-	for _, c := range []struct {
-		stream string
-		want   uint64
-	}{{schedStream, uint64(n)}, {queueStream, 0}} {
-		s, err := e.js.Stream(ctx, c.stream)
-		if err != nil {
-			return 0, err
-		}
-		if got := s.CachedInfo().State.Msgs; got != c.want {
-			return 0, fmt.Errorf("stream %s holds %d messages, want %d", c.stream, got, c.want)
-		}
+func (e *env) checkSagaRound(ctx context.Context, n, k int, schedStream, schedSubj, queueStream, bucket string) (float64, error) {
+	ss, err := e.js.Stream(ctx, schedStream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := ss.Info(ctx, jetstream.WithSubjectFilter(schedSubj))
+	if err != nil {
+		return 0, err
+	}
+	var pending uint64
+	for _, c := range info.State.Subjects {
+		pending += c
+	}
+	if pending != uint64(n) {
+		return 0, fmt.Errorf("stream %s holds %d schedules, want %d", schedStream, pending, n)
+	}
+	qs, err := e.js.Stream(ctx, queueStream)
+	if err != nil {
+		return 0, err
+	}
+	if got := qs.CachedInfo().State.Msgs; got != 0 {
+		return 0, fmt.Errorf("stream %s holds %d messages, want 0", queueStream, got)
 	}
 	kv, err := e.js.KeyValue(ctx, bucket)
 	if err != nil {
@@ -586,7 +597,7 @@ func (e *env) sagaRawRound(ctx context.Context, n, k int) (sagaRound, error) {
 	if err = errors.Join(err, fail.get()); err != nil {
 		return sagaRound{}, err
 	}
-	rec, err := e.checkSagaRound(ctx, n, k, schedStream, queueStream, rawBucket)
+	rec, err := e.checkSagaRound(ctx, n, k, schedStream, sPrefix+".s.*", queueStream, rawBucket)
 	if err != nil {
 		return sagaRound{}, err
 	}
