@@ -1,0 +1,678 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+func init() {
+	commands = []*command{
+		{path: "queues list", maxArgs: 0, short: "list queues with their active, scheduled and dead-lettered counts",
+			long: `Active and dead-lettered counts come from the streams' state (cheap); the
+scheduled count browses every scheduled message (one read each): the
+transport has no cheaper count yet. Active counts include received messages
+that are still locked.`,
+			examples: []string{"jetsaga queues list", "jetsaga --server nats://n1:4222,nats://n2:4222 --creds ops.creds queues list --json"},
+			flags:    fJSON, run: cmdQueuesList},
+		{path: "queues browse", args: "QUEUE", minArgs: 1, maxArgs: 1,
+			short: "browse a queue's active and scheduled messages from a sequence number",
+			long: `Lists messages in sequence order without receiving them: state, sequence
+number (partition and local part), enqueued and scheduled times, type,
+MessageID and properties. QUEUE may be "orders/$DeadLetterQueue" for the
+dead-letter queue (see also dlq list). The last line names the --from of
+the next page.`,
+			examples: []string{"jetsaga queues browse orders", "jetsaga queues browse orders --state scheduled --max 20",
+				"jetsaga queues browse orders --from 0:s120 --json", "jetsaga queues browse 'orders/$DeadLetterQueue'"},
+			flags: fJSON | fBrowse | fState | fFilter, defMax: 50, run: cmdQueuesBrowse},
+		{path: "queues peek", args: "QUEUE [SEQ]", minArgs: 1, maxArgs: 2,
+			short: "show the message at or after SEQ in full, body included",
+			examples: []string{"jetsaga queues peek orders 42", "jetsaga queues peek orders 0:s7 --json"},
+			flags:    fJSON | fBrowse, defMax: 1, defBody: true, run: cmdQueuesPeek},
+		{path: "scheduled cancel", args: "QUEUE SEQ...", minArgs: 2, maxArgs: -1,
+			short: "cancel scheduled messages by sequence number, with a definite outcome",
+			long: `Each outcome is definite: cancelled (it will never be delivered),
+already-activated (it has been or will be delivered; exit 4), or not-found
+(no scheduled message with that number is pending: cancelled before, or
+never issued; exit 3). With several numbers the exit code is that of the
+first one not cancelled. Cancelling a saga's timeout this way leaves the
+saga waiting for it: prefer sagas cancel-timeouts.`,
+			examples: []string{"jetsaga scheduled cancel orders 140737488355329 --yes", "jetsaga scheduled cancel orders 0:s1 0:s2"},
+			flags:    fJSON | fYes, run: cmdScheduledCancel},
+		{path: "dlq list", args: "QUEUE", minArgs: 1, maxArgs: 1,
+			short: "list a queue's dead letters with reason and description",
+			examples: []string{"jetsaga dlq list orders", "jetsaga dlq list orders --reason PermanentError --since 1h --json"},
+			flags:    fJSON | fBrowse | fFilter, defMax: 100, run: cmdDLQList},
+		{path: "dlq resubmit", args: "QUEUE [SEQ...]", minArgs: 1, maxArgs: -1,
+			short: "send dead letters back to their queue, keeping their MessageID",
+			long: `Select dead letters by sequence number, by --reason, --type, --since,
+--until, or --all. Each is sent back to QUEUE as it was first sent, under its
+MessageID, so that a replay is idempotent (the transport's duplicate
+detection, and a saga's inbox); one without a MessageID gets one derived from
+the dead letter, the same on every resubmit. It is removed from the
+dead-letter queue once sent. Outcomes: resubmitted; duplicate (the queue still
+remembers the MessageID because the message was first sent within its
+DuplicateWindow: nothing is sent, the dead letter stays; wait for the window
+or use --new-id; exit 6); gone (received by someone else meanwhile; exit 6).`,
+			examples: []string{"jetsaga dlq resubmit orders 17 --yes", "jetsaga dlq resubmit orders --reason RetriesExhausted --since 2h",
+				"jetsaga dlq resubmit orders --all --yes --json"},
+			flags: fJSON | fYes | fFilter | fNewID | fIdle, run: cmdDLQResubmit},
+		{path: "dlq purge", args: "QUEUE [SEQ...]", minArgs: 1, maxArgs: -1,
+			short: "remove dead letters for good",
+			long: `Select as for resubmit. --all alone purges the dead-letter stream at once;
+with filters each selected dead letter is received and removed.`,
+			examples: []string{"jetsaga dlq purge orders 3 4 --yes", "jetsaga dlq purge orders --all --yes"},
+			flags:    fJSON | fYes | fFilter | fIdle, run: cmdDLQPurge},
+		{path: "sagas list", args: "[SAGA]", maxArgs: 1,
+			short: "list saga types, or the instances of one (paged, by ID)",
+			long: `Without SAGA, lists the saga types in the bucket with their instance counts
+(completed instances' tombstones included). With SAGA, lists its instances in
+ID order, --limit per page; pass the page's "next" as --after for the next.`,
+			examples: []string{"jetsaga sagas list", "jetsaga sagas list twofactor --limit 20", "jetsaga sagas list twofactor --after l42 --json"},
+			flags:    fJSON | fPage, run: cmdSagasList},
+		{path: "sagas show", args: "SAGA ID", minArgs: 2, maxArgs: 2,
+			short: "show an instance: state as JSON, pending timeouts with due times and engine, inbox size, last update",
+			examples: []string{"jetsaga sagas show twofactor l1", "jetsaga sagas show twofactor l1 --json | jq .data"},
+			flags:    fJSON, run: cmdSagasShow},
+		{path: "sagas cancel-timeouts", args: "SAGA ID", minArgs: 2, maxArgs: 2,
+			short: "cancel every pending timeout of an instance, as a step on it",
+			long: `Runs saga.Dispatcher.CancelTimeouts: the cancel is committed in the
+instance's record (optimistic concurrency: it never races the application's
+steps), so the saga no longer waits for the timeouts, and then the timeouts
+are cancelled on their engines. No saga definitions are needed. --queue is
+the application dispatcher's queue; by default the one the timeouts' refs
+name. A timeout on an engine this binary lacks (Temporal) is forgotten in the
+record and cancelled on its engine by the application's dispatcher.`,
+			examples: []string{"jetsaga sagas cancel-timeouts twofactor l1 --yes", "jetsaga sagas cancel-timeouts orders o-17 --queue orders --json --yes"},
+			flags:    fJSON | fYes | fQueue, run: cmdSagasCancel},
+		{path: "timeouts list", maxArgs: 0,
+			short: "list pending timeouts by saga type or instance, across engines",
+			long: `The transport engine's timeouts are found by browsing the scheduled messages
+of --queue (every queue by default); timeouts on Temporal are listed when
+--temporal-address is given to a build with the Temporal engine.`,
+			examples: []string{"jetsaga timeouts list", "jetsaga timeouts list --saga twofactor", "jetsaga timeouts list --saga twofactor --id l1 --json"},
+			flags:    fJSON | fTimeouts, run: cmdTimeoutsList},
+		{path: "console", maxArgs: 0,
+			short: "serve the web console",
+			long: `Serves a small web console: queues with counts, messages (active, scheduled,
+dead-lettered), saga instances and their timeouts, a lateness histogram. It
+listens on 127.0.0.1 unless --listen says otherwise (any other address needs
+--token). Actions (cancel a scheduled message, resubmit a dead letter) only
+with --allow-actions, protected by a per-session CSRF token and same-origin
+checks.`,
+			examples: []string{"jetsaga console", "jetsaga console --allow-actions --token s3cret", "jetsaga console --listen 0.0.0.0:8470 --token s3cret"},
+			flags:    fConsole, run: cmdConsole},
+	}
+}
+
+// out prints v as JSON with --json, else runs table.
+func (c *call) out(v any, table func(w *tabwriter.Writer)) error {
+	if c.o.json {
+		enc := json.NewEncoder(c.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+	table(tw)
+	return tw.Flush()
+}
+
+// fmtTime shows an instant in UTC with milliseconds and relative to now.
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := time.Until(t)
+	switch a := max(d, -d); {
+	case a >= time.Minute:
+		d = d.Round(time.Second)
+	case a >= time.Second:
+		d = d.Round(10 * time.Millisecond)
+	default:
+		d = d.Round(time.Millisecond)
+	}
+	rel := "in " + d.String()
+	if d < 0 {
+		rel = (-d).String() + " ago"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + rel + ")"
+}
+
+func fmtSeq(seq uint64) string {
+	s := strconv.Itoa(transport.Partition(seq)) + ":"
+	if transport.IsScheduledSeq(seq) {
+		s += "s"
+	}
+	return s + strconv.FormatUint(transport.LocalSeq(seq), 10)
+}
+
+// parseSeq reads a sequence number: decimal, or PARTITION:LOCAL for an
+// active one and PARTITION:sLOCAL for a scheduled one.
+func parseSeq(s string) (uint64, error) {
+	if p, local, ok := strings.Cut(s, ":"); ok {
+		pn, err := strconv.ParseUint(p, 10, 16)
+		if err != nil {
+			return 0, fmt.Errorf("%w: sequence number %q: bad partition", ErrUsage, s)
+		}
+		sched := strings.HasPrefix(local, "s")
+		n, err := strconv.ParseUint(strings.TrimPrefix(local, "s"), 10, 64)
+		if err != nil || n >= transport.ScheduledBit {
+			return 0, fmt.Errorf("%w: sequence number %q: bad local part", ErrUsage, s)
+		}
+		seq := pn<<transport.PartitionShift | n
+		if sched {
+			seq |= transport.ScheduledBit
+		}
+		return seq, nil
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: sequence number %q: decimal, PARTITION:LOCAL or PARTITION:sLOCAL", ErrUsage, s)
+	}
+	return n, nil
+}
+
+func parseSeqs(args []string) ([]uint64, error) {
+	var out []uint64
+	for _, a := range args {
+		s, err := parseSeq(a)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// parseWhen reads RFC 3339, or a duration meaning that long ago.
+func parseWhen(flagName, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		return time.Now().Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%w: --%s %q: RFC 3339 time or a duration ago (90m)", ErrUsage, flagName, s)
+}
+
+func (c *call) filter() (browseFilter, error) {
+	f := browseFilter{state: c.o.state, reason: c.o.reason, typ: c.o.typ}
+	switch f.state {
+	case "", "all", "active", "scheduled":
+	default:
+		return f, fmt.Errorf("%w: --state %q: active, scheduled or all", ErrUsage, f.state)
+	}
+	var err error
+	if f.since, err = parseWhen("since", c.o.since); err != nil {
+		return f, err
+	}
+	f.until, err = parseWhen("until", c.o.until)
+	return f, err
+}
+
+func cmdQueuesList(c *call) error {
+	qs, err := c.env.listQueues(c.ctx)
+	if err != nil {
+		return err
+	}
+	return c.out(qs, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "QUEUE\tPARTITIONS\tACTIVE\tSCHEDULED\tDEAD-LETTERED")
+		for _, q := range qs {
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", q.Name, q.Partitions, q.Active, q.Scheduled, q.DeadLettered)
+		}
+	})
+}
+
+// BrowsePage is a page of browsed messages.
+type BrowsePage struct {
+	Queue    string        `json:"queue"`
+	Messages []MessageView `json:"messages"`
+	// Next is the --from of the next page; 0 at the end.
+	Next uint64 `json:"next,omitempty"`
+}
+
+func (c *call) browse(queueArgument string) (BrowsePage, error) {
+	name, dead := queueArg(queueArgument)
+	q, err := c.env.queue(c.ctx, name)
+	if err != nil {
+		return BrowsePage{}, err
+	}
+	if dead {
+		q = q.DeadLetterQueue()
+	}
+	from, err := parseSeq(c.o.from)
+	if err != nil {
+		return BrowsePage{}, err
+	}
+	if c.o.max < 1 {
+		return BrowsePage{}, fmt.Errorf("%w: --max must be at least 1", ErrUsage)
+	}
+	f, err := c.filter()
+	if err != nil {
+		return BrowsePage{}, err
+	}
+	ms, next, err := browse(c.ctx, q, from, c.o.max, f, dead, c.o.body)
+	return BrowsePage{Queue: q.Name(), Messages: ms, Next: next}, err
+}
+
+func cmdQueuesBrowse(c *call) error {
+	page, err := c.browse(c.args[0])
+	if err != nil {
+		return err
+	}
+	return c.out(page, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "SEQ\tPART:LOCAL\tSTATE\tENQUEUED\tSCHEDULED\tTYPE\tMESSAGE-ID\tPROPERTIES")
+		for _, m := range page.Messages {
+			sched := "-"
+			if m.ScheduledAt != nil {
+				sched = fmtTime(*m.ScheduledAt)
+			}
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Seq, fmtSeq(m.Seq), m.State, fmtTime(m.EnqueuedAt), sched,
+				dash(m.Type), dash(m.MessageID), fmtProps(m.Properties))
+		}
+		w.Flush()
+		if page.Next != 0 {
+			fmt.Fprintf(c.stdout, "more: --from %d\n", page.Next)
+		}
+		if len(page.Messages) == 0 {
+			fmt.Fprintf(c.stdout, "no messages\n")
+		}
+	})
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func fmtProps(p map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(p)) {
+		if k == saga.TypeProperty {
+			continue
+		}
+		parts = append(parts, k+"="+p[k])
+	}
+	return dash(strings.Join(parts, " "))
+}
+
+func cmdQueuesPeek(c *call) error {
+	if len(c.args) == 2 {
+		c.o.from = c.args[1]
+	}
+	page, err := c.browse(c.args[0])
+	if err != nil {
+		return err
+	}
+	if len(page.Messages) == 0 {
+		return fmt.Errorf("%w: no message at or after %s in %s", ErrNotFound, c.o.from, page.Queue)
+	}
+	return c.out(page, func(w *tabwriter.Writer) {
+		for i, m := range page.Messages {
+			if i > 0 {
+				fmt.Fprintln(w)
+			}
+			writeMessage(w, m)
+		}
+	})
+}
+
+func writeMessage(w io.Writer, m MessageView) {
+	fmt.Fprintf(w, "seq\t%d (%s)\n", m.Seq, fmtSeq(m.Seq))
+	fmt.Fprintf(w, "state\t%s\n", m.State)
+	fmt.Fprintf(w, "enqueued\t%s\n", fmtTime(m.EnqueuedAt))
+	if m.ScheduledAt != nil {
+		fmt.Fprintf(w, "scheduled\t%s\n", fmtTime(*m.ScheduledAt))
+	}
+	for _, f := range [][2]string{{"type", m.Type}, {"message-id", m.MessageID}, {"correlation-id", m.Correlation},
+		{"session-id", m.SessionID}, {"reply-to", m.ReplyTo}, {"subject", m.Subject}, {"content-type", m.ContentType},
+		{"dead-letter reason", m.DeadLetterReason}, {"dead-letter description", m.DeadLetterDescription},
+		{"dead-letter source", m.DeadLetterSource}} {
+		if f[1] != "" {
+			fmt.Fprintf(w, "%s\t%s\n", f[0], f[1])
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Properties)) {
+		fmt.Fprintf(w, "property %s\t%s\n", k, m.Properties[k])
+	}
+	fmt.Fprintf(w, "size\t%d bytes\n", m.Size)
+	if m.Body != nil {
+		fmt.Fprintf(w, "body\t%s\n", *m.Body)
+	} else if m.BodyBase64 != nil {
+		fmt.Fprintf(w, "body (base64)\t%x\n", m.BodyBase64)
+	}
+}
+
+func cmdScheduledCancel(c *call) error {
+	q, err := c.env.queue(c.ctx, c.args[0])
+	if err != nil {
+		return err
+	}
+	seqs, err := parseSeqs(c.args[1:])
+	if err != nil {
+		return err
+	}
+	if err := c.confirm(fmt.Sprintf("cancel %d scheduled message(s) on %s", len(seqs), q.Name())); err != nil {
+		return err
+	}
+	var outs []CancelOutcome
+	var first error
+	for _, s := range seqs {
+		o := cancelScheduled(c.ctx, q, s)
+		outs = append(outs, o)
+		if o.err != nil && first == nil {
+			first = o.err
+		}
+	}
+	if err := c.out(outs, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "SEQ\tPART:LOCAL\tOUTCOME")
+		for _, o := range outs {
+			fmt.Fprintf(w, "%d\t%s\t%s\n", o.Seq, fmtSeq(o.Seq), o.Outcome)
+		}
+	}); err != nil {
+		return err
+	}
+	return first
+}
+
+func cmdDLQList(c *call) error {
+	c.args[0] += transport.DeadLetterSuffix
+	page, err := c.browse(c.args[0])
+	if err != nil {
+		return err
+	}
+	return c.out(page, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "SEQ\tDEAD-LETTERED\tREASON\tTYPE\tMESSAGE-ID\tDESCRIPTION")
+		for _, m := range page.Messages {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\n", m.Seq, fmtTime(m.EnqueuedAt), dash(m.DeadLetterReason), dash(m.Type),
+				dash(m.MessageID), dash(truncate(m.DeadLetterDescription, 120)))
+		}
+		w.Flush()
+		if page.Next != 0 {
+			fmt.Fprintf(c.stdout, "more: --from %d\n", page.Next)
+		}
+		if len(page.Messages) == 0 {
+			fmt.Fprintf(c.stdout, "no dead letters\n")
+		}
+	})
+}
+
+func truncate(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func (c *call) deadFilter() (deadFilter, error) {
+	bf, err := c.filter()
+	if err != nil {
+		return deadFilter{}, err
+	}
+	seqs, err := parseSeqs(c.args[1:])
+	if err != nil {
+		return deadFilter{}, err
+	}
+	f := deadFilter{seqs: seqs, browseFilter: bf, all: c.o.all}
+	if f.empty() {
+		return f, fmt.Errorf("%w: select dead letters: SEQ..., --reason, --type, --since, --until or --all", ErrUsage)
+	}
+	return f, nil
+}
+
+func (c *call) deadOutcomes(outs []DeadLetterOutcome, done string) error {
+	if err := c.out(outs, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "SEQ\tMESSAGE-ID\tOUTCOME\tNOTE")
+		for _, o := range outs {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", o.Seq, dash(o.SentAs), o.Outcome, dash(o.Error))
+		}
+		if len(outs) == 0 {
+			fmt.Fprintln(w, "no dead letter selected")
+		}
+	}); err != nil {
+		return err
+	}
+	left := 0
+	notFound := 0
+	for _, o := range outs {
+		switch o.Outcome {
+		case done:
+		case "not-found":
+			notFound++
+		default:
+			left++
+		}
+	}
+	switch {
+	case left > 0:
+		return fmt.Errorf("%w: %d of %d dead letters not %s", ErrPartial, left+notFound, len(outs), done)
+	case notFound > 0 && notFound == len(outs):
+		return fmt.Errorf("%w: no such dead letter", ErrNotFound)
+	case notFound > 0:
+		return fmt.Errorf("%w: %d of %d dead letters not found", ErrPartial, notFound, len(outs))
+	}
+	return nil
+}
+
+func cmdDLQResubmit(c *call) error {
+	q, err := c.env.queue(c.ctx, c.args[0])
+	if err != nil {
+		return err
+	}
+	f, err := c.deadFilter()
+	if err != nil {
+		return err
+	}
+	if err := c.confirm("resubmit the selected dead letters of " + q.Name()); err != nil {
+		return err
+	}
+	outs, err := resubmit(c.ctx, q, f, c.o.newID, c.o.idle)
+	if err != nil {
+		return err
+	}
+	return c.deadOutcomes(outs, "resubmitted")
+}
+
+func cmdDLQPurge(c *call) error {
+	q, err := c.env.queue(c.ctx, c.args[0])
+	if err != nil {
+		return err
+	}
+	f, err := c.deadFilter()
+	if err != nil {
+		return err
+	}
+	if err := c.confirm("purge the selected dead letters of " + q.Name() + " for good"); err != nil {
+		return err
+	}
+	if f.all && len(f.seqs) == 0 && f.reason == "" && f.typ == "" && f.since.IsZero() && f.until.IsZero() {
+		// --all without other filters: one stream purge.
+		n, err := c.env.purgeAllDead(c.ctx, q.Name())
+		if err != nil {
+			return err
+		}
+		res := struct {
+			Queue  string `json:"queue"`
+			Purged uint64 `json:"purged"`
+		}{q.Name(), n}
+		return c.out(res, func(w *tabwriter.Writer) { fmt.Fprintf(w, "purged %d dead letters of %s\n", n, q.Name()) })
+	}
+	outs, err := purgeDead(c.ctx, q, f, c.o.idle)
+	if err != nil {
+		return err
+	}
+	return c.deadOutcomes(outs, "purged")
+}
+
+func cmdSagasList(c *call) error {
+	if len(c.args) == 0 {
+		ts, err := c.env.sagaTypes(c.ctx)
+		if err != nil {
+			return err
+		}
+		return c.out(ts, func(w *tabwriter.Writer) {
+			fmt.Fprintln(w, "SAGA\tINSTANCES")
+			for _, t := range ts {
+				fmt.Fprintf(w, "%s\t%d\n", t.Saga, t.Instances)
+			}
+		})
+	}
+	if c.o.limit < 1 {
+		return fmt.Errorf("%w: --limit must be at least 1", ErrUsage)
+	}
+	page, err := c.env.instances(c.ctx, c.args[0], c.o.after, c.o.limit)
+	if err != nil {
+		return err
+	}
+	return c.out(page, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "ID\tSTATE\tSTARTED\tUPDATED\tTIMEOUTS\tNEXT DUE")
+		for _, v := range page.Instances {
+			state, next := "running", "-"
+			if v.Completed {
+				state = "completed"
+			}
+			if len(v.Timeouts) > 0 {
+				next = fmtTime(v.Timeouts[0].At)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", v.ID, state, fmtTime(v.Started), fmtTime(v.Updated), len(v.Timeouts), next)
+		}
+		w.Flush()
+		fmt.Fprintf(c.stdout, "%d of %d instances", len(page.Instances), page.Total)
+		if page.Next != "" {
+			fmt.Fprintf(c.stdout, "; next page: --after %s", page.Next)
+		}
+		fmt.Fprintln(c.stdout)
+	})
+}
+
+func cmdSagasShow(c *call) error {
+	v, err := c.env.instance(c.ctx, c.args[0], c.args[1])
+	if err != nil {
+		return err
+	}
+	return c.out(v, func(w *tabwriter.Writer) { writeInstance(w, v) })
+}
+
+func writeInstance(w *tabwriter.Writer, v InstanceView) {
+	state := "running"
+	if v.Completed {
+		state = "completed (tombstone)"
+	}
+	fmt.Fprintf(w, "saga\t%s\nid\t%s\nstate\t%s\nstarted\t%s\nupdated\t%s\nrevision\t%d\ninbox\t%d message identities\n",
+		v.Saga, v.ID, state, fmtTime(v.Started), fmtTime(v.Updated), v.Revision, v.InboxSize)
+	if v.OutboxSize > 0 {
+		fmt.Fprintf(w, "outbox\t%d effects pending\n", v.OutboxSize)
+	}
+	w.Flush()
+	switch {
+	case len(v.Data) > 0:
+		var buf strings.Builder
+		if err := jsonIndent(&buf, v.Data); err == nil {
+			fmt.Fprintf(w, "data:\n%s\n", buf.String())
+		}
+	case len(v.DataBase64) > 0:
+		fmt.Fprintf(w, "data (not JSON, %d bytes)\n", len(v.DataBase64))
+	}
+	fmt.Fprintf(w, "pending timeouts: %d\n", len(v.Timeouts))
+	if len(v.Timeouts) > 0 {
+		fmt.Fprintln(w, "  DUE\tTYPE\tENGINE\tQUEUE\tSEQ\tHANDLE")
+		for _, t := range v.Timeouts {
+			seq := "-"
+			if t.Seq != 0 {
+				seq = fmtSeq(t.Seq)
+			}
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(t.At), t.Type, dash(t.Engine), dash(t.Queue), seq, t.Handle)
+		}
+	}
+}
+
+func jsonIndent(w io.Writer, raw json.RawMessage) error {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return err
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func cmdSagasCancel(c *call) error {
+	if err := c.confirm(fmt.Sprintf("cancel every pending timeout of saga %s instance %q", c.args[0], c.args[1])); err != nil {
+		return err
+	}
+	res, err := c.env.cancelSagaTimeouts(c.ctx, c.args[0], c.args[1], c.o.queue)
+	pendingEffects := errors.Is(err, saga.ErrEffectsPending)
+	if err != nil && !pendingEffects {
+		return err
+	}
+	out := struct {
+		Saga      string                `json:"saga"`
+		ID        string                `json:"id"`
+		Cancelled []saga.PendingTimeout `json:"cancelled"`
+		Pending   string                `json:"engine_cancel_pending,omitempty"`
+	}{res.Saga, res.ID, res.Cancelled, ""}
+	if out.Cancelled == nil {
+		out.Cancelled = []saga.PendingTimeout{}
+	}
+	if pendingEffects {
+		out.Pending = err.Error()
+	}
+	if perr := c.out(out, func(w *tabwriter.Writer) {
+		if len(res.Cancelled) == 0 {
+			fmt.Fprintf(w, "saga %s/%s has no pending timeout: nothing cancelled\n", res.Saga, res.ID)
+			return
+		}
+		fmt.Fprintf(w, "cancelled %d timeout(s) of %s/%s:\n", len(res.Cancelled), res.Saga, res.ID)
+		fmt.Fprintln(w, "  DUE\tTYPE\tHANDLE")
+		for _, t := range res.Cancelled {
+			fmt.Fprintf(w, "  %s\t%s\t%s\n", fmtTime(t.At), t.Type, t.Handle)
+		}
+		if pendingEffects {
+			fmt.Fprintf(w, "the saga no longer waits for them; cancelling them on their engine is left to the application's dispatcher:\n  %v\n", err)
+		}
+	}); perr != nil {
+		return perr
+	}
+	return nil
+}
+
+func cmdTimeoutsList(c *call) error {
+	if c.o.id != "" && c.o.saga == "" {
+		return fmt.Errorf("%w: --id needs --saga", ErrUsage)
+	}
+	ps, err := c.env.pendingTimeouts(c.ctx, c.o.queue, c.o.saga, c.o.id)
+	if ps == nil {
+		ps = []PendingView{}
+	}
+	if perr := c.out(ps, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "DUE\tENGINE\tSAGA\tID\tTYPE\tQUEUE\tSEQ")
+		for _, p := range ps {
+			seq := "-"
+			if p.Seq != 0 {
+				seq = fmtSeq(p.Seq)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(p.At), p.Engine, dash(p.Saga), dash(p.ID), dash(p.Type), dash(p.Queue), seq)
+		}
+		if len(ps) == 0 {
+			fmt.Fprintln(w, "no pending timeouts")
+		}
+	}); perr != nil {
+		return perr
+	}
+	return err
+}

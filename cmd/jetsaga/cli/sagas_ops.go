@@ -1,0 +1,330 @@
+package cli
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// The saga store's key layout (saga/kvstore, saga/record.go): one key per
+// instance, "<saga>.<base64url(id)>", whose value is the instance's
+// record as JSON. The CLI reads the keys with the KV API and decodes the
+// record's fields it shows; TestRecordLayout pins them against a real
+// dispatcher's records.
+
+// storedRecord is the part of a saga record the CLI reads.
+type storedRecord struct {
+	JSONData json.RawMessage `json:"data,omitempty"`
+	BinData  []byte          `json:"bin,omitempty"`
+	Timeouts map[string]struct {
+		Type string    `json:"type"`
+		At   time.Time `json:"at"`
+		Ref  string    `json:"ref"`
+	} `json:"timeouts,omitempty"`
+	Inbox     []string          `json:"inbox,omitempty"`
+	Outbox    []json.RawMessage `json:"outbox,omitempty"`
+	Completed bool              `json:"completed,omitempty"`
+	Started   time.Time         `json:"started"`
+	Updated   time.Time         `json:"updated"`
+}
+
+func instanceKey(sagaType, id string) string {
+	return sagaType + "." + base64.RawURLEncoding.EncodeToString([]byte(id))
+}
+
+func (e *env) kv(ctx context.Context) (jetstream.KeyValue, error) {
+	kv, err := e.js.KeyValue(ctx, e.bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: saga bucket %q (--bucket)", ErrNotFound, e.bucket)
+	}
+	return kv, err
+}
+
+// SagaType is a saga type with its number of stored instances.
+type SagaType struct {
+	Saga      string `json:"saga"`
+	Instances int    `json:"instances"`
+}
+
+// sagaTypes counts stored instances by saga type (tombstones included).
+func (e *env) sagaTypes(ctx context.Context) ([]SagaType, error) {
+	kv, err := e.kv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := map[string]int{}
+	for k := range keys.Keys() {
+		if t, _, ok := strings.Cut(k, "."); ok {
+			n[t]++
+		}
+	}
+	out := []SagaType{}
+	for _, t := range slices.Sorted(maps.Keys(n)) {
+		out = append(out, SagaType{Saga: t, Instances: n[t]})
+	}
+	return out, nil
+}
+
+// TimeoutView is a pending timeout as an instance's record holds it.
+type TimeoutView struct {
+	Handle string    `json:"handle"`
+	Type   string    `json:"type"`
+	At     time.Time `json:"due"`
+	Engine string    `json:"engine"` // "" until scheduled
+	Ref    string    `json:"ref,omitempty"`
+	Queue  string    `json:"queue,omitempty"` // transport engine
+	Seq    uint64    `json:"seq,omitempty"`   // transport engine
+}
+
+// InstanceView is a saga instance as jetsaga shows it.
+type InstanceView struct {
+	Saga      string    `json:"saga"`
+	ID        string    `json:"id"`
+	Completed bool      `json:"completed"`
+	Started   time.Time `json:"started"`
+	Updated   time.Time `json:"updated"`
+	Revision  uint64    `json:"revision"`
+	// Data is the state: JSON as stored, or base64 for other codecs.
+	Data       json.RawMessage `json:"data,omitempty"`
+	DataBase64 []byte          `json:"data_base64,omitempty"`
+	Timeouts   []TimeoutView   `json:"timeouts"`
+	InboxSize  int             `json:"inbox_size"`
+	// OutboxSize counts effects committed and not yet carried out.
+	OutboxSize int `json:"outbox_size"`
+}
+
+// parseTransportRef reads a transport engine ref
+// "<engine>:<queue>:<seq>@<due>".
+func parseTransportRef(ref string) (engine, queue string, seq uint64, ok bool) {
+	engine, rest, ok := strings.Cut(ref, ":")
+	if !ok {
+		return "", "", 0, false
+	}
+	i := strings.LastIndexByte(rest, ':')
+	if i < 0 {
+		return engine, "", 0, false
+	}
+	seqPart, _, _ := strings.Cut(rest[i+1:], "@")
+	if _, err := fmt.Sscan(seqPart, &seq); err != nil || transport.ValidateQueueName(rest[:i]) != nil {
+		return engine, "", 0, false
+	}
+	return engine, rest[:i], seq, true
+}
+
+func instanceView(sagaType, id string, rev uint64, raw []byte) (InstanceView, error) {
+	var r storedRecord
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return InstanceView{}, fmt.Errorf("saga %s/%s: record unreadable: %w", sagaType, id, err)
+	}
+	v := InstanceView{Saga: sagaType, ID: id, Completed: r.Completed, Started: r.Started, Updated: r.Updated,
+		Revision: rev, Data: r.JSONData, DataBase64: r.BinData, InboxSize: len(r.Inbox), OutboxSize: len(r.Outbox),
+		Timeouts: []TimeoutView{}}
+	for _, h := range slices.Sorted(maps.Keys(r.Timeouts)) {
+		t := r.Timeouts[h]
+		tv := TimeoutView{Handle: h, Type: t.Type, At: t.At, Ref: t.Ref}
+		if t.Ref != "" {
+			tv.Engine = timeout.Ref(t.Ref).Engine()
+			if _, q, seq, ok := parseTransportRef(t.Ref); ok {
+				tv.Queue, tv.Seq = q, seq
+			}
+		}
+		v.Timeouts = append(v.Timeouts, tv)
+	}
+	slices.SortStableFunc(v.Timeouts, func(a, b TimeoutView) int { return a.At.Compare(b.At) })
+	return v, nil
+}
+
+// instance reads one instance, or ErrNotFound.
+func (e *env) instance(ctx context.Context, sagaType, id string) (InstanceView, error) {
+	if err := transport.ValidateQueueName(sagaType); err != nil {
+		return InstanceView{}, fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, sagaType)
+	}
+	kv, err := e.kv(ctx)
+	if err != nil {
+		return InstanceView{}, err
+	}
+	entry, err := kv.Get(ctx, instanceKey(sagaType, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return InstanceView{}, fmt.Errorf("%w: saga %s instance %q", ErrNotFound, sagaType, id)
+	}
+	if err != nil {
+		return InstanceView{}, err
+	}
+	return instanceView(sagaType, id, entry.Revision(), entry.Value())
+}
+
+// InstancePage is a page of a saga type's instances, by ID.
+type InstancePage struct {
+	Saga      string         `json:"saga"`
+	Total     int            `json:"total"`
+	Instances []InstanceView `json:"instances"`
+	// Next is the --after of the next page; empty on the last.
+	Next string `json:"next,omitempty"`
+}
+
+// instances lists up to limit instances of sagaType with IDs after
+// after, in ID order. It reads every key of the type (the KV API has no
+// ordered range) and the records of the page.
+func (e *env) instances(ctx context.Context, sagaType, after string, limit int) (InstancePage, error) {
+	if err := transport.ValidateQueueName(sagaType); err != nil {
+		return InstancePage{}, fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, sagaType)
+	}
+	kv, err := e.kv(ctx)
+	if err != nil {
+		return InstancePage{}, err
+	}
+	// sagaType is [A-Za-z0-9_-]: no wildcard can come from it.
+	keys, err := kv.ListKeysFiltered(ctx, sagaType+".*")
+	if err != nil {
+		return InstancePage{}, err
+	}
+	var ids []string
+	for k := range keys.Keys() {
+		_, enc, _ := strings.Cut(k, ".")
+		if b, err := base64.RawURLEncoding.DecodeString(enc); err == nil {
+			ids = append(ids, string(b))
+		}
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	page := InstancePage{Saga: sagaType, Total: len(ids), Instances: []InstanceView{}}
+	i, _ := slices.BinarySearch(ids, after)
+	if after != "" && i < len(ids) && ids[i] == after {
+		i++
+	}
+	for ; i < len(ids) && len(page.Instances) < limit; i++ {
+		v, err := e.instance(ctx, sagaType, ids[i])
+		if errors.Is(err, ErrNotFound) {
+			continue // completed and expired meanwhile
+		}
+		if err != nil {
+			return page, err
+		}
+		page.Instances = append(page.Instances, v)
+	}
+	if i < len(ids) {
+		page.Next = page.Instances[len(page.Instances)-1].ID
+	}
+	return page, nil
+}
+
+// cancelSagaTimeouts cancels an instance's pending timeouts with
+// saga.Dispatcher.CancelTimeouts, the same step an application runs:
+// it commits the cancel in the record (optimistic concurrency, no race
+// with the application's steps) and then cancels the timeouts on their
+// engines. The operator has no saga definitions, and needs none: the
+// dispatcher is built with a placeholder saga, on queue (the one the
+// instance's timeouts are scheduled on, from their refs, unless given) as
+// it exists, and a store on the existing bucket that never reconfigures
+// it. Timeouts on an engine this binary does not have (Temporal without
+// WithEngine) are forgotten in the record and cancelled on their engine
+// later, by the application's dispatcher (the result's error then matches
+// saga.ErrEffectsPending).
+func (e *env) cancelSagaTimeouts(ctx context.Context, sagaType, id, queue string) (saga.CancelResult, error) {
+	v, err := e.instance(ctx, sagaType, id)
+	if err != nil {
+		return saga.CancelResult{}, err
+	}
+	if queue == "" {
+		for _, t := range v.Timeouts {
+			if t.Queue != "" {
+				queue = t.Queue
+				break
+			}
+		}
+	}
+	if len(v.Timeouts) == 0 {
+		return saga.CancelResult{Saga: sagaType, ID: id}, nil
+	}
+	if queue == "" {
+		return saga.CancelResult{}, fmt.Errorf("%w: no timeout of %s/%s names its dispatcher's queue: give --queue", ErrUsage, sagaType, id)
+	}
+	q, err := e.queue(ctx, queue)
+	if err != nil {
+		return saga.CancelResult{}, err
+	}
+	kv, err := e.kv(ctx)
+	if err != nil {
+		return saga.CancelResult{}, err
+	}
+	var sched timeout.Scheduler = timeout.NewTransport(e.broker)
+	if len(e.engines) > 0 {
+		r := &timeout.Router{Default: sched}
+		for _, name := range slices.Sorted(maps.Keys(e.engines)) {
+			r.Routes = append(r.Routes, timeout.Route{Engine: name, Scheduler: e.engines[name], Beyond: math.MaxInt64})
+		}
+		sched = r
+	}
+	d, err := saga.NewDispatcher(e.broker, kvStore{kv}, queue, saga.WithSagas(placeholder),
+		saga.WithQueueConfig(q.Config()), saga.WithTimeouts(sched), saga.WithLogger(e.rc.logger))
+	if err != nil {
+		return saga.CancelResult{}, err
+	}
+	return d.CancelTimeouts(ctx, sagaType, id)
+}
+
+// placeholder is the saga the operator's dispatcher is built with: it is
+// never run (the dispatcher only cancels), and its type never travels.
+var placeholder = func() saga.Saga {
+	d := saga.Define[struct{}]("jetsaga-operator")
+	saga.StartedBy(d, saga.By(func(operatorNoop) string { return "" }),
+		func(context.Context, *saga.Context[struct{}], operatorNoop) error { return nil })
+	return d
+}()
+
+type operatorNoop struct{}
+
+func (operatorNoop) MessageName() string { return "jetsaga.operator-noop" }
+
+// kvStore is a saga.Store on an existing KV bucket, as saga/kvstore keeps
+// it, opened without changing the bucket's configuration (kvstore.New
+// would create or update it).
+type kvStore struct{ kv jetstream.KeyValue }
+
+func (s kvStore) Load(ctx context.Context, key string) ([]byte, uint64, error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, fmt.Errorf("%w: %s", saga.ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return e.Value(), e.Revision(), nil
+}
+
+func (s kvStore) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	var n uint64
+	var err error
+	if rev == 0 {
+		n, err = s.kv.Create(ctx, key, value)
+	} else {
+		n, err = s.kv.Update(ctx, key, value, rev)
+	}
+	var apiErr *jetstream.APIError
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) &&
+		(apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+		return 0, fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)
+	}
+	return n, err
+}
+
+func (s kvStore) Delete(ctx context.Context, key string, rev uint64) error {
+	return fmt.Errorf("jetsaga: the operator store never deletes (%s): %w", key, errors.ErrUnsupported)
+}
