@@ -1,3 +1,475 @@
 package cli
 
-func cmdConsole(c *call) error { return nil }
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+//go:embed console.html
+var consoleHTML string
+
+// console is the web console: server-rendered pages on html/template.
+//
+// Security: it serves loopback only unless given a token (and then checks
+// it on every request: Authorization: Bearer, or ?token= once, which
+// sets an HttpOnly cookie); on a loopback address it also refuses Host
+// headers other than a loopback name (DNS rebinding). Actions are POSTs,
+// only with allowActions, and need the session's CSRF token (an HMAC of
+// the session cookie, SameSite=Strict) and pass
+// http.CrossOriginProtection (Sec-Fetch-Site / Origin same-origin).
+type console struct {
+	env          *env
+	token        string
+	allowActions bool
+	loopback     bool
+	key          []byte
+	tmpl         *template.Template
+	log          *slog.Logger
+	now          func() time.Time
+}
+
+const (
+	sessionCookie = "jetsaga_session"
+	tokenCookie   = "jetsaga_token"
+)
+
+func newConsole(e *env, token string, allowActions, loopback bool, log *slog.Logger) *console {
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	c := &console{env: e, token: token, allowActions: allowActions, loopback: loopback, key: key, log: log, now: time.Now}
+	c.tmpl = template.Must(template.New("console").Funcs(template.FuncMap{
+		"time": func(t time.Time) string { return fmtTime(t) },
+		"timep": func(t *time.Time) string {
+			if t == nil {
+				return "-"
+			}
+			return fmtTime(*t)
+		},
+		"seq":   fmtSeq,
+		"path":  url.PathEscape,
+		"query": url.QueryEscape,
+		"props": fmtProps,
+		"pct": func(n, max int) int {
+			if max == 0 {
+				return 0
+			}
+			return n * 100 / max
+		},
+	}).Parse(consoleHTML))
+	return c
+}
+
+func (c *console) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", c.page(c.overview))
+	mux.HandleFunc("GET /queues/{queue}", c.page(c.queuePage))
+	mux.HandleFunc("GET /sagas/{saga}", c.page(c.sagaPage))
+	mux.HandleFunc("GET /sagas/{saga}/{id...}", c.page(c.instancePage))
+	mux.HandleFunc("GET /timeouts", c.page(c.timeoutsPage))
+	mux.HandleFunc("POST /queues/{queue}/cancel", c.action(c.cancelAction))
+	mux.HandleFunc("POST /queues/{queue}/resubmit", c.action(c.resubmitAction))
+	return c.guard(mux)
+}
+
+// guard checks the Host header (on loopback) and the token, and gives
+// every client a session cookie.
+func (c *console) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Frame-Options", "DENY")
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; frame-ancestors 'none'")
+		w.Header().Set("Referrer-Policy", "same-origin")
+		if c.loopback && !loopbackHost(r.Host) {
+			http.Error(w, "forbidden: this console answers only to a loopback host name", http.StatusForbidden)
+			return
+		}
+		if c.token != "" {
+			if q := r.URL.Query().Get("token"); q != "" && r.Method == http.MethodGet && c.tokenOK(q) {
+				http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: q, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+				u := *r.URL
+				v := u.Query()
+				v.Del("token")
+				u.RawQuery = v.Encode()
+				http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+				return
+			}
+			if !c.authorized(r) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="jetsaga"`)
+				http.Error(w, "unauthorized: give the console's token (Authorization: Bearer, or ?token=)", http.StatusUnauthorized)
+				return
+			}
+		}
+		if _, err := r.Cookie(sessionCookie); err != nil {
+			b := make([]byte, 16)
+			_, _ = rand.Read(b)
+			ck := &http.Cookie{Name: sessionCookie, Value: hex.EncodeToString(b), Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode}
+			http.SetCookie(w, ck)
+			r.AddCookie(ck)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (c *console) tokenOK(s string) bool {
+	return subtle.ConstantTimeCompare([]byte(s), []byte(c.token)) == 1
+}
+
+func (c *console) authorized(r *http.Request) bool {
+	if h, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && c.tokenOK(h) {
+		return true
+	}
+	ck, err := r.Cookie(tokenCookie)
+	return err == nil && c.tokenOK(ck.Value)
+}
+
+func loopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// csrfToken is the CSRF token of the request's session.
+func (c *console) csrfToken(r *http.Request) string {
+	ck, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return ""
+	}
+	m := hmac.New(sha256.New, c.key)
+	m.Write([]byte(ck.Value))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// view is what every page's template gets.
+type view struct {
+	Title, Page  string
+	CSRF         string
+	AllowActions bool
+	Flash        string
+	Error        string
+	Data         any
+}
+
+func (c *console) page(f func(r *http.Request) (string, string, any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		r = r.WithContext(ctx)
+		title, page, data, err := f(r)
+		v := view{Title: title, Page: page, CSRF: c.csrfToken(r), AllowActions: c.allowActions, Flash: r.URL.Query().Get("flash"), Data: data}
+		status := http.StatusOK
+		if err != nil {
+			v.Error = err.Error()
+			status = http.StatusInternalServerError
+			switch code := exitCode(err); code {
+			case ExitNotFound:
+				status = http.StatusNotFound
+			case ExitUsage:
+				status = http.StatusBadRequest
+			}
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(status)
+		if err := c.tmpl.ExecuteTemplate(w, "layout", v); err != nil {
+			c.log.Error("console: rendering", "page", page, "error", err)
+		}
+	}
+}
+
+// action runs a POST after the checks: actions allowed, same origin,
+// the session's CSRF token.
+func (c *console) action(f func(r *http.Request) (redirect, flash string)) http.HandlerFunc {
+	cop := http.NewCrossOriginProtection()
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !c.allowActions {
+			http.Error(w, "forbidden: actions are off (start the console with --allow-actions)", http.StatusForbidden)
+			return
+		}
+		if err := cop.Check(r); err != nil {
+			http.Error(w, "forbidden: cross-origin request", http.StatusForbidden)
+			return
+		}
+		want := c.csrfToken(r)
+		if want == "" || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(want)) != 1 {
+			http.Error(w, "forbidden: missing or wrong CSRF token (reload the page)", http.StatusForbidden)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		to, flash := f(r.WithContext(ctx))
+		c.log.Info("console: action", "path", r.URL.Path, "outcome", flash)
+		u, _ := url.Parse(to)
+		q := u.Query()
+		q.Set("flash", flash)
+		u.RawQuery = q.Encode()
+		http.Redirect(w, r, u.String(), http.StatusSeeOther)
+	}
+}
+
+// LatenessBucket is one bar of the lateness histogram.
+type LatenessBucket struct {
+	Label string `json:"label"`
+	Upper time.Duration
+	Count int `json:"count"`
+}
+
+// Lateness is the console's lateness histogram: how late timeouts and
+// other scheduled messages are, as far as the queues still show it (see
+// lateness).
+type Lateness struct {
+	Buckets []LatenessBucket
+	Max     int
+	Total   int
+	Overdue int // scheduled, past due, not activated yet
+}
+
+var latenessBounds = []struct {
+	label string
+	upper time.Duration
+}{
+	{"≤ 50ms", 50 * time.Millisecond}, {"≤ 250ms", 250 * time.Millisecond}, {"≤ 500ms", 500 * time.Millisecond},
+	{"≤ 1s", time.Second}, {"≤ 5s", 5 * time.Second}, {"≤ 1m", time.Minute}, {"> 1m", 1<<63 - 1},
+}
+
+// lateness computes the histogram by browsing the queues: an activated
+// scheduled message still in a queue is EnqueuedAt − due late (due: the
+// timeout's PropertyDue, else ScheduledAt); a scheduled message past its
+// due time is now − due late and counts as overdue. Timeouts already
+// received and completed are gone from the queues: for the full history
+// use saga/sagaotel's jetsaga.timeout.lateness histogram.
+func (c *console) lateness(ctx context.Context, queues []QueueInfo) (Lateness, error) {
+	l := Lateness{}
+	for _, b := range latenessBounds {
+		l.Buckets = append(l.Buckets, LatenessBucket{Label: b.label, Upper: b.upper})
+	}
+	now := c.now()
+	add := func(d time.Duration) {
+		for i := range l.Buckets {
+			if d <= l.Buckets[i].Upper {
+				l.Buckets[i].Count++
+				l.Max = max(l.Max, l.Buckets[i].Count)
+				l.Total++
+				return
+			}
+		}
+	}
+	for _, qi := range queues {
+		q, err := c.env.broker.Queue(ctx, qi.Name)
+		if err != nil {
+			return l, err
+		}
+		for m, err := range q.Browse(ctx, 0) {
+			if err != nil {
+				return l, err
+			}
+			if m.ScheduledAt.IsZero() {
+				continue
+			}
+			due := m.ScheduledAt
+			if t, err := time.Parse(time.RFC3339Nano, m.Properties[timeout.PropertyDue]); err == nil {
+				due = t
+			}
+			switch {
+			case m.State == transport.Active:
+				add(max(m.EnqueuedAt.Sub(due), 0))
+			case now.After(due):
+				add(now.Sub(due))
+				l.Overdue++
+			}
+		}
+	}
+	return l, nil
+}
+
+func (c *console) overview(r *http.Request) (string, string, any, error) {
+	ctx := r.Context()
+	qs, err := c.env.listQueues(ctx)
+	if err != nil {
+		return "jetsaga", "overview", nil, err
+	}
+	types, err := c.env.sagaTypes(ctx)
+	if errors.Is(err, ErrNotFound) {
+		types, err = nil, nil
+	}
+	if err != nil {
+		return "jetsaga", "overview", nil, err
+	}
+	late, err := c.lateness(ctx, qs)
+	return "jetsaga", "overview", struct {
+		Queues   []QueueInfo
+		Sagas    []SagaType
+		Lateness Lateness
+		Prefix   string
+		Bucket   string
+	}{qs, types, late, c.env.prefix, c.env.bucket}, err
+}
+
+func (c *console) queuePage(r *http.Request) (string, string, any, error) {
+	name := r.PathValue("queue")
+	state := r.URL.Query().Get("state")
+	title := "queue " + name
+	q, err := c.env.queue(r.Context(), name)
+	if err != nil {
+		return title, "queue", nil, err
+	}
+	from := uint64(0)
+	if s := r.URL.Query().Get("from"); s != "" {
+		if from, err = parseSeq(s); err != nil {
+			return title, "queue", nil, err
+		}
+	}
+	f := browseFilter{}
+	dead := false
+	switch state {
+	case "", "all":
+		state = "all"
+	case "active", "scheduled":
+		f.state = state
+	case "dead":
+		dead, q = true, q.DeadLetterQueue()
+	default:
+		return title, "queue", nil, fmt.Errorf("%w: state %q", ErrUsage, state)
+	}
+	ms, next, err := browse(r.Context(), q, from, 100, f, dead, false)
+	return title, "queue", struct {
+		Queue    string
+		State    string
+		Messages []MessageView
+		Next     uint64
+	}{name, state, ms, next}, err
+}
+
+func (c *console) sagaPage(r *http.Request) (string, string, any, error) {
+	name := r.PathValue("saga")
+	page, err := c.env.instances(r.Context(), name, r.URL.Query().Get("after"), 50)
+	return "saga " + name, "saga", page, err
+}
+
+func (c *console) instancePage(r *http.Request) (string, string, any, error) {
+	name, id := r.PathValue("saga"), r.PathValue("id")
+	v, err := c.env.instance(r.Context(), name, id)
+	if err != nil {
+		return "saga " + name + "/" + id, "instance", nil, err
+	}
+	return "saga " + name + "/" + id, "instance", struct {
+		InstanceView
+		DataText string
+	}{v, indentJSON(v.Data)}, nil
+}
+
+func indentJSON(raw []byte) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	if err := jsonIndent(&b, raw); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func (c *console) timeoutsPage(r *http.Request) (string, string, any, error) {
+	q := r.URL.Query()
+	ps, err := c.env.pendingTimeouts(r.Context(), q.Get("queue"), q.Get("saga"), q.Get("id"))
+	return "pending timeouts", "timeouts", struct {
+		Saga, ID, Queue string
+		Timeouts        []PendingView
+	}{q.Get("saga"), q.Get("id"), q.Get("queue"), ps}, err
+}
+
+func (c *console) cancelAction(r *http.Request) (string, string) {
+	name := r.PathValue("queue")
+	back := "/queues/" + url.PathEscape(name) + "?state=scheduled"
+	q, err := c.env.queue(r.Context(), name)
+	if err != nil {
+		return back, err.Error()
+	}
+	seq, err := strconv.ParseUint(r.PostFormValue("seq"), 10, 64)
+	if err != nil {
+		return back, "bad sequence number"
+	}
+	o := cancelScheduled(r.Context(), q, seq)
+	return back, fmt.Sprintf("scheduled message %s: %s", fmtSeq(seq), o.Outcome)
+}
+
+func (c *console) resubmitAction(r *http.Request) (string, string) {
+	name := r.PathValue("queue")
+	back := "/queues/" + url.PathEscape(name) + "?state=dead"
+	q, err := c.env.queue(r.Context(), name)
+	if err != nil {
+		return back, err.Error()
+	}
+	seq, err := strconv.ParseUint(r.PostFormValue("seq"), 10, 64)
+	if err != nil {
+		return back, "bad sequence number"
+	}
+	outs, err := resubmit(r.Context(), q, deadFilter{seqs: []uint64{seq}}, false, 2*time.Second)
+	if err != nil {
+		return back, err.Error()
+	}
+	if len(outs) != 1 {
+		return back, "nothing resubmitted"
+	}
+	msg := fmt.Sprintf("dead letter %d: %s", seq, outs[0].Outcome)
+	if outs[0].Error != "" {
+		msg += " (" + outs[0].Error + ")"
+	}
+	return back, msg
+}
+
+func cmdConsole(c *call) error {
+	host, _, err := net.SplitHostPort(c.o.listen)
+	if err != nil {
+		return fmt.Errorf("%w: --listen %q: %v", ErrUsage, c.o.listen, err)
+	}
+	ip := net.ParseIP(host)
+	loopback := host == "localhost" || ip != nil && ip.IsLoopback()
+	if !loopback && c.o.token == "" {
+		return fmt.Errorf("%w: --listen %s is not a loopback address: give --token", ErrUsage, c.o.listen)
+	}
+	ln, err := net.Listen("tcp", c.o.listen)
+	if err != nil {
+		return err
+	}
+	cs := newConsole(c.env, c.o.token, c.o.allowActions, loopback, c.rc.logger)
+	srv := &http.Server{Handler: cs.handler(), ReadHeaderTimeout: 10 * time.Second}
+	actions := "read-only"
+	if c.o.allowActions {
+		actions = "actions allowed"
+	}
+	fmt.Fprintf(c.stdout, "jetsaga console on http://%s/ (%s)\n", ln.Addr(), actions)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-c.ctx.Done():
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	}
+}

@@ -109,6 +109,9 @@ func newWorkload(t *testing.T, hooks ...saga.Hooks) *workload {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := w.d.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
 	runCtx, stop := context.WithCancel(ctx)
 	finished := make(chan struct{})
 	go func() { defer close(finished); _ = w.d.Run(runCtx) }()
@@ -265,8 +268,6 @@ func browseCount(t *testing.T, q *transport.Queue) int {
 	}
 	return n
 }
-
-
 
 func decode[T any](t *testing.T, s string) T {
 	t.Helper()

@@ -69,6 +69,9 @@ func (e *env) listQueues(ctx context.Context) ([]QueueInfo, error) {
 			return nil, err
 		}
 		q, err := e.broker.Queue(ctx, qi.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue // being created or deleted at this instant
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/transport/embedded"
+)
+
+// TestBinary builds jetsaga and runs it against an embedded server, the
+// way an operator does: NATS_URL from the environment, JSON out, exit
+// codes, and the refusal of a destructive command without a terminal.
+func TestBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "jetsaga")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	broker, err := transport.NewJetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broker.Close()
+	ctx := context.Background()
+	q, err := broker.OpenQueue(ctx, transport.QueueConfig{Name: "mail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := q.Schedule(ctx, &transport.Message{Body: []byte("hello")}, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	run := func(args ...string) ([]byte, int) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL())
+		out, err := cmd.Output() // stdin: /dev/null, not a terminal
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return out, exit.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, 0
+	}
+	out, code := run("queues", "list", "--json")
+	var qs []struct {
+		Name      string `json:"name"`
+		Scheduled int    `json:"scheduled"`
+	}
+	if code != 0 || json.Unmarshal(out, &qs) != nil || len(qs) != 1 || qs[0].Name != "mail" || qs[0].Scheduled != 1 {
+		t.Fatalf("queues list: exit %d\n%s", code, out)
+	}
+	s := strconv.FormatUint(seq, 10)
+	if _, code := run("scheduled", "cancel", "mail", s); code != 5 {
+		t.Fatalf("cancel without --yes and without a terminal: exit %d, want 5", code)
+	}
+	if out, code := run("scheduled", "cancel", "mail", s, "--yes"); code != 0 {
+		t.Fatalf("cancel --yes: exit %d\n%s", code, out)
+	}
+	if _, code := run("scheduled", "cancel", "mail", s, "--yes"); code != 3 {
+		t.Fatalf("cancel again: exit %d, want 3", code)
+	}
+	if _, code := run("nosuch"); code != 2 {
+		t.Fatalf("unknown command: exit %d, want 2", code)
+	}
+}
