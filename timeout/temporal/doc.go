@@ -1,0 +1,3 @@
+// Package temporal is a timeout engine on Temporal, for timeouts days or
+// months away.
+package temporal

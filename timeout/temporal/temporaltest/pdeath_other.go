@@ -1,0 +1,7 @@
+//go:build unix && !linux
+
+package temporaltest
+
+import "syscall"
+
+func setPdeathsig(a *syscall.SysProcAttr) {}
