@@ -51,10 +51,10 @@ type input struct {
 
 // message is the part of a transport.Message a timeout delivers.
 type message struct {
-	Body                                                      []byte            `json:",omitempty"`
+	Body                                                    []byte            `json:",omitempty"`
 	ContentType, CorrelationID, SessionID, ReplyTo, Subject string            `json:",omitempty"`
-	MessageID                                                 string            `json:",omitempty"`
-	Properties                                                map[string]string `json:",omitempty"`
+	MessageID                                               string            `json:",omitempty"`
+	Properties                                              map[string]string `json:",omitempty"`
 }
 
 func toMessage(m *transport.Message) message {

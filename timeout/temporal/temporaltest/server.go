@@ -29,6 +29,9 @@ type Options struct {
 	// survives Kill and Restart. Default: in memory, lost when the
 	// server stops.
 	DBFile string
+	// SQLitePragmas are the server's SQLite pragmas ("journal_mode=wal"),
+	// with DBFile.
+	SQLitePragmas []string
 	// SearchAttributes registers custom search attributes, name to type
 	// ("Keyword", "Text", "Int", ...).
 	SearchAttributes map[string]string
@@ -132,6 +135,9 @@ func (s *Server) start(ctx context.Context) error {
 	}
 	if s.opts.DBFile != "" {
 		args = append(args, "--db-filename", s.opts.DBFile)
+		for _, p := range s.opts.SQLitePragmas {
+			args = append(args, "--sqlite-pragma", p)
+		}
 	}
 	for name, typ := range s.opts.SearchAttributes {
 		args = append(args, "--search-attribute", name+"="+typ)
