@@ -1,0 +1,312 @@
+// Package sagaotel traces and measures jetsaga sagas with OpenTelemetry,
+// through the dispatcher's hooks (saga.Hooks); the saga package itself
+// does not depend on OpenTelemetry.
+//
+//	tel, err := sagaotel.New() // the global tracer and meter providers
+//	d, err := saga.NewDispatcher(broker, store, "auth", saga.WithSagas(TwoFactor), saga.WithHooks(tel.Hooks()))
+//	d.Send(ctx, CodeRequested{...}, tel.Propagate(ctx)...) // the request's trace goes on in the saga
+//
+// # Traces
+//
+// Every step is a span of kind Consumer named "process <queue>", with
+// OpenTelemetry's messaging attributes (messaging.system "jetsaga",
+// messaging.operation.type and .name "process",
+// messaging.destination.name, messaging.message.conversation_id for the
+// saga instance) and jetsaga's own (jetsaga.saga.name, jetsaga.saga.id,
+// jetsaga.message.type, jetsaga.message.seq, jetsaga.delivery_count,
+// jetsaga.step.outcome, jetsaga.timeout.due, jetsaga.timeout.lateness).
+// A step that ends in an error (retried, dead-lettered, abandoned) has
+// status Error and the error recorded.
+//
+// Trace context travels in message properties: every message a step
+// sends, publishes, replies or requests as a timeout carries the step's
+// context (W3C traceparent and tracestate by default, under the property
+// keys "otel-traceparent" and "otel-tracestate": a propagator's keys are
+// prefixed with "otel-" and mapped into the [A-Za-z0-9_-] that property
+// keys allow). The step that receives the message starts its span as a
+// child of that context, with a link to it, so that one trace follows a
+// saga from the message that started it through its timeouts to its
+// completion, and on to the messages it sends. Propagate gives
+// Dispatcher.Send (from an HTTP handler, say) the caller's context.
+//
+// # Metrics
+//
+//   - jetsaga.steps ({step}): steps by jetsaga.step.outcome, saga and
+//     queue;
+//   - jetsaga.step.duration (s): a histogram of step durations;
+//   - jetsaga.step.conflicts ({conflict}): optimistic-concurrency
+//     conflicts that made a step run again;
+//   - jetsaga.retries ({message}) and jetsaga.dead_letters ({message}):
+//     delayed retries scheduled and messages dead-lettered;
+//   - jetsaga.timeout.lateness (s): how late timeouts arrived, EnqueuedAt
+//     minus the due time, on their first delivery;
+//   - jetsaga.timeouts.pending ({timeout}): with ObservePendingTimeouts,
+//     the pending timeouts of a dispatcher by saga, read at each
+//     collection from Dispatcher.ScheduledTimeouts (which browses the
+//     dispatcher's queue: one read per scheduled message, so collect it
+//     at a modest interval on queues with very many timeouts).
+package sagaotel
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jetsaga/jetsaga/saga"
+)
+
+// ScopeName is the instrumentation scope of the tracer and the meter.
+const ScopeName = "github.com/jetsaga/jetsaga/saga/sagaotel"
+
+// PropertyPrefix starts the message property keys that carry trace
+// context.
+const PropertyPrefix = "otel-"
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	tp   trace.TracerProvider
+	mp   metric.MeterProvider
+	prop propagation.TextMapPropagator
+}
+
+// WithTracerProvider sets the tracer provider. Default: otel.GetTracerProvider().
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tp = tp } }
+
+// WithMeterProvider sets the meter provider. Default: otel.GetMeterProvider().
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) { c.mp = mp } }
+
+// WithPropagator sets how trace context is written into and read from
+// message properties. Default: W3C trace context (traceparent,
+// tracestate) and baggage.
+func WithPropagator(p propagation.TextMapPropagator) Option { return func(c *config) { c.prop = p } }
+
+// Telemetry makes the hooks that trace and measure a dispatcher's steps.
+type Telemetry struct {
+	tracer trace.Tracer
+	meter  metric.Meter
+	prop   propagation.TextMapPropagator
+
+	steps, conflicts, retries, deadLetters metric.Int64Counter
+	duration, lateness                     metric.Float64Histogram
+}
+
+// New returns a Telemetry on the given (or global) providers.
+func New(opts ...Option) (*Telemetry, error) {
+	c := config{}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	if c.prop == nil {
+		c.prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	}
+	t := &Telemetry{tracer: c.tp.Tracer(ScopeName), meter: c.mp.Meter(ScopeName), prop: c.prop}
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		m, err := t.meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return m
+	}
+	t.steps = counter("jetsaga.steps", "{step}", "Saga steps by outcome.")
+	t.conflicts = counter("jetsaga.step.conflicts", "{conflict}", "Optimistic-concurrency conflicts that made a step run again.")
+	t.retries = counter("jetsaga.retries", "{message}", "Messages rescheduled for a delayed retry.")
+	t.deadLetters = counter("jetsaga.dead_letters", "{message}", "Messages moved to the dead-letter queue.")
+	var err error
+	t.duration, err = t.meter.Float64Histogram("jetsaga.step.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of saga steps, from receipt to settlement."))
+	errs = append(errs, err)
+	t.lateness, err = t.meter.Float64Histogram("jetsaga.timeout.lateness", metric.WithUnit("s"),
+		metric.WithDescription("How late timeouts arrived: enqueue time minus due time."),
+		metric.WithExplicitBucketBoundaries(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Hooks returns the hooks to give saga.WithHooks.
+func (t *Telemetry) Hooks() saga.Hooks {
+	return saga.Hooks{StepStarted: t.stepStarted, StepDone: t.stepDone, Outgoing: t.outgoing}
+}
+
+// Propagate returns send options that carry ctx's trace context, for
+// Dispatcher.Send and SendTo called outside a saga step.
+func (t *Telemetry) Propagate(ctx context.Context) []saga.SendOption {
+	props := map[string]string{}
+	t.Inject(ctx, props)
+	out := make([]saga.SendOption, 0, len(props))
+	for k, v := range props {
+		out = append(out, saga.WithProperty(k, v))
+	}
+	return out
+}
+
+// Inject writes ctx's trace context into message properties (for
+// messages sent with the transport directly).
+func (t *Telemetry) Inject(ctx context.Context, props map[string]string) {
+	t.prop.Inject(ctx, carrier(props))
+}
+
+// Extract reads the trace context that message properties carry.
+func (t *Telemetry) Extract(ctx context.Context, props map[string]string) context.Context {
+	return t.prop.Extract(ctx, carrier(props))
+}
+
+// carrier maps a propagator's header names to property keys: prefixed
+// with PropertyPrefix, lower case, characters outside [A-Za-z0-9_-]
+// replaced by '_', at most 64 bytes.
+type carrier map[string]string
+
+func propertyKey(k string) string {
+	b := []byte(PropertyPrefix + strings.ToLower(k))
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return string(b)
+}
+
+func (c carrier) Get(k string) string { return c[propertyKey(k)] }
+
+func (c carrier) Set(k, v string) {
+	if c != nil {
+		c[propertyKey(k)] = v
+	}
+}
+
+func (c carrier) Keys() []string {
+	var out []string
+	for k := range c {
+		if rest, ok := strings.CutPrefix(k, PropertyPrefix); ok {
+			out = append(out, rest)
+		}
+	}
+	return out
+}
+
+type spanKey struct{}
+
+func (t *Telemetry) stepStarted(ctx context.Context, info saga.StepInfo) context.Context {
+	parent := t.Extract(ctx, info.Properties)
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(stepAttrs(info)...)}
+	if sc := trace.SpanContextFromContext(parent); sc.IsValid() && sc.IsRemote() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+	}
+	ctx, span := t.tracer.Start(parent, "process "+info.Queue, opts...)
+	if !info.TimeoutDue.IsZero() {
+		late := max(info.EnqueuedAt.Sub(info.TimeoutDue), 0)
+		span.SetAttributes(attribute.String("jetsaga.timeout.due", info.TimeoutDue.UTC().Format(time.RFC3339Nano)),
+			attribute.Float64("jetsaga.timeout.lateness", late.Seconds()))
+		if info.DeliveryCount <= 1 {
+			t.lateness.Record(ctx, late.Seconds(), metric.WithAttributes(attribute.String("jetsaga.saga.name", info.Saga),
+				attribute.String("messaging.destination.name", info.Queue)))
+		}
+	}
+	return context.WithValue(ctx, spanKey{}, span)
+}
+
+func stepAttrs(info saga.StepInfo) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		attribute.String("messaging.system", "jetsaga"),
+		attribute.String("messaging.operation.type", "process"),
+		attribute.String("messaging.operation.name", "process"),
+		attribute.String("messaging.destination.name", info.Queue),
+		attribute.String("jetsaga.message.type", info.MessageType),
+		attribute.String("jetsaga.message.seq", strconv.FormatUint(info.Seq, 10)),
+		attribute.Int("jetsaga.delivery_count", info.DeliveryCount),
+	}
+	if info.Saga != "" {
+		attrs = append(attrs, attribute.String("jetsaga.saga.name", info.Saga))
+	}
+	if info.ID != "" {
+		attrs = append(attrs, attribute.String("jetsaga.saga.id", info.ID),
+			attribute.String("messaging.message.conversation_id", info.Saga+"/"+info.ID))
+	}
+	return attrs
+}
+
+func (t *Telemetry) stepDone(ctx context.Context, info saga.StepInfo, res saga.StepResult) {
+	outcome := attribute.String("jetsaga.step.outcome", string(res.Outcome))
+	attrs := metric.WithAttributes(outcome, attribute.String("jetsaga.saga.name", info.Saga),
+		attribute.String("messaging.destination.name", info.Queue))
+	t.steps.Add(ctx, 1, attrs)
+	t.duration.Record(ctx, res.Duration.Seconds(), attrs)
+	if res.Conflicts > 0 {
+		t.conflicts.Add(ctx, int64(res.Conflicts), attrs)
+	}
+	switch res.Outcome {
+	case saga.Retried:
+		t.retries.Add(ctx, 1, attrs)
+	case saga.DeadLettered:
+		t.deadLetters.Add(ctx, 1, attrs)
+	}
+	span, ok := ctx.Value(spanKey{}).(trace.Span)
+	if !ok {
+		return
+	}
+	span.SetAttributes(stepAttrs(info)...)
+	span.SetAttributes(outcome, attribute.Int("jetsaga.step.conflicts", res.Conflicts))
+	if res.Err != nil {
+		span.RecordError(res.Err)
+	}
+	switch res.Outcome {
+	case saga.Retried, saga.DeadLettered, saga.Abandoned:
+		span.SetStatus(codes.Error, string(res.Outcome))
+	default:
+		span.SetStatus(codes.Ok, "")
+	}
+	span.End()
+}
+
+func (t *Telemetry) outgoing(ctx context.Context, props map[string]string) {
+	t.Inject(ctx, props)
+}
+
+// ObservePendingTimeouts reports the pending timeouts of d by saga as the
+// gauge jetsaga.timeouts.pending, read from d.ScheduledTimeouts at each
+// collection (see the package documentation for its cost). Unregister
+// the returned registration to stop.
+func (t *Telemetry) ObservePendingTimeouts(d *saga.Dispatcher) (metric.Registration, error) {
+	g, err := t.meter.Int64ObservableGauge("jetsaga.timeouts.pending", metric.WithUnit("{timeout}"),
+		metric.WithDescription("Pending timeouts of a dispatcher, by saga."))
+	if err != nil {
+		return nil, err
+	}
+	return t.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		n := map[string]int64{}
+		var errs []error
+		for st, err := range d.ScheduledTimeouts(ctx, "") {
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			n[st.Saga]++
+		}
+		for s, c := range n {
+			o.ObserveInt64(g, c, metric.WithAttributes(attribute.String("jetsaga.saga.name", s),
+				attribute.String("messaging.destination.name", d.Queue())))
+		}
+		return errors.Join(errs...)
+	}, g)
+}
