@@ -68,10 +68,21 @@
 // On a queue with RequiresSession every message has a SessionID. A
 // session's messages are delivered one at a time in sequence order: the
 // next one goes to no receiver, in any process, until the current one is
-// completed or dead-lettered, or its lock expires — so a receiver that dies
-// holds its session for at most LockDuration. Different sessions proceed
-// in parallel. Use [Queue.AcceptSession] for a known session or
+// completed or dead-lettered, or its lock expires. Different sessions
+// proceed in parallel. Use [Queue.AcceptSession] for a known session or
 // [Queue.AcceptNextSession] for any session with work.
+//
+// As in Service Bus, a [SessionReceiver] holds its session exclusively:
+// until it is closed, or its session lock expires, AcceptSession in any
+// process returns [ErrSessionLocked] and AcceptNextSession passes the
+// session over. The session lock lasts LockDuration and is renewed by
+// every Receive (also while Receive waits) and by
+// [SessionReceiver.RenewLock]; a receiver that does neither for
+// LockDuration loses the session ([ErrSessionLockLost]), so one that dies
+// holds it for at most LockDuration. On JetStream the lock is a message
+// with a per-message TTL in the partition's schedule stream: it expires
+// on whole seconds (LockDuration rounded up) plus the server's expiry
+// pass, so a dead receiver's session may wait up to about a second more.
 //
 // # Duplicate detection
 //

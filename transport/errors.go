@@ -43,6 +43,14 @@ var (
 	// ErrNoSession is returned by AcceptNextSession when no session has
 	// messages before the context ends.
 	ErrNoSession = errors.New("transport: no session available")
+	// ErrSessionLocked is returned by AcceptSession when another receiver,
+	// in this process or another, holds the session.
+	ErrSessionLocked = errors.New("transport: session locked by another receiver")
+	// ErrSessionLockLost is returned by a SessionReceiver whose session
+	// lock expired (it neither received nor renewed within LockDuration):
+	// another receiver may hold the session now. Close it and accept the
+	// session again.
+	ErrSessionLockLost = errors.New("transport: session lock lost")
 	// ErrLockLost is returned when settling a delivery whose lock expired:
 	// the message has been or will be redelivered.
 	ErrLockLost = errors.New("transport: message lock lost")

@@ -10,10 +10,12 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // pollWait bounds one pull request, so that a receive spread over several
@@ -325,6 +327,10 @@ func (q *jsQueue) acceptSession(ctx context.Context, id string, p int) (sessionD
 		return nil, err
 	}
 	part := q.parts[p]
+	s := &jsSession{q: q, part: part, id: id, lockSubj: sessionLockSubject(part, id), holder: []byte(nuid.Next())}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
 	name := sessionConsumerName(id)
 	q.mu.Lock()
 	c, ok := q.sessions[name]
@@ -345,22 +351,110 @@ func (q *jsQueue) acceptSession(ctx context.Context, id string, p int) (sessionD
 			InactiveThreshold: max(10*q.cfg.LockDuration, 5*time.Minute),
 		})
 		if err != nil {
+			_ = s.close()
 			return nil, q.d.mapErr(err)
 		}
 		q.mu.Lock()
 		q.sessions[name] = c
 		q.mu.Unlock()
 	}
-	return &jsSession{q: q, part: part, c: c}, nil
+	s.c = c
+	return s, nil
+}
+
+// Session locks. A receiver holds its session through a lock message in
+// the partition's schedule stream, on a subject of the session's own,
+// written only if the subject is empty (expected last subject sequence
+// 0) and carrying a per-message TTL of LockDuration: the server removes
+// it when the lock expires, also if its holder died. Renewing rewrites it
+// (rollup) only if it is still the holder's (expected last subject
+// sequence = the holder's lock), and Close deletes exactly that message.
+
+func sessionLockSubject(part *jsPartition, id string) string {
+	return part.n.sSubj + ".L." + subjectToken(id)
+}
+
+// lockTTL is the per-message TTL of a session lock: LockDuration rounded
+// up to whole seconds (the server's TTL unit), at least 1 s.
+func (q *jsQueue) lockTTL() time.Duration {
+	return max(time.Second, (q.cfg.LockDuration+time.Second-1)/time.Second*time.Second)
 }
 
 type jsSession struct {
-	q    *jsQueue
-	part *jsPartition
-	c    jetstream.Consumer
+	q        *jsQueue
+	part     *jsPartition
+	id       string
+	lockSubj string
+	c        jetstream.Consumer
+
+	holder []byte // the lock's body: a NUID naming this receiver
+
+	mu      sync.Mutex
+	seq     uint64    // the stream sequence of our lock message
+	renewAt time.Time // renew the lock when receiving after this
+	closed  bool
+}
+
+// lock takes the session lock, or returns ErrSessionLocked.
+func (s *jsSession) lock(ctx context.Context) error {
+	ttl := s.q.lockTTL()
+	msg := &nats.Msg{Subject: s.lockSubj, Data: s.holder, Header: nats.Header{
+		"Nats-TTL":                          {ttl.String()},
+		jetstream.ExpectedLastSubjSeqHeader: {"0"},
+	}}
+	start := time.Now()
+	ack, err := s.q.d.js.PublishMsg(ctx, msg)
+	if isWrongLastSeq(err) {
+		return fmt.Errorf("%w: session %.64q", ErrSessionLocked, s.id)
+	}
+	if err != nil {
+		return s.q.d.mapErr(err)
+	}
+	s.mu.Lock()
+	s.seq, s.renewAt = ack.Sequence, start.Add(s.q.cfg.LockDuration/2)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *jsSession) renew(ctx context.Context) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return time.Time{}, ErrClosed
+	}
+	ttl := s.q.lockTTL()
+	msg := &nats.Msg{Subject: s.lockSubj, Data: s.holder, Header: nats.Header{
+		"Nats-TTL":                          {ttl.String()},
+		"Nats-Rollup":                       {"sub"},
+		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(s.seq, 10)},
+	}}
+	start := time.Now()
+	ack, err := s.q.d.js.PublishMsg(ctx, msg)
+	if isWrongLastSeq(err) {
+		return time.Time{}, fmt.Errorf("%w: session %.64q", ErrSessionLockLost, s.id)
+	}
+	if err != nil {
+		return time.Time{}, s.q.d.mapErr(err)
+	}
+	s.seq, s.renewAt = ack.Sequence, start.Add(s.q.cfg.LockDuration/2)
+	return start.Add(s.q.cfg.LockDuration), nil
+}
+
+// renewDue renews the lock if half its duration has passed.
+func (s *jsSession) renewDue(ctx context.Context) error {
+	s.mu.Lock()
+	due := time.Now().After(s.renewAt)
+	s.mu.Unlock()
+	if !due {
+		return nil
+	}
+	_, err := s.renew(ctx)
+	return err
 }
 
 func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
+	// Wait in slices short enough to renew the lock in between.
+	wait := min(pullWait, max(s.q.cfg.LockDuration/4, 50*time.Millisecond))
 	for {
 		if err := s.q.d.check(); err != nil {
 			return nil, err
@@ -368,7 +462,10 @@ func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, context.Cause(ctx)
 		}
-		b, err := s.q.fetchOne(ctx, s.c, pullWait)
+		if err := s.renewDue(ctx); err != nil {
+			return nil, err
+		}
+		b, err := s.q.fetchOne(ctx, s.c, wait)
 		if err != nil {
 			return nil, err
 		}
@@ -378,7 +475,32 @@ func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
 	}
 }
 
-func (s *jsSession) close() error { return nil }
+// close releases the lock by deleting the lock message, if it is still
+// ours (a lock that expired and was taken by another receiver has
+// another sequence number).
+func (s *jsSession) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.q.d.check() != nil {
+		return nil
+	}
+	ctx, cancel := s.q.d.apiContext(context.Background())
+	defer cancel()
+	err := s.part.sched.DeleteMsg(ctx, s.seq)
+	if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		// The server refused: the lock is gone (it expired, and perhaps
+		// another receiver holds the session now).
+		return nil
+	}
+	if err != nil && !isNotFound(err) {
+		return s.q.d.mapErr(err)
+	}
+	return nil
+}
 
 // nextSession looks for a session subject with messages whose consumer
 // has nothing locked, polling with backoff until one appears.
@@ -422,6 +544,11 @@ func (q *jsQueue) freeSession(ctx context.Context, part *jsPartition) (string, e
 		id, ok := fromSubjectToken(strings.TrimPrefix(subj, prefix))
 		if !ok {
 			continue
+		}
+		if _, err := part.sched.GetLastMsgForSubject(ctx, sessionLockSubject(part, id)); err == nil {
+			continue // a receiver holds it
+		} else if !isNotFound(err) {
+			return "", q.d.mapErr(err)
 		}
 		ci, err := part.queue.Consumer(ctx, sessionConsumerName(id))
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {

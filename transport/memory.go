@@ -219,13 +219,13 @@ func (q *memQueue) notify() {
 type memLog struct {
 	q        *memQueue
 	parts    []*memPartition
-	dlq      *memLog        // nil on a dead-letter queue
-	rr       int            // partition the next receive starts at
-	attached map[string]int // open session receivers by session ID
+	dlq      *memLog                // nil on a dead-letter queue
+	rr       int                    // partition the next receive starts at
+	sessions map[string]*memSession // the receiver holding each session
 }
 
 func newMemLog(q *memQueue, partitions int, dlq *memLog) *memLog {
-	l := &memLog{q: q, dlq: dlq, attached: make(map[string]int)}
+	l := &memLog{q: q, dlq: dlq, sessions: make(map[string]*memSession)}
 	for i := range partitions {
 		l.parts = append(l.parts, &memPartition{id: i, activated: make(map[uint64]struct{})})
 	}
@@ -588,8 +588,14 @@ func (l *memLog) acceptSession(ctx context.Context, id string, partition int) (s
 		return nil, err
 	}
 	defer l.q.mu.Unlock()
-	l.attached[id]++
-	return &memSession{l: l, p: l.parts[partition], id: id}, nil
+	now := l.q.clock.Now()
+	if h := l.sessions[id]; h != nil && h.holds(now) {
+		return nil, fmt.Errorf("%w: session %.64q", ErrSessionLocked, id)
+	}
+	s := &memSession{l: l, p: l.parts[partition], id: id}
+	s.extend(now)
+	l.sessions[id] = s
+	return s, nil
 }
 
 func (l *memLog) nextSession(ctx context.Context) (string, error) {
@@ -601,16 +607,16 @@ func (l *memLog) nextSession(ctx context.Context) (string, error) {
 	return id, err
 }
 
-// freeSession returns a session with messages and none locked: among them,
-// one without open receivers if there is one, then the one whose oldest
-// message has waited longest. It returns "" if there is none.
+// freeSession returns a session with messages, none of them locked, that
+// no receiver holds: the one whose oldest message has waited longest. It
+// returns "" if there is none.
 func (l *memLog) freeSession() string {
-	attached := func(e *memEntry) int { return min(l.attached[e.m.SessionID], 1) }
+	now := l.q.clock.Now()
 	var best *memEntry
 	for _, p := range l.parts {
-		skip := make(map[string]bool) // sessions that are locked or whose head was seen
+		skip := make(map[string]bool) // sessions that are locked, held or whose head was seen
 		for _, e := range p.active {
-			if e.lock != nil {
+			if h := l.sessions[e.m.SessionID]; e.lock != nil || h != nil && h.holds(now) {
 				skip[e.m.SessionID] = true
 			}
 		}
@@ -620,7 +626,6 @@ func (l *memLog) freeSession() string {
 			}
 			skip[e.m.SessionID] = true
 			if best == nil || cmp.Or(
-				cmp.Compare(attached(e), attached(best)),
 				e.m.EnqueuedAt.Compare(best.m.EnqueuedAt),
 				cmp.Compare(e.m.Seq, best.m.Seq),
 			) < 0 {
@@ -703,28 +708,87 @@ func (s *memSettler) renew(ctx context.Context) (time.Time, error) {
 	return s.lock.until, nil
 }
 
-// memSession receives one session's messages. closed is guarded by the
-// queue's mutex.
+// memSession receives one session's messages. Its fields past id are
+// guarded by the queue's mutex.
 type memSession struct {
-	l      *memLog
-	p      *memPartition
-	id     string
-	closed bool
+	l       *memLog
+	p       *memPartition
+	id      string
+	closed  bool
+	until   time.Time   // when the session lock expires
+	waiting int         // Receive calls waiting: the lock holds meanwhile
+	stop    func() bool // stops the expiry timer
+}
+
+// holds reports whether s holds its session at now.
+func (s *memSession) holds(now time.Time) bool {
+	return !s.closed && s.l.sessions[s.id] == s && (s.waiting > 0 || now.Before(s.until))
+}
+
+// extend renews the session lock for LockDuration from now; at its
+// expiry, waiters (AcceptNextSession) look again.
+func (s *memSession) extend(now time.Time) {
+	if s.stop != nil {
+		s.stop()
+	}
+	d := s.l.q.cfg.LockDuration
+	s.until = now.Add(d)
+	s.stop = s.l.q.clock.AfterFunc(d, func() {
+		s.l.q.mu.Lock()
+		defer s.l.q.mu.Unlock()
+		s.l.q.notify()
+	})
 }
 
 func (s *memSession) receive(ctx context.Context) (*Delivery, error) {
 	var d *Delivery
+	entered, lost := false, false
 	err := s.l.q.await(ctx, func(now time.Time) bool {
 		if s.closed {
 			return true
 		}
+		if !entered {
+			if !s.holds(now) {
+				lost = true
+				return true
+			}
+			entered = true
+			s.waiting++
+		}
 		d = s.next(now)
 		return d != nil
 	})
-	if err == nil && d == nil {
+	if entered {
+		s.l.q.mu.Lock()
+		s.waiting--
+		if !s.closed {
+			s.extend(s.l.q.clock.Now())
+		}
+		s.l.q.mu.Unlock()
+	}
+	switch {
+	case lost:
+		return nil, fmt.Errorf("%w: session %.64q", ErrSessionLockLost, s.id)
+	case err == nil && d == nil:
 		err = ErrClosed
 	}
 	return d, err
+}
+
+func (s *memSession) renew(ctx context.Context) (time.Time, error) {
+	if err := s.l.q.enter(ctx); err != nil {
+		return time.Time{}, err
+	}
+	defer s.l.q.mu.Unlock()
+	now := s.l.q.clock.Now()
+	if s.closed {
+		return time.Time{}, ErrClosed
+	}
+	if !s.holds(now) {
+		return time.Time{}, fmt.Errorf("%w: session %.64q", ErrSessionLockLost, s.id)
+	}
+	s.extend(now)
+	return s.until, nil
 }
 
 // next delivers the session's oldest message unless one of the session's
@@ -746,8 +810,11 @@ func (s *memSession) close() error {
 	defer s.l.q.mu.Unlock()
 	if !s.closed {
 		s.closed = true
-		if s.l.attached[s.id]--; s.l.attached[s.id] == 0 {
-			delete(s.l.attached, s.id)
+		if s.stop != nil {
+			s.stop()
+		}
+		if s.l.sessions[s.id] == s {
+			delete(s.l.sessions, s.id)
 		}
 		s.l.q.notify()
 	}

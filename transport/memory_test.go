@@ -546,12 +546,15 @@ func TestMemorySessionsOneAtATime(t *testing.T) {
 			}
 			return r
 		}
-		r1, r2, rb := accept("A"), accept("A"), accept("B")
+		r1, rb := accept("A"), accept("B")
+		if _, err := q.AcceptSession(ctx, "A"); !errors.Is(err, ErrSessionLocked) {
+			t.Fatalf("second AcceptSession of A: %v, want ErrSessionLocked", err)
+		}
 		a1, err := r1.Receive(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		next := memReceiveAsync(ctx, r2.Receive)
+		next := memReceiveAsync(ctx, r1.Receive)
 		if !memBlocked(next) {
 			t.Fatal("second message of a session delivered while the first is locked")
 		}

@@ -264,10 +264,11 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]*Delivery, error) {
 	return q.d.receive(ctx, max)
 }
 
-// AcceptSession returns a receiver for one session's messages. Messages of
-// a session are handed out one at a time in sequence order: the next is
-// not delivered, to this receiver or any other in any process, until the
-// current one is completed or dead-lettered, or its lock expires.
+// AcceptSession returns a receiver that holds one session exclusively
+// (see SessionReceiver), or ErrSessionLocked if another receiver holds
+// it. Messages of a session are handed out one at a time in sequence
+// order: the next is not delivered until the current one is completed or
+// dead-lettered, or its lock expires.
 func (q *Queue) AcceptSession(ctx context.Context, sessionID string) (*SessionReceiver, error) {
 	if !q.cfg.RequiresSession {
 		return nil, ErrNotSessionQueue
@@ -285,21 +286,27 @@ func (q *Queue) AcceptSession(ctx context.Context, sessionID string) (*SessionRe
 	return &SessionReceiver{id: sessionID, d: sd}, nil
 }
 
-// AcceptNextSession waits for a session that has messages and no message
-// locked to another receiver, and accepts it. It returns ErrNoSession if
-// none turns up before ctx ends.
+// AcceptNextSession waits for a session that has messages and that no
+// receiver holds, and accepts it. It returns ErrNoSession if none turns
+// up before ctx ends.
 func (q *Queue) AcceptNextSession(ctx context.Context) (*SessionReceiver, error) {
 	if !q.cfg.RequiresSession {
 		return nil, ErrNotSessionQueue
 	}
-	id, err := q.d.nextSession(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: %w", ErrNoSession, context.Cause(ctx))
+	for {
+		id, err := q.d.nextSession(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("%w: %w", ErrNoSession, context.Cause(ctx))
+			}
+			return nil, err
 		}
-		return nil, err
+		sr, err := q.AcceptSession(ctx, id)
+		if !errors.Is(err, ErrSessionLocked) {
+			return sr, err
+		}
+		// Another receiver took it between the look and the accept.
 	}
-	return q.AcceptSession(ctx, id)
 }
 
 // DeadLetterQueue returns the queue's dead-letter queue, named like
@@ -457,7 +464,13 @@ func (d *Delivery) settle(f func() error) error {
 	return err
 }
 
-// SessionReceiver receives the messages of one session, in order.
+// SessionReceiver receives the messages of one session, in order. It
+// holds the session exclusively, as a Service Bus session receiver does:
+// until Close, or until its session lock expires, no other receiver (in
+// any process) can accept the session. The lock lasts LockDuration and
+// is renewed by every Receive (also while Receive waits) and by
+// RenewLock; a receiver that does neither for LockDuration loses it
+// (ErrSessionLockLost) and the session moves on to another receiver.
 type SessionReceiver struct {
 	id string
 	d  sessionDriver
@@ -473,8 +486,17 @@ func (s *SessionReceiver) Receive(ctx context.Context) (*Delivery, error) {
 	return s.d.receive(ctx)
 }
 
-// Close releases the receiver. A message it still holds is redelivered
-// when its lock expires.
+// RenewLock extends the session lock by LockDuration from now and returns
+// when it will expire; ErrSessionLockLost if it already expired. Call it
+// from a handler that runs longer than LockDuration between receives
+// (Delivery.RenewLock extends the message's own lock).
+func (s *SessionReceiver) RenewLock(ctx context.Context) (time.Time, error) {
+	return s.d.renew(ctx)
+}
+
+// Close releases the session, so that another receiver can accept it at
+// once. A message the receiver still holds is redelivered when its own
+// lock expires.
 func (s *SessionReceiver) Close() error { return s.d.close() }
 
 // driver is a backend: the JetStream or the in-memory one.
@@ -506,6 +528,7 @@ type queueDriver interface {
 
 type sessionDriver interface {
 	receive(ctx context.Context) (*Delivery, error)
+	renew(ctx context.Context) (time.Time, error)
 	close() error
 }
 

@@ -27,6 +27,8 @@ func (s *suite) testSession(t *testing.T) {
 	parallel(t, "NextSkipsLocked", s.testSessionNextSkipsLocked)
 	parallel(t, "ContextEnded", s.testSessionContextEnded)
 	parallel(t, "DeadLetter", s.testSessionDeadLetter)
+	parallel(t, "Exclusive", s.testSessionExclusive)
+	parallel(t, "LockExpires", s.testSessionLockExpires)
 }
 
 func acceptSession(t *testing.T, q *transport.Queue, id string) *transport.SessionReceiver {
@@ -40,6 +42,24 @@ func acceptSession(t *testing.T, q *transport.Queue, id string) *transport.Sessi
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// awaitAcceptSession accepts session id, retrying while another receiver
+// holds it, for at most within.
+func awaitAcceptSession(t *testing.T, q *transport.Queue, id string, within time.Duration) *transport.SessionReceiver {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		r, err := q.AcceptSession(t.Context(), id)
+		if err == nil {
+			t.Cleanup(func() { r.Close() })
+			return r
+		}
+		if !errors.Is(err, transport.ErrSessionLocked) || time.Now().After(deadline) {
+			t.Fatalf("AcceptSession(%q) within %v: %v", id, within, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // receiveSession receives one message of r's session within timeout and
@@ -257,7 +277,8 @@ func (s *suite) testSessionOrder(t *testing.T) {
 	// sessions change hands, and are shared, often.
 	var (
 		wg     sync.WaitGroup
-		shared atomic.Int32 // receivers opened on a session another one was on
+		shared  atomic.Int32 // receivers opened on a session another one was on
+		refused atomic.Int32 // AcceptSession refused: another receiver held it
 	)
 	for w := range workers {
 		wg.Go(func() {
@@ -276,6 +297,10 @@ func (s *suite) testSessionOrder(t *testing.T) {
 					}
 				} else {
 					r, err = q.AcceptSession(ctx, ids[rng.IntN(sessions)])
+					if errors.Is(err, transport.ErrSessionLocked) {
+						refused.Add(1)
+						continue
+					}
 				}
 				if err != nil {
 					if ctx.Err() == nil {
@@ -326,8 +351,11 @@ func (s *suite) testSessionOrder(t *testing.T) {
 	if m := maxActive.Load(); m < 2 {
 		t.Errorf("at most %d session(s) were processed at the same time, want at least 2", m)
 	}
-	t.Logf("at most %d sessions processed at once; %d times a receiver joined a session another one was on",
-		maxActive.Load(), shared.Load())
+	if n := shared.Load(); n > 0 {
+		t.Errorf("%d times a receiver accepted a session another receiver held", n)
+	}
+	t.Logf("at most %d sessions processed at once; AcceptSession refused %d times (session held)",
+		maxActive.Load(), refused.Load())
 }
 
 // testSessionDeadConsumer has a receiver take a message and never settle
@@ -368,7 +396,9 @@ func (s *suite) testSessionDeadConsumer(t *testing.T, viaNext bool) {
 				now, until.Sub(now), until)
 		}
 	} else {
-		r = acceptSession(t, q, "s")
+		// The dead receiver holds the session until its session lock
+		// expires, LockDuration after its last Receive.
+		r = awaitAcceptSession(t, q, "s", lock+awaitMargin)
 	}
 	again := receiveSession(t, r, lock+awaitMargin)
 	if again.Seq != seqs[0] || again.DeliveryCount != 2 {
@@ -483,4 +513,91 @@ func (s *suite) testSessionDeadLetter(t *testing.T) {
 		t.Errorf("dead letter: session %q seq %#x reason %q, want %q %#x %q",
 			d.SessionID, d.DeadLetterSeq, d.DeadLetterReason, "s", seq, "Poison")
 	}
+}
+
+// testSessionExclusive checks that a session is held by one receiver at a
+// time, across brokers (processes): a second AcceptSession is refused
+// with ErrSessionLocked, AcceptNextSession passes the held session over,
+// and Close hands the session on at once.
+func (s *suite) testSessionExclusive(t *testing.T) {
+	const lock = 30 * time.Second
+	b, q := s.open(t, transport.QueueConfig{RequiresSession: true, LockDuration: lock})
+	for _, id := range []string{"held", "other"} {
+		m := numbered(id, 0)
+		m.SessionID = id
+		send(t, q, m)
+	}
+	holder := acceptSession(t, q, "held")
+	q2 := s.peerQueue(t, b, q)
+	for _, qq := range []*transport.Queue{q, q2} {
+		if _, err := qq.AcceptSession(t.Context(), "held"); !errors.Is(err, transport.ErrSessionLocked) {
+			t.Errorf("AcceptSession of a held session: %v, want ErrSessionLocked", err)
+		}
+	}
+	next, err := q2.AcceptNextSession(withTimeout(t, awaitMargin))
+	if err != nil {
+		t.Fatalf("AcceptNextSession: %v", err)
+	}
+	if next.SessionID() != "other" {
+		t.Errorf("AcceptNextSession gave session %q, held by another receiver; want %q", next.SessionID(), "other")
+	}
+	next.Close()
+	d := receiveSession(t, holder, awaitMargin)
+	complete(t, d.Delivery)
+	if until, err := holder.RenewLock(t.Context()); err != nil || until.Before(time.Now().Add(lock/2)) {
+		t.Errorf("RenewLock = %v, %v; want about %v from now", until, err, lock)
+	}
+	if err := holder.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	r, err := q2.AcceptSession(t.Context(), "held")
+	if err != nil {
+		t.Fatalf("AcceptSession after the holder closed: %v", err)
+	}
+	r.Close()
+}
+
+// testSessionLockExpires has a receiver accept a session and then neither
+// receive nor renew: once its session lock expires another receiver (on
+// another broker) accepts the session, and the first one's Receive and
+// RenewLock report ErrSessionLockLost.
+func (s *suite) testSessionLockExpires(t *testing.T) {
+	const lock = time.Second
+	_, q := s.open(t, transport.QueueConfig{RequiresSession: true, LockDuration: lock})
+	m := numbered("x", 0)
+	m.SessionID = "x"
+	send(t, q, m)
+	start := time.Now()
+	stale := acceptSession(t, q, "x")
+	q2 := s.peerQueue(t, nil, q)
+	fresh := awaitAcceptSession(t, q2, "x", lock+awaitMargin)
+	if held := time.Since(start); held < lock {
+		t.Errorf("session taken over after %v, before its lock of %v expired", held, lock)
+	}
+	if _, err := stale.RenewLock(t.Context()); !errors.Is(err, transport.ErrSessionLockLost) {
+		t.Errorf("RenewLock after the lock expired and was taken: %v, want ErrSessionLockLost", err)
+	}
+	if _, err := stale.Receive(withTimeout(t, awaitMargin)); !errors.Is(err, transport.ErrSessionLockLost) {
+		t.Errorf("Receive after the lock expired and was taken: %v, want ErrSessionLockLost", err)
+	}
+	d := receiveSession(t, fresh, awaitMargin)
+	complete(t, d.Delivery)
+	if err := stale.Close(); err != nil {
+		t.Errorf("Close of a receiver that lost its lock: %v", err)
+	}
+	if _, err := q.AcceptSession(t.Context(), "x"); !errors.Is(err, transport.ErrSessionLocked) {
+		t.Errorf("after the stale receiver's Close, AcceptSession: %v, want ErrSessionLocked (the new holder keeps it)", err)
+	}
+}
+
+// peerQueue returns queue q as another process sees it: through a second
+// broker, if brokers made by newBroker share queues (brokers on one
+// server), else (the memory broker) q itself.
+func (s *suite) peerQueue(t *testing.T, _ *transport.Broker, q *transport.Queue) *transport.Queue {
+	t.Helper()
+	q2, err := s.newBroker(t).Queue(t.Context(), q.Name())
+	if err != nil || q2.Config() != q.Config() {
+		return q
+	}
+	return q2
 }
