@@ -276,7 +276,7 @@ func (s *suite) testSessionOrder(t *testing.T) {
 	// is on. Each keeps a session for a few messages only, so that
 	// sessions change hands, and are shared, often.
 	var (
-		wg     sync.WaitGroup
+		wg      sync.WaitGroup
 		shared  atomic.Int32 // receivers opened on a session another one was on
 		refused atomic.Int32 // AcceptSession refused: another receiver held it
 	)
