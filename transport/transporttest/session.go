@@ -274,7 +274,8 @@ func (s *suite) testSessionOrder(t *testing.T) {
 	// Even workers take sessions with AcceptNextSession, odd ones with
 	// AcceptSession on a random session, which may be one another worker
 	// is on. Each keeps a session for a few messages only, so that
-	// sessions change hands, and are shared, often.
+	// sessions change hands often (and AcceptSession of a held one is
+// refused).
 	var (
 		wg      sync.WaitGroup
 		shared  atomic.Int32 // receivers opened on a session another one was on
@@ -521,14 +522,14 @@ func (s *suite) testSessionDeadLetter(t *testing.T) {
 // and Close hands the session on at once.
 func (s *suite) testSessionExclusive(t *testing.T) {
 	const lock = 30 * time.Second
-	b, q := s.open(t, transport.QueueConfig{RequiresSession: true, LockDuration: lock})
+	_, q := s.open(t, transport.QueueConfig{RequiresSession: true, LockDuration: lock})
 	for _, id := range []string{"held", "other"} {
 		m := numbered(id, 0)
 		m.SessionID = id
 		send(t, q, m)
 	}
 	holder := acceptSession(t, q, "held")
-	q2 := s.peerQueue(t, b, q)
+	q2 := s.peerQueue(t, q)
 	for _, qq := range []*transport.Queue{q, q2} {
 		if _, err := qq.AcceptSession(t.Context(), "held"); !errors.Is(err, transport.ErrSessionLocked) {
 			t.Errorf("AcceptSession of a held session: %v, want ErrSessionLocked", err)
@@ -569,7 +570,7 @@ func (s *suite) testSessionLockExpires(t *testing.T) {
 	send(t, q, m)
 	start := time.Now()
 	stale := acceptSession(t, q, "x")
-	q2 := s.peerQueue(t, nil, q)
+	q2 := s.peerQueue(t, q)
 	fresh := awaitAcceptSession(t, q2, "x", lock+awaitMargin)
 	if held := time.Since(start); held < lock {
 		t.Errorf("session taken over after %v, before its lock of %v expired", held, lock)
@@ -593,7 +594,7 @@ func (s *suite) testSessionLockExpires(t *testing.T) {
 // peerQueue returns queue q as another process sees it: through a second
 // broker, if brokers made by newBroker share queues (brokers on one
 // server), else (the memory broker) q itself.
-func (s *suite) peerQueue(t *testing.T, _ *transport.Broker, q *transport.Queue) *transport.Queue {
+func (s *suite) peerQueue(t *testing.T, q *transport.Queue) *transport.Queue {
 	t.Helper()
 	q2, err := s.newBroker(t).Queue(t.Context(), q.Name())
 	if err != nil || q2.Config() != q.Config() {
