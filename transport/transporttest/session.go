@@ -275,7 +275,7 @@ func (s *suite) testSessionOrder(t *testing.T) {
 	// AcceptSession on a random session, which may be one another worker
 	// is on. Each keeps a session for a few messages only, so that
 	// sessions change hands often (and AcceptSession of a held one is
-// refused).
+	// refused).
 	var (
 		wg      sync.WaitGroup
 		shared  atomic.Int32 // receivers opened on a session another one was on
