@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -21,7 +20,11 @@ import (
 // codes, and the refusal of a destructive command without a terminal.
 func TestBinary(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "jetsaga")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, ".")
+	goBin, err := exec.LookPath("go") // go test puts its own go first on PATH
+	if err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command(goBin, "build", "-o", bin, ".")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

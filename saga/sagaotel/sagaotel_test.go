@@ -322,7 +322,7 @@ func scenario(t *testing.T, e *env) {
 func attr(kvs []attribute.KeyValue, k string) string {
 	for _, kv := range kvs {
 		if string(kv.Key) == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""

@@ -279,6 +279,9 @@ func TestDeadLetters(t *testing.T) {
 		}
 	}
 	outs := jsonOf[[]DeadLetterOutcome](w, ExitPartial, "dlq", "resubmit", "orders", "--type", "shop.OrderPlaced", "--yes")
+	if len(outs) == 2 && outs[0].Seq == o5.Seq {
+		outs[0], outs[1] = outs[1], outs[0] // the dead-letter order of o4 and o5 is the dispatcher's
+	}
 	if len(outs) != 2 || outs[0].Seq != o4.Seq || outs[0].Outcome != "resubmitted" || !strings.HasPrefix(outs[0].SentAs, "resubmit-") ||
 		outs[1].Seq != o5.Seq || outs[1].Outcome != "duplicate" || outs[1].SentAs != "msg-o5" {
 		t.Fatalf("resubmit: %+v", outs)
@@ -329,6 +332,7 @@ func TestDeadLetters(t *testing.T) {
 		t.Fatalf("%d dead letters left", n)
 	}
 	w.send(OrderPlaced{Order: "o6", Fragile: true})
+	await(t, "o6 placed", func() bool { return w.handledCount("placed/o6") == 1 })
 	w.broken.Store(true)
 	w.send(OrderPlaced{Order: "o7", Fragile: true})
 	await(t, "o7 dead-lettered", func() bool { return browseCount(t, q.DeadLetterQueue()) >= 1 })
@@ -340,6 +344,11 @@ func TestDeadLetters(t *testing.T) {
 		t.Fatalf("%d dead letters left after purge --all", n)
 	}
 	// Each order's step ran once: o4 and o5 were resubmitted once each.
+	// Six orders were handled (o1-o6); o4, o5 (before the fix) and o7
+	// were dead-lettered.
+	if got := w.outcomes("shop.OrderPlaced"); got[saga.Handled] != 6 || got[saga.DeadLettered] != 3 || len(got) != 2 {
+		t.Errorf("OrderPlaced steps by outcome: %v", got)
+	}
 	for _, o := range []string{"o1", "o2", "o3", "o4", "o5"} {
 		if n := w.handledCount("placed/" + o); n != 1 {
 			t.Errorf("order %s placed %d times", o, n)
