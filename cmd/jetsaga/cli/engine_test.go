@@ -3,11 +3,14 @@ package cli
 import (
 	"context"
 	"iter"
+	"slices"
+	"sync"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
 )
 
 // fakeEngine stands for an engine of another module (Temporal): it holds
@@ -53,5 +56,64 @@ func TestEngineHook(t *testing.T) {
 	r = w.runWith(opts, "", "timeouts", "list", "--saga", "order", "--id", "o9", "--temporal-address", "t:1", "--temporal-namespace", "prod")
 	if r.code != 0 || !strings.Contains(r.stdout, "temporal") || gotNS != "prod" {
 		t.Fatalf("%v", r)
+	}
+}
+
+// recordingEngine schedules nothing for real: it hands out refs and
+// records cancels, as a Temporal engine would from the operator's view.
+type recordingEngine struct {
+	mu        sync.Mutex
+	n         int
+	cancelled []timeout.Ref
+}
+
+func (r *recordingEngine) Schedule(ctx context.Context, t timeout.Timeout) (timeout.Ref, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	return timeout.Ref("temporal:wf-" + t.ID), nil
+}
+
+func (r *recordingEngine) Cancel(ctx context.Context, ref timeout.Ref) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cancelled = append(r.cancelled, ref)
+	return nil
+}
+
+func (r *recordingEngine) cancels() []timeout.Ref {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.cancelled)
+}
+
+// TestCancelTimeoutsOnAnEngineTheCLILacks: the application routes its
+// long timeouts to another engine ("temporal"); the plain jetsaga binary
+// cancels them in the instance's record, says the engine's cancel is
+// left to the application, and the application's dispatcher does it.
+func TestCancelTimeoutsOnAnEngineTheCLILacks(t *testing.T) {
+	eng := &recordingEngine{}
+	w := newWorkloadWith(t, func(b *transport.Broker) timeout.Scheduler {
+		return &timeout.Router{Default: timeout.NewTransport(b), Routes: []timeout.Route{{Engine: "temporal", Scheduler: eng, Beyond: 90 * time.Minute}}}
+	})
+	w.send(OrderPlaced{Order: "o1"})
+	await(t, "o1 placed", func() bool { return w.handledCount("placed/o1") == 1 })
+	v := jsonOf[InstanceView](w, 0, "sagas", "show", "order", "o1")
+	if len(v.Timeouts) != 2 || v.Timeouts[0].Engine != "queue" || v.Timeouts[1].Engine != "temporal" {
+		t.Fatalf("o1's timeouts: %+v", v.Timeouts)
+	}
+	r := w.must(0, "sagas", "cancel-timeouts", "order", "o1", "--yes")
+	if !strings.Contains(r.stdout, "cancelled 2 timeout(s)") || !strings.Contains(r.stdout, "left to the application's dispatcher") {
+		t.Fatalf("cancel-timeouts: %v", r)
+	}
+	if v := jsonOf[InstanceView](w, 0, "sagas", "show", "order", "o1"); len(v.Timeouts) != 0 {
+		t.Fatalf("o1 still waits: %+v", v.Timeouts)
+	}
+	await(t, "the application's dispatcher to cancel the temporal timeout", func() bool {
+		c := eng.cancels()
+		return len(c) == 1 && c[0] == timeout.Ref(v.Timeouts[1].Ref)
+	})
+	if left := jsonOf[[]PendingView](w, 0, "timeouts", "list", "--saga", "order"); len(left) != 0 {
+		t.Fatalf("transport timeouts left: %+v", left)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
+	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 	"github.com/jetsaga/jetsaga/transport/embedded"
 )
@@ -68,6 +69,13 @@ type workload struct {
 
 func newWorkload(t *testing.T, hooks ...saga.Hooks) *workload {
 	t.Helper()
+	return newWorkloadWith(t, nil, hooks...)
+}
+
+// newWorkloadWith is newWorkload with the dispatcher's timeout engine
+// made by timeouts (nil: the default).
+func newWorkloadWith(t *testing.T, timeouts func(*transport.Broker) timeout.Scheduler, hooks ...saga.Hooks) *workload {
+	t.Helper()
 	srv, err := embedded.Start(embedded.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +110,9 @@ func newWorkload(t *testing.T, hooks ...saga.Hooks) *workload {
 			w.results = append(w.results, res)
 			w.mu.Unlock()
 		}})}
+	if timeouts != nil {
+		opts = append(opts, saga.WithTimeouts(timeouts(w.broker)))
+	}
 	for _, h := range hooks {
 		opts = append(opts, saga.WithHooks(h))
 	}

@@ -272,8 +272,11 @@ func (e *env) cancelSagaTimeouts(ctx context.Context, sagaType, id, queue string
 		}
 		sched = r
 	}
+	// The backoff times the application's retry of an engine cancel this
+	// binary could not make (a flush message on its queue): in a second.
 	d, err := saga.NewDispatcher(e.broker, kvStore{kv}, queue, saga.WithSagas(placeholder),
-		saga.WithQueueConfig(q.Config()), saga.WithTimeouts(sched), saga.WithLogger(e.rc.logger))
+		saga.WithQueueConfig(q.Config()), saga.WithTimeouts(sched), saga.WithLogger(e.rc.logger),
+		saga.WithRetry(saga.RetryPolicy{Backoff: func(int) time.Duration { return time.Second }}))
 	if err != nil {
 		return saga.CancelResult{}, err
 	}
