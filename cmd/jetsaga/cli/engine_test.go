@@ -4,8 +4,8 @@ import (
 	"context"
 	"iter"
 	"slices"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
