@@ -153,6 +153,20 @@ func TestConsoleSecurity(t *testing.T) {
 		t.Fatalf("after the cancel: %+v", got)
 	}
 
+	// Resubmit a dead letter (the fragile order sent without a MessageID).
+	w.broken.Store(false)
+	var o4 uint64
+	for _, m := range jsonOf[BrowsePage](w, 0, "dlq", "list", "orders").Messages {
+		if m.MessageID == "" && m.Type == "shop.OrderPlaced" {
+			o4 = m.Seq
+		}
+	}
+	code, loc = post(t, c, srv.URL+"/queues/orders/resubmit", url.Values{"csrf": {csrf}, "seq": {strconv.FormatUint(o4, 10)}})
+	if code != http.StatusSeeOther || !strings.Contains(loc, "resubmitted") {
+		t.Fatalf("resubmit POST: %d %s", code, loc)
+	}
+	await(t, "o4 placed", func() bool { return w.handledCount("placed/o4") == 1 })
+
 	// A read-only console has no forms and refuses actions.
 	ro := w.console("", false)
 	rc := client(t)
