@@ -62,7 +62,7 @@ type workload struct {
 
 	broken  atomic.Bool
 	mu      sync.Mutex
-	handled map[string]int // "type/order" → steps that ran the handler and committed
+	handled map[string]int // "placed/o1" → committed steps (StepDone, Handled)
 	done    []saga.StepInfo
 	results []saga.StepResult
 }
@@ -108,6 +108,9 @@ func newWorkloadWith(t *testing.T, timeouts func(*transport.Broker) timeout.Sche
 			w.mu.Lock()
 			w.done = append(w.done, info)
 			w.results = append(w.results, res)
+			if k, ok := stepKeys[info.MessageType]; ok && res.Outcome == saga.Handled {
+				w.handled[k+"/"+info.ID]++ // committed
+			}
 			w.mu.Unlock()
 		}})}
 	if timeouts != nil {
@@ -146,14 +149,12 @@ func (w *workload) orderSaga() saga.Saga {
 			if _, err := c.RequestTimeout(2*time.Hour, expire{}); err != nil {
 				return err
 			}
-			w.count("placed/" + m.Order)
 			return nil
 		})
 	saga.Handles(d, saga.By(func(m OrderPaid) string { return m.Order }),
 		func(ctx context.Context, c *saga.Context[orderState], m OrderPaid) error {
 			c.Data.Paid = true
 			c.MarkComplete()
-			w.count("paid/" + m.Order)
 			return nil
 		})
 	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[orderState], _ remind) error { return nil })
@@ -164,11 +165,8 @@ func (w *workload) orderSaga() saga.Saga {
 	return d
 }
 
-func (w *workload) count(k string) {
-	w.mu.Lock()
-	w.handled[k]++
-	w.mu.Unlock()
-}
+// stepKeys name the committed steps handledCount counts.
+var stepKeys = map[string]string{"shop.OrderPlaced": "placed", "shop.OrderPaid": "paid"}
 
 func (w *workload) handledCount(k string) int {
 	w.mu.Lock()
