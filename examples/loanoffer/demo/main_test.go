@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestDemo runs the demo end to end on an embedded nats-server and a
+// Temporal dev server with its default durations (about 10 s), and checks what it
+// prints: where each timeout is held, which engine each one arrives
+// from, none early, and the events the service receives.
+func TestDemo(t *testing.T) {
+	var out syncBuffer // the printer and the logger write to it
+	o := defaults
+	o.Logger = slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	err := run(t.Context(), &out, o)
+	got := out.String()
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, got)
+	}
+	for _, want := range []string{
+		`started a Temporal dev server at 127\.0\.0\.1:\d+`,
+		`Temporal engine ready: a probe timeout scheduled and cancelled`,
+		`offer-ada loanoffer\.ViewNudge\s+due \+\d+\.\d+s\s+on JetStream \(queue\)`,
+		`offer-ada loanoffer\.Remind\s+due \+\d+\.\d+s\s+on Temporal \(temporal\)`,
+		`offer-cy\s+loanoffer\.Expire\s+due \+\d+\.\d+s\s+on Temporal \(temporal\)`,
+		`ben\s+timeout loanoffer\.ViewNudge arrived from JetStream \(queue\)`,
+		`ben\s+timeout loanoffer\.Remind arrived from Temporal \(temporal\)`,
+		`cy\s+timeout loanoffer\.Expire arrived from Temporal \(temporal\)`,
+		`ada\s+← loan-events .*LoanBooked`,
+		`ben\s+← loan-events .*LoanBooked`,
+		`cy\s+← loan-events .*OfferExpired`,
+		`pending timeouts .*\n\s*\S+\s+\(none\)`,
+		`done in `,
+	} {
+		if !regexp.MustCompile(want).MatchString(got) {
+			t.Errorf("output lacks %s:\n%s", want, got)
+		}
+	}
+	for seq := 1; seq <= 9; seq++ {
+		if !strings.Contains(got, fmt.Sprintf("← loan-events seq=%d ", seq)) {
+			t.Errorf("event seq=%d missing:\n%s", seq, got)
+		}
+	}
+	// Cancelled timeouts never arrive: none of ada's, not ben's expiry nor
+	// cy's nudge.
+	for _, bad := range []string{`ada\s+timeout`, `ben\s+timeout loanoffer\.Expire`, `cy\s+timeout loanoffer\.ViewNudge`, `level=(WARN|ERROR)`} {
+		if regexp.MustCompile(bad).MatchString(got) {
+			t.Errorf("output has %s:\n%s", bad, got)
+		}
+	}
+	// Four timeouts arrived — ben's nudge (JetStream), ben's and cy's
+	// reminders and cy's expiry (Temporal) — none early.
+	late := regexp.MustCompile(`timeout \S+ arrived from .*: (-?)\S+ late`).FindAllStringSubmatch(got, -1)
+	if len(late) != 4 {
+		t.Errorf("got %d arrivals, want 4:\n%s", len(late), got)
+	}
+	for _, m := range late {
+		if m[1] == "-" {
+			t.Errorf("a timeout arrived early: %s", m[0])
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
