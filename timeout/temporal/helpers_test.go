@@ -106,18 +106,6 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
-// await polls cond every 20 ms until it holds or within passes.
-func await(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // receive returns the next message of q within d, completed, or nil.
 func receive(t *testing.T, q *transport.Queue, d time.Duration) *transport.Delivery {
 	t.Helper()

@@ -99,13 +99,12 @@ func CLI(ctx context.Context, logf func(format string, args ...any)) (string, er
 	return exe, nil
 }
 
-// goCommand finds the go command: on $PATH, else in the GOROOT the test
-// binary was built with.
+// goCommand finds the go command: on $PATH, else in $GOROOT/bin.
 func goCommand() (string, error) {
 	if p, err := exec.LookPath("go"); err == nil {
 		return p, nil
 	}
-	if root := runtime.GOROOT(); root != "" { //nolint:staticcheck // the GOROOT of the build is a fine fallback
+	if root := os.Getenv("GOROOT"); root != "" {
 		p := filepath.Join(root, "bin", "go")
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
