@@ -37,7 +37,7 @@ func TestHooksCarryContext(t *testing.T) {
 			if _, err := c.RequestTimeoutAt(due, HookDue{}); err != nil {
 				return err
 			}
-			return c.Send("hooks", HookNext{ID: m.ID})
+			return c.Send("hooks", HookNext(m))
 		})
 	saga.Handles(def, saga.By(func(m HookNext) string { return m.ID }),
 		func(context.Context, *saga.Context[struct{}], HookNext) error { return nil })
