@@ -9,6 +9,7 @@
 //	go run ./cmd/jetsaga-bench -n 0.2               # a quick smoke run
 //	go run ./cmd/jetsaga-bench -only million        # 1M pending (P4), opt-in, minutes
 //	go run ./cmd/jetsaga-bench -json out.json -cpuprofile cpu.out
+//	go run ./cmd/jetsaga-bench -cluster 3            # one node beside a 3-node cluster (R3)
 package main
 
 import (
@@ -70,6 +71,7 @@ func parseFlags(args []string) (config, error) {
 	only := fs.String("only", "", "comma-separated benches to run: "+benchNames()+" (million only when named)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benches to this file")
+	fs.IntVar(&clusterNodes, "cluster", 0, "instead of the benches: schedule rate, saga steps/s and lateness on one node beside a cluster of this many nodes (R3)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -101,6 +103,9 @@ func benchNames() string {
 }
 
 func run(ctx context.Context, cfg config) error {
+	if clusterNodes > 0 {
+		return runCluster(ctx, cfg, clusterNodes)
+	}
 	e, err := newEnv(cfg)
 	if err != nil {
 		return err
