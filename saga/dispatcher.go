@@ -243,7 +243,7 @@ func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
 		return
 	}
 	info := StepInfo{Queue: d.queueName, MessageType: del.Properties[propType], Seq: del.Seq, DeliveryCount: del.DeliveryCount,
-		EnqueuedAt: del.EnqueuedAt, Properties: del.Properties}
+		MessageID: del.MessageID, EnqueuedAt: del.EnqueuedAt, Properties: del.Properties}
 	if _, ok := del.Properties[propToken]; ok {
 		info.TimeoutDue = del.ScheduledAt
 		if due, err := time.Parse(time.RFC3339Nano, del.Properties[timeout.PropertyDue]); err == nil {

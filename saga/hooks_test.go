@@ -85,6 +85,9 @@ func TestHooksCarryContext(t *testing.T) {
 	if got := seen[tmo].TimeoutDue; !got.Equal(due) {
 		t.Errorf("timeout step: TimeoutDue %v, want %v", got, due)
 	}
+	if seen[next].MessageID == "" {
+		t.Errorf("step of a message a saga sent: MessageID empty, want the one the saga gave it")
+	}
 	if !seen[next].TimeoutDue.IsZero() || seen[next].EnqueuedAt.IsZero() {
 		t.Errorf("plain message step: TimeoutDue %v (want zero), EnqueuedAt %v (want set)", seen[next].TimeoutDue, seen[next].EnqueuedAt)
 	}

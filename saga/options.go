@@ -272,6 +272,8 @@ type StepInfo struct {
 	Queue, MessageType, Saga, ID string
 	Seq                          uint64
 	DeliveryCount                int
+	// MessageID is the incoming message's MessageID (may be empty).
+	MessageID string
 	// EnqueuedAt is when the message became active on the queue.
 	EnqueuedAt time.Time
 	// TimeoutDue is the due time of a timeout, zero for other messages:

@@ -236,6 +236,9 @@ func stepAttrs(info saga.StepInfo) []attribute.KeyValue {
 		attribute.String("jetsaga.message.seq", strconv.FormatUint(info.Seq, 10)),
 		attribute.Int("jetsaga.delivery_count", info.DeliveryCount),
 	}
+	if info.MessageID != "" {
+		attrs = append(attrs, attribute.String("messaging.message.id", info.MessageID))
+	}
 	if info.Saga != "" {
 		attrs = append(attrs, attribute.String("jetsaga.saga.name", info.Saga))
 	}
