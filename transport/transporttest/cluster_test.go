@@ -1,12 +1,12 @@
 package transporttest_test
 
-// The conformance suite and fault scenarios on a 3-node JetStream
-// cluster, every stream replicated three times (R3). Each node is a child
-// process of this test binary (see TestMain), so a node can be SIGKILLed.
+// Fault scenarios on a 3-node JetStream cluster, every stream replicated
+// three times (R3). Each node is a child process of this test binary (see
+// TestMain), so a node can be SIGKILLed.
 //
-// The default run (make test) runs the suite and one pass of each fault
-// scenario. -jetsaga.soak (or JETSAGA_SOAK=1) runs the soak: the fault
-// scenarios repeated with larger workloads.
+// The default run (make test) runs one pass of each scenario;
+// -jetsaga.soak (or JETSAGA_SOAK=1) runs the soak: the scenarios repeated
+// with larger workloads, and says so in the log.
 
 import (
 	"context"
