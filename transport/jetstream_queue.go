@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,8 @@ type jsQueue struct {
 
 	mu       sync.Mutex
 	sessions map[string]jetstream.Consumer
+
+	lastPullWarn atomic.Int64 // unix nanos of the last "pull failed" log
 }
 
 func (q *jsQueue) deadLetter() queueDriver { return q.dlq }

@@ -40,7 +40,8 @@ func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
 			if err != nil {
 				return nil, q.d.mapErr(err)
 			}
-			if ds := q.collect(ctx, part, q.drain(ctx, b)); len(ds) > 0 {
+			msgs, _ := q.drain(ctx, b)
+			if ds := q.collect(ctx, part, msgs); len(ds) > 0 {
 				return ds, nil
 			}
 		}
@@ -61,7 +62,8 @@ func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
 		if ds := q.collect(ctx, part, msgs); len(ds) > 0 {
 			if max > 1 {
 				if b, err := part.cons.FetchNoWait(max - 1); err == nil {
-					ds = append(ds, q.collect(ctx, part, q.drain(ctx, b))...)
+					more, _ := q.drain(ctx, b)
+					ds = append(ds, q.collect(ctx, part, more)...)
 				}
 			}
 			return ds, nil
@@ -86,20 +88,36 @@ func (q *jsQueue) fetchOne(ctx context.Context, c jetstream.Consumer, wait time.
 		}
 		return nil, q.d.mapErr(err)
 	}
-	return q.drain(ctx, b), nil
+	msgs, failed := q.drain(ctx, b)
+	if failed && len(msgs) == 0 {
+		// The pull failed at once (the consumer or stream has no leader
+		// during an election, say): wait out the slice rather than spin.
+		<-wctx.Done()
+	}
+	return msgs, nil
 }
 
-// drain reads a pulled batch to its end.
-func (q *jsQueue) drain(ctx context.Context, b jetstream.MessageBatch) []jetstream.Msg {
+// pullWarnEvery bounds how often a queue logs failed pulls.
+const pullWarnEvery = 5 * time.Second
+
+// drain reads a pulled batch to its end, and reports whether the pull
+// failed (not merely expired). Failures are logged at most every
+// pullWarnEvery per queue.
+func (q *jsQueue) drain(ctx context.Context, b jetstream.MessageBatch) ([]jetstream.Msg, bool) {
 	var msgs []jetstream.Msg
 	for msg := range b.Messages() {
 		msgs = append(msgs, msg)
 	}
-	if err := b.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) &&
-		!errors.Is(err, context.Canceled) && q.d.check() == nil {
-		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: pull failed", slogErr(err), slogQueue(q.cfg.Name))
+	err := b.Error()
+	if err == nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Canceled) || q.d.check() != nil {
+		return msgs, false
 	}
-	return msgs
+	now := time.Now().UnixNano()
+	if last := q.lastPullWarn.Load(); now-last >= int64(pullWarnEvery) && q.lastPullWarn.CompareAndSwap(last, now) {
+		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: pull failed (logged at most every 5s)", slogErr(err), slogQueue(q.cfg.Name))
+	}
+	return msgs, true
 }
 
 // collect turns pulled messages into deliveries, dropping those the

@@ -2,8 +2,10 @@ package kvstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +34,7 @@ const DefaultMarkerTTL = time.Hour
 
 // Store is a saga.ExpiringStore on a JetStream KV bucket.
 type Store struct {
+	leaderGet string // API subject of leader reads, on replicated buckets
 	kv        jetstream.KeyValue
 	js        jetstream.JetStream
 	prefix    string // the subject prefix of the bucket's keys
@@ -70,11 +73,31 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 	if err != nil {
 		return nil, fmt.Errorf("kvstore: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &Store{kv: kv, js: js, prefix: "$KV." + cfg.Bucket + ".", markerTTL: cfg.MarkerTTL}, nil
+	st := &Store{kv: kv, js: js, prefix: "$KV." + cfg.Bucket + ".", markerTTL: cfg.MarkerTTL}
+	if cfg.Replicas > 1 {
+		st.readFromLeader(js, cfg.Bucket)
+	}
+	return st, nil
+}
+
+func (s *Store) readFromLeader(js jetstream.JetStream, bucket string) {
+	prefix := js.Options().APIPrefix
+	if prefix == "" {
+		prefix = jetstream.DefaultAPIPrefix
+	}
+	s.leaderGet = strings.TrimSuffix(prefix, ".") + ".STREAM.MSG.GET.KV_" + bucket
 }
 
 // Load returns the value and revision of key, or saga.ErrNotFound.
+//
+// On a replicated bucket it reads from the stream's leader: nats.go's KV
+// reads are direct gets that any replica may answer, and a replica that
+// lags behind would report a just-created instance as missing (its
+// message dead-lettered as saga-not-found) or an old revision.
 func (s *Store) Load(ctx context.Context, key string) ([]byte, uint64, error) {
+	if s.leaderGet != "" {
+		return s.loadFromLeader(ctx, key)
+	}
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return nil, 0, fmt.Errorf("%w: %s: %w", saga.ErrNotFound, key, err)
@@ -83,6 +106,53 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, uint64, error) {
 		return nil, 0, fmt.Errorf("kvstore: load %s: %w", key, err)
 	}
 	return e.Value(), e.Revision(), nil
+}
+
+// loadFromLeader reads key's last message with the JetStream API's
+// (non-direct) message get, which the stream's leader answers.
+func (s *Store) loadFromLeader(ctx context.Context, key string) ([]byte, uint64, error) {
+	req, err := json.Marshal(map[string]string{"last_by_subj": s.prefix + key})
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	resp, err := s.js.Conn().RequestWithContext(ctx, s.leaderGet, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("kvstore: load %s: %w", key, err)
+	}
+	var r struct {
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return nil, 0, fmt.Errorf("kvstore: load %s: %w", key, err)
+	}
+	switch {
+	case r.Error != nil && r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, 0, fmt.Errorf("%w: %s: %w", saga.ErrNotFound, key, jetstream.ErrKeyNotFound)
+	case r.Error != nil:
+		return nil, 0, fmt.Errorf("kvstore: load %s: %w", key, r.Error)
+	case r.Message == nil:
+		return nil, 0, fmt.Errorf("kvstore: load %s: empty response", key)
+	}
+	if len(r.Message.Hdrs) > 0 {
+		h, err := nats.DecodeHeadersMsg(r.Message.Hdrs)
+		if err != nil {
+			return nil, 0, fmt.Errorf("kvstore: load %s: %w", key, err)
+		}
+		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			return nil, 0, fmt.Errorf("%w: %s: %w", saga.ErrNotFound, key, jetstream.ErrKeyDeleted)
+		}
+	}
+	return r.Message.Data, r.Message.Seq, nil
 }
 
 // Put writes value if key's revision is rev (0: create). A revision
