@@ -24,7 +24,7 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		return timeouttest.Env{Scheduler: e, Broker: b}
-	}, timeouttest.Features{Slack: 2 * time.Second, ListingLag: 5 * time.Second})
+	}, timeouttest.Features{Slack: 2 * time.Second, ListingLag: 5 * time.Second, RaceRounds: 300})
 }
 
 // TestConformanceRouter runs the suite on a timeout.Router whose long
