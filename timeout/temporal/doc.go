@@ -75,9 +75,13 @@
 // went out; the update can.
 //
 // Cancel of a pending timeout needs a worker running: the update is
-// handled by workflow code, so Cancel waits for a worker to pick it up
-// (bound it with the context). Any error other than these outcomes leaves
-// the outcome unknown, and calling Cancel again is safe.
+// handled by workflow code, so Cancel waits for a worker to pick it up,
+// up to [WithCancelTimeout] (30 s by default) or the context's deadline.
+// Any error other than these outcomes leaves the outcome unknown — an
+// update that timed out may still be handled once a worker comes — and
+// calling Cancel again is safe (it then reports ErrNotFound if the
+// earlier update cancelled the timeout). A saga dispatcher keeps such a
+// cancel among the step's pending effects and retries it.
 //
 // # Why a timer, not StartDelay
 //

@@ -28,6 +28,9 @@ const (
 	// DefaultTaskQueue is the Temporal task queue of the timeouts'
 	// workflows and activities.
 	DefaultTaskQueue = "jetsaga-timeouts"
+	// DefaultCancelTimeout bounds how long Cancel waits for a worker to
+	// answer its update, when its context has no earlier deadline.
+	DefaultCancelTimeout = 30 * time.Second
 	// DefaultDeliveryTimeout is the delivery activity's start-to-close
 	// timeout: how long a worker that died during a delivery holds it up
 	// before another attempt.
@@ -64,6 +67,7 @@ type config struct {
 	validator       *transport.Broker
 	dataConverter   converter.DataConverter
 	deliveryTimeout time.Duration
+	cancelTimeout   time.Duration
 	workerOptions   worker.Options
 }
 
@@ -118,12 +122,21 @@ func WithDataConverter(dc converter.DataConverter) Option {
 // Default: DefaultDeliveryTimeout.
 func WithDeliveryTimeout(d time.Duration) Option { return func(c *config) { c.deliveryTimeout = d } }
 
+// WithCancelTimeout bounds how long Cancel waits for a worker to answer
+// its update (a context with an earlier deadline bounds it more). Past
+// it, Cancel returns an error matching context.DeadlineExceeded: the
+// outcome is unknown (the update may still be handled when a worker
+// comes), and calling Cancel again is safe. A saga dispatcher then keeps
+// the cancel among the step's pending effects and retries it. Engine
+// only. Default: DefaultCancelTimeout.
+func WithCancelTimeout(d time.Duration) Option { return func(c *config) { c.cancelTimeout = d } }
+
 // WithWorkerOptions sets the options of the worker NewWorker creates
 // (concurrency, rate limits, identity, ...). NewWorker only.
 func WithWorkerOptions(o worker.Options) Option { return func(c *config) { c.workerOptions = o } }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{name: DefaultEngineName, taskQueue: DefaultTaskQueue, deliveryTimeout: DefaultDeliveryTimeout}
+	c := config{name: DefaultEngineName, taskQueue: DefaultTaskQueue, deliveryTimeout: DefaultDeliveryTimeout, cancelTimeout: DefaultCancelTimeout}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -140,6 +153,8 @@ func newConfig(opts []Option) (config, error) {
 		return c, fmt.Errorf("%w: empty task queue", ErrInvalidOption)
 	case c.deliveryTimeout < time.Second:
 		return c, fmt.Errorf("%w: delivery timeout %v: want at least 1s", ErrInvalidOption, c.deliveryTimeout)
+	case c.cancelTimeout <= 0:
+		return c, fmt.Errorf("%w: cancel timeout %v: want more than 0", ErrInvalidOption, c.cancelTimeout)
 	}
 	return c, nil
 }
@@ -236,13 +251,17 @@ func (e *Engine) Schedule(ctx context.Context, t timeout.Timeout) (timeout.Ref, 
 // the workflow orders with its timer, so it never races the delivery.
 //
 // Cancel of a pending timeout needs a worker: it waits for one to handle
-// the update (bound it with ctx). A closed workflow answers from its
-// result, which Temporal keeps for the namespace's retention period.
+// the update, up to WithCancelTimeout (or ctx's deadline). A closed
+// workflow answers from its result, which Temporal keeps for the
+// namespace's retention period. Any other error leaves the outcome
+// unknown; calling Cancel again is safe.
 func (e *Engine) Cancel(ctx context.Context, ref timeout.Ref) error {
 	wid, err := e.parseRef(ref)
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.cancelTimeout)
+	defer cancel()
 	for attempt := 0; ; attempt++ {
 		outcome, err := e.sendCancel(ctx, wid)
 		switch {
@@ -253,7 +272,7 @@ func (e *Engine) Cancel(ctx context.Context, ref timeout.Ref) error {
 		case err == nil:
 			return fmt.Errorf("temporal: cancelling %s: unknown outcome %q", ref, outcome)
 		case ctx.Err() != nil:
-			return fmt.Errorf("temporal: cancelling %s: %w", ref, err)
+			return fmt.Errorf("temporal: cancelling %s: no answer (is a worker running on task queue %s?): %w (%w)", ref, e.cfg.taskQueue, ctx.Err(), err)
 		}
 		// The update failed: the workflow does not exist, or it closed
 		// (before the update, or with the update pending), or the update

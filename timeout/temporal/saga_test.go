@@ -234,3 +234,41 @@ func TestListingAcrossQueues(t *testing.T) {
 		})
 	}
 }
+
+// TestCancelWithoutWorker cancels a pending timeout while no worker runs:
+// Cancel gives up after WithCancelTimeout with an error that is no
+// outcome (context.DeadlineExceeded). Once a worker runs, Cancel again
+// tells what became of it: cancelled, by this call or by the update the
+// first one left behind — never delivered either way.
+func TestCancelWithoutWorker(t *testing.T) {
+	srv, ns := servers(t)
+	c := srv.Client(t)
+	b := broker(t, ns)
+	tq := newTaskQueue()
+	e, err := New(c, WithTaskQueue(tq), WithCancelTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := e.Schedule(t.Context(), timeout.Timeout{ID: "nw", Queue: "nw-" + tq, At: time.Now().Add(time.Hour), Message: &transport.Message{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = e.Cancel(t.Context(), ref)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, timeout.ErrNotFound) || errors.Is(err, timeout.ErrAlreadyFired) {
+		t.Fatalf("Cancel without a worker: %v, want a deadline error and no outcome", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Cancel took %v with a 1s cancel timeout", d)
+	}
+	t.Logf("without a worker: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	startWorker(t, c, b, WithTaskQueue(tq))
+	if err := e.Cancel(t.Context(), ref); err != nil && !errors.Is(err, timeout.ErrNotFound) {
+		t.Fatalf("Cancel with a worker: %v, want nil or ErrNotFound", err)
+	}
+	var r result
+	wid, _ := e.parseRef(ref)
+	if err := c.GetWorkflow(t.Context(), wid, "").Get(t.Context(), &r); err != nil || r.Outcome != outcomeCancelled {
+		t.Errorf("workflow result %+v, %v; want cancelled", r, err)
+	}
+}
