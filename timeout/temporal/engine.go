@@ -272,23 +272,32 @@ func (e *Engine) Cancel(ctx context.Context, ref timeout.Ref) error {
 		case err == nil:
 			return fmt.Errorf("temporal: cancelling %s: unknown outcome %q", ref, outcome)
 		case ctx.Err() != nil:
-			return fmt.Errorf("temporal: cancelling %s: no answer (is a worker running on task queue %s?): %w (%w)", ref, e.cfg.taskQueue, ctx.Err(), err)
+			return e.noAnswer(ctx, ref, err)
 		}
 		// The update failed: the workflow does not exist, or it closed
 		// (before the update, or with the update pending), or the update
 		// was rejected before the workflow saw it (its workflow task failed
 		// or was retried: a new event came in as it completed). Which one
 		// the workflow tells.
-		running, err := e.closedOutcome(ctx, ref, wid, err)
+		running, oerr := e.closedOutcome(ctx, ref, wid, err)
+		definite := oerr == nil || errors.Is(oerr, timeout.ErrNotFound) || errors.Is(oerr, timeout.ErrAlreadyFired)
+		if ctx.Err() != nil && !definite {
+			return e.noAnswer(ctx, ref, err)
+		}
 		if !running || attempt == cancelAttempts-1 {
-			return err
+			return oerr
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("temporal: cancelling %s: %w", ref, err)
+			return e.noAnswer(ctx, ref, oerr)
 		case <-time.After(min(20*time.Millisecond<<attempt, time.Second)):
 		}
 	}
+}
+
+// noAnswer is Cancel's error when ctx ended before an outcome.
+func (e *Engine) noAnswer(ctx context.Context, ref timeout.Ref, err error) error {
+	return fmt.Errorf("temporal: cancelling %s: no answer (is a worker running on task queue %s?): %w (%w)", ref, e.cfg.taskQueue, ctx.Err(), err)
 }
 
 // cancelAttempts bounds how many times Cancel sends its update to a

@@ -263,9 +263,15 @@ func TestCancelWithoutWorker(t *testing.T) {
 	}
 	t.Logf("without a worker: %v after %v", err, time.Since(start).Round(time.Millisecond))
 	startWorker(t, c, b, WithTaskQueue(tq))
+	e, err = New(c, WithTaskQueue(tq)) // the default cancel timeout: the worker is starting
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
 	if err := e.Cancel(t.Context(), ref); err != nil && !errors.Is(err, timeout.ErrNotFound) {
 		t.Fatalf("Cancel with a worker: %v, want nil or ErrNotFound", err)
 	}
+	t.Logf("with a worker: %v after %v", err, time.Since(start).Round(time.Millisecond))
 	var r result
 	wid, _ := e.parseRef(ref)
 	if err := c.GetWorkflow(t.Context(), wid, "").Get(t.Context(), &r); err != nil || r.Outcome != outcomeCancelled {
