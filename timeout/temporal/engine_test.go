@@ -24,7 +24,7 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		return timeouttest.Env{Scheduler: e, Broker: b}
-	}, timeouttest.Features{Slack: 2 * time.Second, ListingLag: 5 * time.Second, RaceRounds: 300})
+	}, timeouttest.Features{Slack: 5 * time.Second, ListingLag: 5 * time.Second, RaceRounds: 300})
 }
 
 // TestConformanceRouter runs the suite on a timeout.Router whose long
@@ -43,5 +43,5 @@ func TestConformanceRouter(t *testing.T) {
 		}
 		r := &timeout.Router{Default: timeout.NewTransport(b), Routes: []timeout.Route{e.Route(1200 * time.Millisecond)}}
 		return timeouttest.Env{Scheduler: r, Broker: b}
-	}, timeouttest.Features{Slack: 2 * time.Second, ListingLag: 5 * time.Second, RaceRounds: 50})
+	}, timeouttest.Features{Slack: 5 * time.Second, ListingLag: 5 * time.Second, RaceRounds: 50})
 }

@@ -45,8 +45,8 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	t0 := time.Now()
 	due := map[string]time.Time{}
 	for i := range 10 {
-		due[fmt.Sprintf("overdue-%d", i)] = t0.Add(3*time.Second + time.Duration(i)*100*time.Millisecond) // while the server is down
-		due[fmt.Sprintf("later-%d", i)] = t0.Add(9*time.Second + time.Duration(i)*100*time.Millisecond)   // after the restart
+		due[fmt.Sprintf("overdue-%d", i)] = t0.Add(6*time.Second + time.Duration(i)*100*time.Millisecond) // while the server is down
+		due[fmt.Sprintf("later-%d", i)] = t0.Add(14*time.Second + time.Duration(i)*100*time.Millisecond)  // after the restart
 	}
 	for id, at := range due {
 		schedule(id, at)
@@ -56,7 +56,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 		t.Fatalf("Cancel before the kill: %v", err)
 	}
 	pending := schedule("cancelled-after", t0.Add(time.Hour))
-	if time.Since(t0) > 2500*time.Millisecond {
+	if time.Since(t0) > 5*time.Second {
 		t.Fatalf("scheduling took %v: the overdue timeouts are not overdue by the kill", time.Since(t0))
 	}
 
@@ -64,7 +64,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	if d := receive(t, q, time.Until(t0.Add(5*time.Second))); d != nil {
+	if d := receive(t, q, time.Until(t0.Add(8*time.Second))); d != nil {
 		t.Fatalf("%q fired with the server down", d.Body)
 	}
 	if err := srv.Restart(t.Context()); err != nil {
@@ -73,7 +73,7 @@ func TestServerKilledAndRestarted(t *testing.T) {
 	t.Logf("server down for %v, restarted %v after t0", time.Since(killed).Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 
 	got := map[string]int{}
-	deadline := t0.Add(40 * time.Second)
+	deadline := t0.Add(60 * time.Second)
 	for len(got) < len(due) && time.Now().Before(deadline) {
 		d := receive(t, q, time.Until(deadline))
 		if d == nil {
