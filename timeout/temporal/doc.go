@@ -109,8 +109,9 @@
 // works on every server without set-up but reads all the queue's pending
 // timeouts; with [WithSearchAttributes] the engine sets the Keyword
 // search attributes JetsagaQueue, JetsagaSaga and JetsagaInstance and the
-// store filters on them (register them first: temporal operator
-// search-attribute create, or the dev server's --search-attribute).
+// store filters on them (register them first: [RegisterSearchAttributes],
+// temporal operator search-attribute create, or the dev server's
+// --search-attribute).
 // Visibility lags: a change shows within about a second on SQL
 // visibility, a few on Elasticsearch.
 //

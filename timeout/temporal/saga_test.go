@@ -13,6 +13,7 @@ import (
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/memstore"
 	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/timeout/temporal/temporaltest"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -276,5 +277,48 @@ func TestCancelWithoutWorker(t *testing.T) {
 	wid, _ := e.parseRef(ref)
 	if err := c.GetWorkflow(t.Context(), wid, "").Get(t.Context(), &r); err != nil || r.Outcome != outcomeCancelled {
 		t.Errorf("workflow result %+v, %v; want cancelled", r, err)
+	}
+}
+
+// TestRegisterSearchAttributes registers the search attributes on a
+// server that lacks them: then an engine WithSearchAttributes schedules
+// and lists; registering again changes nothing.
+func TestRegisterSearchAttributes(t *testing.T) {
+	srv := temporaltest.New(t, temporaltest.Options{})
+	c := srv.Client(t)
+	tq := newTaskQueue()
+	e, err := New(c, WithTaskQueue(tq), WithSearchAttributes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := timeout.Timeout{ID: "sa", Queue: "sa", At: time.Now().Add(time.Hour), Saga: "S", Instance: "1", Message: &transport.Message{}}
+	if _, err := e.Schedule(t.Context(), tm); err == nil {
+		t.Fatal("Schedule with unregistered search attributes succeeded")
+	} else {
+		t.Logf("before registering: %v", err)
+	}
+	for range 2 {
+		if err := RegisterSearchAttributes(t.Context(), c, srv.Namespace()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref, err := e.Schedule(t.Context(), tm)
+	if err != nil {
+		t.Fatalf("Schedule after registering: %v", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var got []timeout.Ref
+		for p, err := range e.Pending(t.Context(), timeout.Filter{Saga: "S", Instance: "1"}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, p.Ref)
+		}
+		if len(got) == 1 && got[0] == ref {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("listed %v, want [%s]", got, ref)
+		}
 	}
 }
