@@ -245,29 +245,7 @@ func TestClusterSagas(t *testing.T) {
 	if len(stuck) > 10 {
 		t.Errorf("... and %d more not completed", len(stuck)-10)
 	}
-	bad := 0
-	for _, id := range ids {
-		dup, missing, extra := r1Check(id, got[id])
-		delete(got, id)
-		if len(dup)+len(missing)+len(extra) == 0 {
-			continue
-		}
-		if bad++; bad <= 20 {
-			t.Errorf("%s: effects applied more than once %q; missing %q; unexpected %q", id, dup, missing, extra)
-		}
-	}
-	if bad > 20 {
-		t.Errorf("... %d instances with wrong effects in all", bad)
-	}
-	for id, es := range got {
-		t.Errorf("effects for an instance never started, %q: %s", id, r1Format(es))
-	}
-	for _, dq := range []*transport.Queue{q.DeadLetterQueue(), effects.DeadLetterQueue()} {
-		if dl := peekAll(t, dq); len(dl) > 0 {
-			t.Errorf("%d messages dead-lettered in %s, first: type %s: %s: %s", len(dl), dq.Name(),
-				dl[0].Properties[saga.TypeProperty], dl[0].DeadLetterReason, dl[0].DeadLetterDescription)
-		}
-	}
+	bad := r1Verify(t, ids, got, q, effects)
 	counts := map[saga.Outcome]int{}
 	conflicts, redelivered := 0, 0
 	for _, e := range log.filter("") {

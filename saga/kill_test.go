@@ -294,29 +294,7 @@ func TestKillWorkers(t *testing.T) {
 	if len(stuck) > 10 {
 		t.Errorf("... and %d more not completed: %v", len(stuck)-10, stuck[10:])
 	}
-	bad := 0
-	for _, id := range ids {
-		dup, missing, extra := r1Check(id, got[id])
-		delete(got, id)
-		if len(dup)+len(missing)+len(extra) == 0 {
-			continue
-		}
-		if bad++; bad <= 20 {
-			t.Errorf("%s: effects applied more than once %q; missing %q; unexpected %q", id, dup, missing, extra)
-		}
-	}
-	if bad > 20 {
-		t.Errorf("... %d instances with wrong effects in all", bad)
-	}
-	for id, es := range got {
-		t.Errorf("effects for an instance never started, %q: %s", id, r1Format(es))
-	}
-	for _, dq := range []*transport.Queue{q.DeadLetterQueue(), effects.DeadLetterQueue()} {
-		if dl := peekAll(t, dq); len(dl) > 0 {
-			t.Errorf("%d messages dead-lettered in %s, first: type %s: %s: %s", len(dl), dq.Name(),
-				dl[0].Properties[saga.TypeProperty], dl[0].DeadLetterReason, dl[0].DeadLetterDescription)
-		}
-	}
+	r1Verify(t, ids, got, q, effects)
 	s := fleet.counts()
 	t.Logf("%d instances, %d effects, %d kills in %d cycles (kill phase %v), %d worker starts; total %v",
 		instances, len(stored), kills, cycles, killPhase.Round(time.Millisecond), fleet.started, time.Since(began).Round(time.Millisecond))
@@ -364,6 +342,39 @@ func r1AwaitCompleted(t *testing.T, d *saga.Dispatcher, ids []string, within tim
 // r1Check compares an instance's effects with what one run of each of its
 // steps gives: start, steps 1..r1Steps each with its own count, timeouts
 // 1..K-1 that came early, and done as timeout K with every step counted
+
+// r1Verify checks the effects an R1 workload's instances applied (each
+// exactly once, none for an instance never started; it consumes got) and
+// that nothing was dead-lettered in queues q and effects. It returns how
+// many instances had wrong effects.
+func r1Verify(t *testing.T, ids []string, got map[string]map[R1Effect]int, q, effects *transport.Queue) int {
+	t.Helper()
+	bad := 0
+	for _, id := range ids {
+		dup, missing, extra := r1Check(id, got[id])
+		delete(got, id)
+		if len(dup)+len(missing)+len(extra) == 0 {
+			continue
+		}
+		if bad++; bad <= 20 {
+			t.Errorf("%s: effects applied more than once %q; missing %q; unexpected %q", id, dup, missing, extra)
+		}
+	}
+	if bad > 20 {
+		t.Errorf("... %d instances with wrong effects in all", bad)
+	}
+	for id, es := range got {
+		t.Errorf("effects for an instance never started, %q: %s", id, r1Format(es))
+	}
+	for _, dq := range []*transport.Queue{q.DeadLetterQueue(), effects.DeadLetterQueue()} {
+		if dl := peekAll(t, dq); len(dl) > 0 {
+			t.Errorf("%d messages dead-lettered in %s, first: type %s: %s: %s", len(dl), dq.Name(),
+				dl[0].Properties[saga.TypeProperty], dl[0].DeadLetterReason, dl[0].DeadLetterDescription)
+		}
+	}
+	return bad
+}
+
 // and no anomaly.
 func r1Check(id string, got map[R1Effect]int) (dup, missing, extra []string) {
 	k := 0
