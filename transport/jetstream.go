@@ -202,15 +202,39 @@ func (d *jsDriver) newQueue(ctx context.Context, cfg QueueConfig, part func(cont
 	return q, nil
 }
 
+// leaderReads turns direct gets off on a replicated stream, so that every
+// read of its messages (Peek, Browse, Cancel's lookups, the session lock
+// check) goes to the stream leader. A direct get may be served by any
+// replica, and a follower can lag: it could show a message just removed,
+// or miss a cancel record just written, which would make Cancel's answer
+// wrong. Queues created with Replicas > 1 have no direct gets from the
+// start; this also covers streams replicated by other means (a server
+// policy, or a stream created by an older version).
+func (d *jsDriver) leaderReads(ctx context.Context, s jetstream.Stream) (jetstream.Stream, error) {
+	cfg := s.CachedInfo().Config
+	if cfg.Replicas <= 1 || !cfg.AllowDirect {
+		return s, nil
+	}
+	cfg.AllowDirect = false
+	return d.js.UpdateStream(ctx, cfg)
+}
+
 // lookup finds the streams and consumer of an existing partition.
 func (d *jsDriver) lookup(ctx context.Context, cfg QueueConfig, n jsNames, p int) (*jsPartition, error) {
 	part := &jsPartition{idx: p, n: n}
 	var err error
-	if part.queue, err = d.js.Stream(ctx, n.queue); err != nil {
+	if part.queue, err = d.js.Stream(ctx, n.queue); err == nil {
+		part.queue, err = d.leaderReads(ctx, part.queue)
+	}
+	if err != nil {
 		return nil, d.mapErr(err)
 	}
+	part.replicated = part.queue.CachedInfo().Config.Replicas > 1
 	if n.hasSch {
-		if part.sched, err = d.js.Stream(ctx, n.sched); err != nil {
+		if part.sched, err = d.js.Stream(ctx, n.sched); err == nil {
+			part.sched, err = d.leaderReads(ctx, part.sched)
+		}
+		if err != nil {
 			return nil, d.mapErr(err)
 		}
 	}
@@ -307,7 +331,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		MaxMsgs:     -1,
 		MaxAge:      0,
 		Duplicates:  cfg.DuplicateWindow,
-		AllowDirect: true,
+		AllowDirect: cfg.Replicas <= 1, // see leaderReads
 		Metadata:    meta,
 	}
 	part := &jsPartition{idx: p, n: n}
@@ -323,6 +347,9 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		// set, DiscardOld never discards anything either.
 		sc.Discard, sc.MaxBytes = jetstream.DiscardOld, -1
 		s, err := d.js.CreateOrUpdateStream(ctx, sc)
+		if err == nil {
+			s, err = d.leaderReads(ctx, s)
+		}
 		if err != nil {
 			return nil, d.mapErr(err)
 		}
@@ -343,10 +370,14 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		qc.Sources = []*jetstream.StreamSource{{Name: n.sched, SubjectTransforms: trs}}
 	}
 	s, err := d.js.CreateOrUpdateStream(ctx, qc)
+	if err == nil {
+		s, err = d.leaderReads(ctx, s)
+	}
 	if err != nil {
 		return nil, d.mapErr(err)
 	}
 	part.queue = s
+	part.replicated = s.CachedInfo().Config.Replicas > 1
 	if !cfg.RequiresSession || n.isDeadLetter {
 		c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 			Durable:       recvConsumer,
@@ -416,6 +447,15 @@ type jsPartition struct {
 	queue jetstream.Stream
 	sched jetstream.Stream
 	cons  jetstream.Consumer
+
+	// replicated: the streams have replicas, which serve no reads (see
+	// leaderReads), and a settle waits for the removal (see acked).
+	replicated bool
+
+	// The sourcing watch (see checkSourcing).
+	watchMu             sync.Mutex
+	lastWatch, lastKick time.Time
+	unheardSince        time.Time
 
 	// Copies stay in the schedule stream after the queue stream has
 	// sourced them; receivers note the highest sourced one and purge below

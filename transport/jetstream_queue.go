@@ -263,33 +263,55 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	if !ok || kind != "s" || raw.Header.Get(natsSchedule) == "" {
 		return fmt.Errorf("%w: seq %d is not a scheduled message", ErrNotFound, seq)
 	}
-	// The server's scheduler may already be activating a message this
-	// close to its time; cancelling it then could only be honoured by
-	// dropping the activation, which would skip an active sequence number.
-	// It counts as activated instead: it will be delivered.
-	if due, err := time.Parse(time.RFC3339Nano, raw.Header.Get(hdrScheduledAt)); err == nil && time.Until(due) < cancelMargin {
-		return fmt.Errorf("%w: seq %d is due at %s, within %v", ErrAlreadyActivated, seq, due.Format(time.RFC3339Nano), cancelMargin)
-	}
+	due, dueErr := time.Parse(time.RFC3339Nano, raw.Header.Get(hdrScheduledAt))
 	recSubj := part.n.sSubj + "." + key + ".x." + strconv.FormatUint(local, 10)
 	rec := &nats.Msg{Subject: recSubj, Header: nats.Header{}}
 	rec.Header.Set(hdrCancelled, "1")
 	rec.Header.Set(natsScheduleNext, "purge")
 	rec.Header.Set(natsScheduler, raw.Subject)
 	rec.Header.Set(natsTTL, fmt.Sprintf("%ds", int64(q.cfg.CancelRecordTTL/time.Second)))
-	_, err = q.d.js.PublishMsg(ctx, rec, jetstream.WithExpectLastSequenceForSubject(local, raw.Subject))
-	if err == nil {
-		return nil
+	backoff := time.Millisecond
+	for {
+		// The server's scheduler may already be activating a message this
+		// close to its time; cancelling it then could only be honoured by
+		// dropping the activation, which would skip an active sequence
+		// number. It counts as activated instead: it will be delivered.
+		if dueErr == nil && time.Until(due) < cancelMargin {
+			return fmt.Errorf("%w: seq %d is due at %s, within %v", ErrAlreadyActivated, seq, due.Format(time.RFC3339Nano), cancelMargin)
+		}
+		_, err = q.d.js.PublishMsg(ctx, rec, jetstream.WithExpectLastSequenceForSubject(local, raw.Subject))
+		if err == nil {
+			return nil
+		}
+		if !isWrongLastSeq(err) {
+			return q.d.mapErr(err)
+		}
+		// The schedule is gone, or going: activated, or cancelled by a
+		// racing Cancel. On a replicated stream the leader refuses our
+		// write while one on the same subject is still in flight, so
+		// that one may not be readable yet (and may yet fail). Whatever
+		// removes the schedule — a cancel record, or the activation's
+		// copy — is stored in the same step as the removal: so once the
+		// schedule is gone, what removed it is readable. Read in that
+		// order, schedule first; while it is still stored, try again.
+		if _, err := part.sched.GetMsg(ctx, local); err == nil {
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(backoff):
+				backoff = min(2*backoff, 50*time.Millisecond)
+			}
+			continue
+		} else if !isNotFound(err) {
+			return q.d.mapErr(err)
+		}
+		if _, err := part.sched.GetLastMsgForSubject(ctx, recSubj); err == nil {
+			return fmt.Errorf("%w: seq %d was cancelled concurrently", ErrNotFound, seq)
+		} else if !isNotFound(err) {
+			return q.d.mapErr(err)
+		}
+		return fmt.Errorf("%w: seq %d", ErrAlreadyActivated, seq)
 	}
-	if !isWrongLastSeq(err) {
-		return q.d.mapErr(err)
-	}
-	// The schedule is gone: activated, or cancelled by a racing Cancel.
-	if _, err := part.sched.GetLastMsgForSubject(ctx, recSubj); err == nil {
-		return fmt.Errorf("%w: seq %d was cancelled concurrently", ErrNotFound, seq)
-	} else if !isNotFound(err) {
-		return q.d.mapErr(err)
-	}
-	return fmt.Errorf("%w: seq %d", ErrAlreadyActivated, seq)
 }
 
 // cancelledOrActivated tells what became of a scheduled sequence number

@@ -59,6 +59,9 @@ func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(msgs) == 0 {
+			q.checkSourcing(ctx, part)
+		}
 		if ds := q.collect(ctx, part, msgs); len(ds) > 0 {
 			if max > 1 {
 				if b, err := part.cons.FetchNoWait(max - 1); err == nil {
@@ -72,52 +75,163 @@ func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
 	}
 }
 
+// Sourcing watch. After the leader of a schedule stream changes, the
+// queue stream's leader re-creates its source consumer, and when that
+// fails (the schedule stream has no leader yet) nats-server retries with a
+// backoff of 10 s, 20 s, ... up to 2 minutes, and notices a stalled source
+// only every 10 s: activations, written to the schedule stream on time,
+// would wait that long to reach receivers. A healthy source hears a
+// heartbeat every second, so idle receivers check now and then, and move
+// the queue stream's leadership when its source has been silent for
+// sourceStalled: the new leader sets the source up at once. Only a
+// replicated stream can change leader; on one server the source runs
+// inside the same process and does not stall this way.
+const (
+	sourceCheckEvery = 2 * time.Second
+	sourceStalled    = 4 * time.Second
+	sourceKickEvery  = 15 * time.Second
+)
+
+func (q *jsQueue) checkSourcing(ctx context.Context, part *jsPartition) {
+	if !part.replicated || part.sched == nil || !part.watchMu.TryLock() {
+		return
+	}
+	defer part.watchMu.Unlock()
+	if time.Since(part.lastWatch) < sourceCheckEvery || time.Since(part.lastKick) < sourceKickEvery {
+		return
+	}
+	part.lastWatch = time.Now()
+	ctx, cancel := q.d.apiContext(context.WithoutCancel(ctx))
+	defer cancel()
+	info, err := part.queue.Info(ctx)
+	if err != nil {
+		return // no leader right now: nothing to move
+	}
+	for _, si := range info.Sources {
+		silent := si.Active
+		if silent < 0 {
+			// Never heard from since this leader took over: silent since
+			// the first check that saw it so.
+			if part.unheardSince.IsZero() {
+				part.unheardSince = time.Now()
+			}
+			silent = time.Since(part.unheardSince)
+		} else {
+			part.unheardSince = time.Time{}
+		}
+		if silent < sourceStalled {
+			continue
+		}
+		part.lastKick, part.unheardSince = time.Now(), time.Time{}
+		_, err := q.d.nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+part.n.queue, nil)
+		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: queue stream's source silent; moved its leader to restart it",
+			slog.String("stream", part.n.queue), slog.Duration("silent", silent), slogErr(err), slogQueue(q.cfg.Name))
+		return
+	}
+}
+
 // fetchOne pulls at most one message, waiting up to wait, until ctx ends
 // or the broker closes.
+//
+// The pull asks the server to give up pullGuard before ctx's deadline, and
+// fetchOne then waits for the pull's end (a message, or the server's
+// end-of-pull status) even a little past that deadline: a message the
+// server hands to a pull the client no longer reads would stay locked,
+// unseen, for LockDuration, and come back with its DeliveryCount raised.
+// That race is real on a cluster, where the consumer's leader may be one
+// route hop away. Only a cancelled ctx, or the broker closing, stops the
+// wait early; a message that still arrives is then released (Nak) at once.
 func (q *jsQueue) fetchOne(ctx context.Context, c jetstream.Consumer, wait time.Duration) ([]jetstream.Msg, error) {
-	wctx, cancel := q.d.waitContext(ctx, wait)
-	defer cancel()
-	if dl, _ := wctx.Deadline(); time.Until(dl) < time.Millisecond {
-		<-wctx.Done() // nats.go refuses a pull whose deadline is this close
+	expires := wait
+	if dl, ok := ctx.Deadline(); ok {
+		expires = min(expires, time.Until(dl)-pullGuard)
+	}
+	if expires < minPull {
+		// Too short a pull to be worth a request (nats.go refuses those
+		// close to a deadline): wait out the rest.
+		wctx, cancel := q.d.waitContext(ctx, max(expires+pullGuard, 0))
+		defer cancel()
+		<-wctx.Done()
 		return nil, nil
 	}
-	b, err := c.Fetch(1, jetstream.FetchContext(wctx))
+	b, err := c.Fetch(1, jetstream.FetchMaxWait(expires))
 	if err != nil {
 		if ctx.Err() != nil || q.d.check() != nil {
 			return nil, nil // the caller reports why it stopped
 		}
 		return nil, q.d.mapErr(err)
 	}
-	msgs, failed := q.drain(ctx, b)
-	if failed && len(msgs) == 0 {
-		// The pull failed at once (the consumer or stream has no leader
-		// during an election, say): wait out the slice rather than spin.
-		<-wctx.Done()
+	var msgs []jetstream.Msg
+	for {
+		select {
+		case msg, ok := <-b.Messages():
+			if ok {
+				msgs = append(msgs, msg)
+				continue
+			}
+			failed := q.pullFailed(ctx, b.Error())
+			if failed && len(msgs) == 0 {
+				// The pull failed at once (the consumer or stream has no
+				// leader during an election, say): wait out the slice
+				// rather than spin.
+				wctx, cancel := q.d.waitContext(ctx, expires)
+				<-wctx.Done()
+				cancel()
+			}
+			return msgs, nil
+		case <-q.d.life.Done():
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// A deadline: the pull ends on its own within pullGuard.
+				ctx = context.WithoutCancel(ctx)
+				continue
+			}
+		}
+		// Cancelled or closing: release whatever the pull still brings.
+		go func() {
+			for _, m := range msgs {
+				_ = m.Nak()
+			}
+			for m := range b.Messages() {
+				_ = m.Nak()
+			}
+		}()
+		return nil, nil
 	}
-	return msgs, nil
 }
+
+// pullGuard is how long before a receive's deadline its pull expires on
+// the server; minPull is the shortest pull worth a request.
+const (
+	pullGuard = 20 * time.Millisecond
+	minPull   = 5 * time.Millisecond
+)
 
 // pullWarnEvery bounds how often a queue logs failed pulls.
 const pullWarnEvery = 5 * time.Second
 
 // drain reads a pulled batch to its end, and reports whether the pull
-// failed (not merely expired). Failures are logged at most every
-// pullWarnEvery per queue.
+// failed (see pullFailed).
 func (q *jsQueue) drain(ctx context.Context, b jetstream.MessageBatch) ([]jetstream.Msg, bool) {
 	var msgs []jetstream.Msg
 	for msg := range b.Messages() {
 		msgs = append(msgs, msg)
 	}
-	err := b.Error()
+	return msgs, q.pullFailed(ctx, b.Error())
+}
+
+// pullFailed reports whether a pull's err is a failure (not merely its
+// expiry), and logs failures at most every pullWarnEvery per queue.
+func (q *jsQueue) pullFailed(ctx context.Context, err error) bool {
 	if err == nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
 		errors.Is(err, context.Canceled) || q.d.check() != nil {
-		return msgs, false
+		return false
 	}
 	now := time.Now().UnixNano()
 	if last := q.lastPullWarn.Load(); now-last >= int64(pullWarnEvery) && q.lastPullWarn.CompareAndSwap(last, now) {
 		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: pull failed (logged at most every 5s)", slogErr(err), slogQueue(q.cfg.Name))
 	}
-	return msgs, true
+	return true
 }
 
 // collect turns pulled messages into deliveries, dropping those the
@@ -147,7 +261,7 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream
 	}
 	h := msg.Headers()
 	decodeHeader(h, m)
-	s := &jsSettler{q: q, msg: msg, m: m, lockedUntil: received.Add(q.cfg.LockDuration)}
+	s := &jsSettler{q: q, part: part, msg: msg, m: m, lockedUntil: received.Add(q.cfg.LockDuration)}
 	if !q.isDLQ {
 		part.noteSourced(h.Get(natsStreamSource), m.EnqueuedAt)
 		if sched := h.Get(natsScheduler); sched != "" && q.dropCancelled(ctx, part, sched) {
@@ -262,6 +376,7 @@ func (q *jsQueue) maybePurge(ctx context.Context, part *jsPartition) {
 // leaves the message to its redelivery.
 type jsSettler struct {
 	q           *jsQueue
+	part        *jsPartition
 	msg         jetstream.Msg
 	m           *Message
 	lockedUntil time.Time
@@ -281,7 +396,45 @@ func (s *jsSettler) complete(ctx context.Context) error {
 	if err := s.live(); err != nil {
 		return err
 	}
-	return s.q.d.mapErr(s.msg.DoubleAck(ctx))
+	return s.acked(ctx, s.msg.DoubleAck(ctx))
+}
+
+// removalWait bounds how long a settle on a replicated stream waits for
+// the stream leader to remove the acknowledged message.
+const removalWait = 5 * time.Second
+
+// acked finishes a settle whose ack returned err. On a replicated queue
+// stream the server acknowledges the ack once the consumer has recorded
+// it, and removes the message afterwards, through a proposal of the
+// stream's own: until then Peek, Browse and AcceptNextSession (which read
+// from the stream leader) would still see it. So a settle there returns
+// once the leader no longer holds the message, or after removalWait (the
+// ack stands either way; the removal is the server's to finish).
+func (s *jsSettler) acked(ctx context.Context, err error) error {
+	if err != nil || !s.part.replicated {
+		return s.q.d.mapErr(err)
+	}
+	md, err := s.msg.Metadata()
+	if err != nil {
+		return nil
+	}
+	deadline := time.Now().Add(removalWait)
+	backoff := time.Millisecond
+	for {
+		_, err := s.part.queue.GetMsg(ctx, md.Sequence.Stream)
+		if isNotFound(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && s.q.d.check() != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+			backoff = min(2*backoff, 50*time.Millisecond)
+		}
+	}
 }
 
 func (s *jsSettler) abandon(ctx context.Context) error {
@@ -326,7 +479,7 @@ func (s *jsSettler) deadLetter(ctx context.Context, reason, description string, 
 	if _, err := s.q.d.js.PublishMsg(ctx, msg); err != nil {
 		return s.q.d.mapErr(err)
 	}
-	return s.q.d.mapErr(s.msg.DoubleAck(ctx))
+	return s.acked(ctx, s.msg.DoubleAck(ctx))
 }
 
 // Sessions. Each session has its own durable consumer, filtered on the
@@ -490,6 +643,7 @@ func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
 		if ds := s.q.collect(ctx, s.part, b); len(ds) > 0 {
 			return ds[0], nil
 		}
+		s.q.checkSourcing(ctx, s.part)
 	}
 }
 

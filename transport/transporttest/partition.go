@@ -158,11 +158,13 @@ func (s *suite) testPartitionSessions(t *testing.T) {
 // activated messages together keep each partition gap-free.
 func (s *suite) testPartitionScheduled(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{Partitions: partitions})
-	at := time.Now().Add(s.f.CancelMargin + 400*time.Millisecond)
-	far := time.Now().Add(time.Hour)
 	for i := range 8 {
 		send(t, q, numbered("sent", i))
 	}
+	// Room for 16 schedules, a Peek and 7 cancels before the margin, on a
+	// replicated queue under the race detector too.
+	at := time.Now().Add(s.f.CancelMargin + 2*time.Second)
+	far := time.Now().Add(time.Hour)
 	soon := make([]uint64, 12)
 	for i := range soon {
 		soon[i] = schedule(t, q, numbered("soon", i), at)
