@@ -37,15 +37,17 @@ import (
 // schedule stream configured like the transport's, schedules targeting a
 // subject of that stream, cancels as the transport's guarded purge, and a
 // plain pull consumer (Messages iterator, Ack) on the activations.
-// jetsaga's side is Queue.Schedule, Queue.Cancel and Receive(100)+Complete
-// with 8 goroutines on a queue with -million-partitions partitions.
+// jetsaga's side is Queue.Schedule, Queue.Cancel and Receive(100) with 8
+// goroutines, each completing its batch with up to 16 concurrent
+// Completes, on a queue with -million-partitions partitions.
 
 const (
-	millionCount     = 1_000_000
-	millionSchedConc = 64 // goroutines scheduling
-	millionRecvConc  = 8  // goroutines receiving (jetsaga)
-	millionLead      = 20 * time.Second
-	millionBucket    = 250 * time.Millisecond
+	millionCount        = 1_000_000
+	millionSchedConc    = 64 // goroutines scheduling
+	millionRecvConc     = 8  // goroutines receiving (jetsaga)
+	millionCompleteConc = 16 // concurrent Completes per receiving goroutine
+	millionLead         = 20 * time.Second
+	millionBucket       = 250 * time.Millisecond
 )
 
 // millionReport is what a child process measured, sent to the parent as

@@ -414,15 +414,28 @@ func (j *jetMillion) receive(ctx context.Context, got func(string, time.Time) er
 					errc <- err
 					return
 				}
+				// Complete waits for the server's confirmation; the batch's
+				// completions run concurrently, as a dispatcher's handlers do.
+				var cg sync.WaitGroup
+				var cerr atomic.Pointer[error]
+				sem := make(chan struct{}, millionCompleteConc)
 				for _, d := range ds {
 					if err := got(d.MessageID, d.EnqueuedAt); err != nil {
 						errc <- err
 						return
 					}
-					if err := d.Complete(ctx); err != nil {
-						errc <- err
-						return
-					}
+					sem <- struct{}{}
+					cg.Go(func() {
+						defer func() { <-sem }()
+						if err := d.Complete(ctx); err != nil {
+							cerr.Store(&err)
+						}
+					})
+				}
+				cg.Wait()
+				if err := cerr.Load(); err != nil {
+					errc <- *err
+					return
 				}
 			}
 		})
