@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -238,15 +239,20 @@ func (q *jsQueue) pullFailed(ctx context.Context, err error) bool {
 // transport settles itself (cancelled activations, exhausted ones).
 func (q *jsQueue) collect(ctx context.Context, part *jsPartition, msgs []jetstream.Msg) []*Delivery {
 	var out []*Delivery
+	cancelled := q.cancelledActivations(ctx, part, msgs)
 	for _, msg := range msgs {
-		if d := q.delivery(ctx, part, msg); d != nil {
+		if d := q.delivery(ctx, part, msg, cancelled); d != nil {
 			out = append(out, d)
 		}
 	}
 	return out
 }
 
-func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream.Msg) *Delivery {
+// delivery turns one pulled message into a delivery, or settles it and
+// returns nil. cancelled holds the schedule subjects, among this pull's
+// activations, whose cancel record landed as they activated (see
+// cancelledActivations).
+func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream.Msg, cancelled map[string]bool) *Delivery {
 	md, err := msg.Metadata()
 	if err != nil {
 		q.d.o.logger.LogAttrs(ctx, slog.LevelError, "transport: message without metadata", slogErr(err), slogQueue(q.cfg.Name))
@@ -264,7 +270,7 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream
 	s := &jsSettler{q: q, part: part, msg: msg, m: m, lockedUntil: received.Add(q.cfg.LockDuration)}
 	if !q.isDLQ {
 		part.noteSourced(h.Get(natsStreamSource), m.EnqueuedAt)
-		if sched := h.Get(natsScheduler); sched != "" && q.dropCancelled(ctx, part, sched) {
+		if sched := h.Get(natsScheduler); sched != "" && cancelled[sched] {
 			if err := msg.Ack(); err != nil {
 				q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: ack of cancelled activation failed", slogErr(err), slogQueue(q.cfg.Name))
 			}
@@ -281,6 +287,113 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream
 		return nil
 	}
 	return newDelivery(m, count, s.lockedUntil, s)
+}
+
+// cancelledActivations returns the schedule subjects (P.S.N.p.<key>.s),
+// among the activations in msgs, whose activation must be dropped because
+// a cancel record for them landed in the instant they activated (see
+// dropCancelled). On a stream with one replica it asks once for the whole
+// pull: a direct get of the last message on each <key>.x.* (multi_last),
+// answered by a single "no results" when none was cancelled, which is the
+// rule. A lookup per activation was the receivers' bottleneck in a burst:
+// a million activations meant a million JetStream API requests queued
+// behind the scheduler's store lock. On replicated streams any replica may
+// answer a direct get, and a follower may not have stored the record yet,
+// so there it asks the leader once per activation, as before.
+func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, msgs []jetstream.Msg) map[string]bool {
+	if q.isDLQ {
+		return nil
+	}
+	var scheds []string
+	for _, msg := range msgs {
+		if sched := msg.Headers().Get(natsScheduler); sched != "" {
+			scheds = append(scheds, sched)
+		}
+	}
+	if len(scheds) == 0 {
+		return nil
+	}
+	out := map[string]bool{}
+	if q.cfg.Replicas > 1 {
+		for _, sched := range scheds {
+			if q.dropCancelled(ctx, part, sched) {
+				out[sched] = true
+			}
+		}
+		return out
+	}
+	prefix := part.n.sSubj + "."
+	for len(scheds) > 0 {
+		chunk := scheds[:min(len(scheds), multiLastMax)]
+		scheds = scheds[len(chunk):]
+		filters := make([]string, 0, len(chunk))
+		for _, sched := range chunk {
+			if key, ok := strings.CutSuffix(sched, ".s"); ok && strings.HasPrefix(key, prefix) {
+				filters = append(filters, key+".x.*")
+			}
+		}
+		if len(filters) == 0 {
+			continue
+		}
+		found, err := q.d.lastBySubjects(ctx, part.n.sched, filters)
+		if err != nil {
+			// Deliver: a cancel record lands after activation only when a
+			// Cancel request was delayed past the cancel margin.
+			q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: cancel record lookup failed; delivering", slogErr(err), slogQueue(q.cfg.Name))
+			continue
+		}
+		for _, subj := range found {
+			if i := strings.LastIndex(subj, ".x."); i > 0 {
+				out[subj[:i]+".s"] = true
+			}
+		}
+	}
+	return out
+}
+
+// multiLastMax bounds the subjects of one multi_last direct get (the
+// server answers at most 1024 messages).
+const multiLastMax = 256
+
+// lastBySubjects returns the subjects of the last messages on the filters
+// (wildcards allowed) that stream holds, with one direct get (multi_last):
+// the server answers with the messages found and an end-of-batch status,
+// or a single 404 when none is.
+func (d *jsDriver) lastBySubjects(ctx context.Context, stream string, filters []string) ([]string, error) {
+	req, err := json.Marshal(struct {
+		MultiLast []string `json:"multi_last"`
+	}{filters})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	inbox := d.nc.NewRespInbox()
+	sub, err := d.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, d.mapErr(err)
+	}
+	defer sub.Unsubscribe()
+	if err := d.nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, req); err != nil {
+		return nil, d.mapErr(err)
+	}
+	var found []string
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, d.mapErr(err)
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+			found = append(found, m.Header.Get(jetstream.SubjectHeader))
+		case "404":
+			return found, nil // no results
+		case "204":
+			return found, nil // end of batch
+		default:
+			return nil, fmt.Errorf("transport: direct get of cancel records: status %s %s", status, m.Header.Get("Description"))
+		}
+	}
 }
 
 // dropCancelled reports whether the activation of the schedule on

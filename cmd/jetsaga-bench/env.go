@@ -33,6 +33,13 @@ type config struct {
 	only       []string
 	jsonPath   string
 	cpuProfile string
+	memProfile string
+	svgDir     string
+	// millionParts is the partition count of the million bench's queue.
+	millionParts int
+	// child names the work of a child process (-child million-raw,
+	// million-jetsaga): see runChild.
+	child string
 }
 
 // env is what every bench gets: one embedded server, and a connection per
@@ -45,6 +52,7 @@ type env struct {
 	broker *transport.Broker
 	js     jetstream.JetStream // the raw side
 	start  time.Time
+	charts charts
 }
 
 func newEnv(cfg config) (*env, error) {

@@ -31,6 +31,7 @@ func benchLateness(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raw: %w", err)
 	}
+	e.charts.lateness = &latenessChart{n: n, spread: e.cfg.spread, jet: jet.e2e, raw: raw.e2e, jetEnq: jet.broker, rawEq: raw.broker}
 	const maxP99, target = 300 * time.Millisecond, "p99 <= 300ms, 0 early (P3)"
 	jb, rb := jet.summary(n, jet.broker), raw.summary(n, raw.broker)
 	je, re := jet.summary(n, jet.e2e), raw.summary(n, raw.e2e)

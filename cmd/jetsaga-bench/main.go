@@ -7,7 +7,9 @@
 //	go run ./cmd/jetsaga-bench                      # everything, ~1 minute
 //	go run ./cmd/jetsaga-bench -only schedule,cancel
 //	go run ./cmd/jetsaga-bench -n 0.2               # a quick smoke run
-//	go run ./cmd/jetsaga-bench -only million        # 1M pending (P4), opt-in, minutes
+//	go run ./cmd/jetsaga-bench -only million        # 1M pending (P4, P7), opt-in, minutes
+//	go run ./cmd/jetsaga-bench -timeouts -svg .     # issue 11's figures: lateness, cancel, million; charts
+//	go run ./cmd/jetsaga-bench -timeouts -quick     # the same at 1/10 scale, a few minutes
 //	go run ./cmd/jetsaga-bench -json out.json -cpuprofile cpu.out
 //	go run ./cmd/jetsaga-bench -cluster 3            # one node beside a 3-node cluster (R3)
 package main
@@ -42,7 +44,7 @@ var benches = []bench{
 
 // optInBenches run only when -only names them: they take minutes.
 var optInBenches = []bench{
-	{"million", "1M × -n pending timeouts: schedule rate, RSS, cancel latency, all fire (P4)", benchMillion},
+	{"million", "1M × -n pending timeouts due within -spread, each side in its own process: schedule rate, RSS, cancel latency, burst drain (P4, P7)", benchMillion},
 }
 
 func allBenches() []bench { return slices.Concat(benches, optInBenches) }
@@ -70,19 +72,38 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.spread, "spread", defaultSpread, "time over which the lateness bench spreads its due times")
 	only := fs.String("only", "", "comma-separated benches to run: "+benchNames()+" (million only when named)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
-	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benches to this file")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benches to this file (the million bench's child processes: to this file .raw and .jetsaga)")
+	fs.StringVar(&cfg.memProfile, "memprofile", "", "million bench: write heap profiles of the child processes, with all pending and at the end, to this file .raw/.jetsaga .pending/.end")
+	fs.StringVar(&cfg.svgDir, "svg", "", "write SVG charts (lateness.svg: lateness distribution; burst.svg: the million bench's drain) to this directory")
+	fs.IntVar(&cfg.millionParts, "million-partitions", 1, "partitions of the million bench's jetsaga queue")
+	quick := fs.Bool("quick", false, "a quick run: -n 0.1 and 2 rounds unless set")
+	timeouts := fs.Bool("timeouts", false, "run the timeout benches of P3, P4 and P7: lateness, cancel, million")
+	fs.StringVar(&cfg.child, "child", "", "internal: run as a child process of the million bench")
 	fs.IntVar(&clusterNodes, "cluster", 0, "instead of the benches: schedule rate, saga steps/s and lateness on one node beside a cluster of this many nodes (R3)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *quick {
+		if !set["n"] {
+			cfg.scale = 0.1
+		}
+		if !set["rounds"] {
+			cfg.rounds = 2
+		}
+	}
+	if *timeouts {
+		*only += ",lateness,cancel,million"
+	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if cfg.scale <= 0 || cfg.rounds < 1 || cfg.conc < 1 || cfg.spread <= 0 {
-		return cfg, fmt.Errorf("-n, -rounds, -conc and -spread must be positive")
+	if cfg.scale <= 0 || cfg.rounds < 1 || cfg.conc < 1 || cfg.spread <= 0 || cfg.millionParts < 1 {
+		return cfg, fmt.Errorf("-n, -rounds, -conc, -spread and -million-partitions must be positive")
 	}
 	for _, name := range strings.Split(*only, ",") {
-		if name = strings.TrimSpace(name); name == "" {
+		if name = strings.TrimSpace(name); name == "" || slices.Contains(cfg.only, name) {
 			continue
 		}
 		if !slices.ContainsFunc(allBenches(), func(b bench) bool { return b.name == name }) {
@@ -103,6 +124,9 @@ func benchNames() string {
 }
 
 func run(ctx context.Context, cfg config) error {
+	if cfg.child != "" {
+		return runChild(ctx, cfg)
+	}
 	if clusterNodes > 0 {
 		return runCluster(ctx, cfg, clusterNodes)
 	}
@@ -138,6 +162,11 @@ func run(ctx context.Context, cfg config) error {
 		results = append(results, rs...)
 	}
 	printTable(os.Stdout, results)
+	if cfg.svgDir != "" {
+		if err := e.charts.write(cfg.svgDir); err != nil {
+			return err
+		}
+	}
 	if cfg.jsonPath != "" {
 		return writeJSON(cfg.jsonPath, e, results)
 	}

@@ -2,324 +2,223 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"runtime"
+	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/nats-io/nuid"
-
-	"github.com/jetsaga/jetsaga/transport"
 )
 
-// P4: a million pending timeouts (1M × -n) on one queue. Opt-in (-only
-// million): it takes minutes. It schedules them all through Queue.Schedule,
-// due over -spread starting about 20 s after the scheduling ends; reads the
-// process RSS (server and client are in-process) once all are pending;
-// cancels a random 2000 of them, one at a time, timing each; then receives
-// the rest with Receive(100)+Complete as they fire and checks that each
-// arrives exactly once and never early, and that no cancelled one does.
+// P4 and P7: a million pending timeouts (1M × -n), due within -spread.
+// Opt-in (-only million): it takes minutes.
+//
+// Each side runs in a child process of its own (this binary, re-executed
+// with -child) with an embedded nats-server of its own, so that the
+// process RSS of each (server and client together) is comparable: first
+// the raw side, then jetsaga, never both at once. Each child
+//
+//  1. schedules n messages with 64 goroutines, due evenly over -spread
+//     from about 20 s after the scheduling ends (a pilot estimates how
+//     long it takes);
+//  2. reads its RSS (VmRSS) with all pending, and the peak so far (VmHWM);
+//  3. cancels a random 2000, one at a time, timing each;
+//  4. receives the rest as they fire, checks that each arrives once and
+//     never early and no cancelled one does, and records the drain over
+//     time (received and activated per 250 ms from the first due time);
+//  5. reports its peak RSS (VmHWM) over the whole run, and the phase in
+//     which its RSS was highest (sampled every 250 ms).
+//
+// The raw side is what a hand-written program does with nats.go: one
+// schedule stream configured like the transport's, schedules targeting a
+// subject of that stream, cancels as the transport's guarded purge, and a
+// plain pull consumer (Messages iterator, Ack) on the activations.
+// jetsaga's side is Queue.Schedule, Queue.Cancel and Receive(100) with 8
+// goroutines, each completing its batch with up to 16 concurrent
+// Completes, on a queue with -million-partitions partitions.
 
 const (
-	millionCount     = 1_000_000
-	millionSchedConc = 64 // goroutines scheduling
-	millionRecvConc  = 8  // goroutines receiving
-	millionLead      = 20 * time.Second
-	millionMaxRSS    = 600 << 20
+	millionCount        = 1_000_000
+	millionSchedConc    = 64 // goroutines scheduling
+	millionRecvConc     = 8  // goroutines receiving (jetsaga)
+	millionCompleteConc = 16 // concurrent Completes per receiving goroutine
+	millionLead         = 20 * time.Second
+	millionBucket       = 250 * time.Millisecond
 )
+
+// millionReport is what a child process measured, sent to the parent as
+// JSON on its stdout.
+type millionReport struct {
+	Side       string        `json:"side"`
+	N          int           `json:"n"`
+	Partitions int           `json:"partitions,omitempty"`
+	Cancelled  int           `json:"cancelled"`
+	SchedRate  float64       `json:"schedule_rate_per_s"`
+	SchedDur   time.Duration `json:"schedule_ns"`
+	Margin     time.Duration `json:"margin_ns"` // first due - end of scheduling
+
+	RSSSched  int64  `json:"rss_scheduled_bytes"` // VmRSS with all pending
+	HWMSched  int64  `json:"peak_rss_scheduled_bytes"`
+	HeapSched int64  `json:"go_heap_scheduled_bytes"`
+	RSSPeak   int64  `json:"peak_rss_bytes"` // VmHWM at the end
+	PeakPhase string `json:"peak_phase"`
+
+	Cancel *Latency `json:"cancel"`
+
+	Got         int      `json:"received"`
+	Dups        int      `json:"duplicates"`
+	Early       int      `json:"early"`
+	Resurrected int      `json:"cancelled_fired"`
+	Late        *Latency `json:"lateness_received"` // received - due
+	EnqLate     *Latency `json:"lateness_enqueued"` // activated - due
+
+	// Drain is the time from the first due time to the last receipt;
+	// LastAfterDue from the last due time to the last receipt.
+	Drain        time.Duration `json:"drain_ns"`
+	LastAfterDue time.Duration `json:"last_received_after_last_due_ns"`
+
+	// Counts per Bucket from the first due time: due, activated
+	// (enqueued), received; RSS sampled at the start of each bucket (MiB).
+	Bucket   time.Duration `json:"bucket_ns"`
+	Due      []int         `json:"due"`
+	Enqueued []int         `json:"enqueued"`
+	Received []int         `json:"received_per_bucket"`
+	RSSMiB   []int         `json:"rss_mib"`
+}
 
 func benchMillion(ctx context.Context, e *env) ([]Result, error) {
 	n := e.scaled(millionCount)
-	nCancel := min(cancelCount, n/2)
-	benchStart := time.Now()
-
-	// The due times must all lie after the scheduling ends, which depends
-	// on the scheduling rate: estimate it on a throwaway queue first.
-	rate, err := millionPilot(ctx, e, min(n, 10_000))
+	start := time.Now()
+	raw, err := runMillionChild(ctx, e, "raw")
 	if err != nil {
-		return nil, fmt.Errorf("pilot: %w", err)
+		return nil, fmt.Errorf("raw: %w", err)
 	}
-	estimate := time.Duration(float64(n) / rate * 1.5 * float64(time.Second))
-	first := time.Now().Add(estimate + millionLead)
-	spread := e.cfg.spread
-	due := func(i int) time.Time { return first.Add(time.Duration(i) * spread / time.Duration(n)) }
-	e.progress("  pilot: %s; scheduling %d, first due in %v, spread over %v", fmtRate(rate), n, time.Until(first).Round(time.Second), spread)
-
-	q, drop, err := e.openQueue(ctx, "million")
+	jet, err := runMillionChild(ctx, e, "jetsaga")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("jetsaga: %w", err)
 	}
-	defer drop()
+	e.charts.burst = []*millionReport{jet, raw}
 
-	// Which ones to cancel is chosen up front; only their sequences are kept.
-	cancelled := make([]bool, n)
-	cancelSeq := make(map[int]uint64, nCancel)
-	for len(cancelSeq) < nCancel {
-		i := rand.IntN(n)
-		cancelled[i], cancelSeq[i] = true, 0
-	}
-	var seqMu sync.Mutex
-	base := nuid.Next()
-
-	// (1) Schedule.
-	var done atomic.Int64
-	schedStart := time.Now()
-	stopProgress := e.every(10*time.Second, func() {
-		e.progress("  scheduled %d of %d", done.Load(), n)
-	})
-	err = parallel(millionSchedConc, n, func(i int) error {
-		seq, err := q.Schedule(ctx, jetMessage(base+"-"+strconv.Itoa(i)), due(i))
-		if err != nil {
-			return fmt.Errorf("schedule %d: %w", i, err)
+	mib := func(b int64) string { return fmt.Sprintf("%d MiB", b>>20) }
+	ratio := func(a, b float64) float64 {
+		if b <= 0 {
+			return 0
 		}
-		if cancelled[i] {
-			seqMu.Lock()
-			cancelSeq[i] = seq
-			seqMu.Unlock()
-		}
-		done.Add(1)
-		return nil
-	})
-	stopProgress()
-	schedEnd := time.Now()
-	if err != nil {
-		return nil, err
+		return a / b
 	}
-	schedDur := schedEnd.Sub(schedStart)
-	margin := first.Sub(schedEnd)
-	e.progress("  scheduled %d in %v (%s); first due %v after", n, schedDur.Round(time.Millisecond), fmtRate(float64(n)/schedDur.Seconds()), margin.Round(time.Millisecond))
-
-	// (2) RSS with all pending.
-	rss, hwm, err := readRSS()
-	if err != nil {
-		return nil, err
+	rssRatio := ratio(float64(jet.RSSSched), float64(raw.RSSSched))
+	peakRatio := ratio(float64(jet.RSSPeak), float64(raw.RSSPeak))
+	drainRatio := ratio(float64(jet.Drain), float64(raw.Drain))
+	label := fmt.Sprintf("million: Schedule %d (%d goroutines", n, millionSchedConc)
+	if jet.Partitions > 1 {
+		label += fmt.Sprintf(", %d partitions", jet.Partitions)
 	}
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	heap := int64(ms.HeapInuse)
-	e.progress("  RSS %d MiB (peak %d MiB, Go heap in use %d MiB)", rss>>20, hwm>>20, heap>>20)
-
-	// (3) Cancel a random nCancel of them, one at a time.
-	lat := make([]time.Duration, 0, nCancel)
-	for i, seq := range cancelSeq { // map order: random
-		start := time.Now()
-		err := q.Cancel(ctx, seq)
-		lat = append(lat, time.Since(start))
-		if err != nil {
-			return nil, fmt.Errorf("cancel %d (seq %d): %w", i, seq, err)
-		}
+	label += ")"
+	sched := func(r *millionReport) Figure {
+		return Figure{Text: fmt.Sprintf("%s (%s; first due %s later)", fmtRate(r.SchedRate), fmtDur(r.SchedDur), fmtDur(r.Margin))}
 	}
-	cancelEnd := time.Now()
-	if cancelEnd.After(first) {
-		e.progress("  warning: the cancels ended %v after the first due time", cancelEnd.Sub(first))
-	}
-
-	// (4) Receive all the rest as they fire.
-	want := n - nCancel
-	e.progress("  waiting for %d to fire, from %v on", want, time.Until(first).Round(time.Second))
-	f, err := millionReceive(ctx, e, q, n, want, base, due, cancelled)
-	if err != nil {
-		return nil, err
-	}
-	last := due(n - 1)
-
+	rs := sched(raw)
 	res := []Result{
 		{
-			Bench: "million",
-			Label: fmt.Sprintf("million: Schedule %d (%d goroutines)", n, millionSchedConc),
-			Jetsaga: Figure{Text: fmt.Sprintf("%s (%s; first due %s later)",
-				fmtRate(float64(n)/schedDur.Seconds()), fmtDur(schedDur), fmtDur(margin))},
+			Bench: "million", Label: label, Jetsaga: sched(jet), Raw: &rs,
+			Ratio:  ratio(jet.SchedRate, raw.SchedRate),
 			Target: "all pending before the first due",
-			Pass:   verdict(margin > 0),
+			Pass:   verdict(jet.Margin > 0 && raw.Margin > 0),
 		},
 		{
-			Bench:   "million",
-			Label:   fmt.Sprintf("  process RSS, %d pending", n),
-			Jetsaga: Figure{Text: fmt.Sprintf("%d MiB (peak %d MiB; Go heap in use %d MiB)", rss>>20, hwm>>20, heap>>20)},
-			Target:  fmt.Sprintf("<= %d MiB (P4)", millionMaxRSS>>20),
-			Pass:    verdict(rss <= millionMaxRSS),
-		},
-		latencyResult("million", fmt.Sprintf("  cancel %d of %d pending", nCancel, n), summarize(lat), nil, time.Millisecond, "p99 <= 1ms (P4)"),
-		{
-			Bench: "million",
-			Label: fmt.Sprintf("  fire: Receive(100)+Complete, %d goroutines", millionRecvConc),
-			Jetsaga: Figure{Text: fmt.Sprintf("%s (%d in %s; last received %s after last due)",
-				fmtRate(float64(f.got)/f.lastRecv.Sub(f.firstRecv).Seconds()), f.got,
-				fmtDur(f.lastRecv.Sub(f.firstRecv)), fmtDur(f.lastRecv.Sub(last)))},
-		},
-		latencyResult("million", "  fire: lateness enqueued-due", summarize(f.enqLate), nil, 0, ""),
-		latencyResult("million", "  fire: lateness received-due", summarize(f.late), nil, 0, ""),
-		{
-			Bench: "million",
-			Label: "  fire: counts",
-			Jetsaga: Figure{Text: fmt.Sprintf("%d of %d, %d lost, %d dup, %d early, %d cancelled fired",
-				f.got, want, want-f.got, f.dups, f.early, f.resurrected)},
-			Target: "all fire, 0 dup/early (P4)",
-			Pass:   verdict(f.got == want && f.dups == 0 && f.early == 0 && f.resurrected == 0),
+			Bench: "million", Label: fmt.Sprintf("  process RSS, %d pending (own process each)", n),
+			Jetsaga: Figure{Text: fmt.Sprintf("%s (Go heap %s)", mib(jet.RSSSched), mib(jet.HeapSched))},
+			Raw:     &Figure{Text: fmt.Sprintf("%s (Go heap %s)", mib(raw.RSSSched), mib(raw.HeapSched))},
+			Ratio:   rssRatio,
+			Target:  "<= 1.25x raw (P4)",
+			Pass:    verdict(rssRatio <= 1.25),
 		},
 		{
-			Bench:   "million",
-			Label:   "  whole bench",
-			Jetsaga: Figure{Text: fmtDur(time.Since(benchStart))},
+			Bench: "million", Label: "  peak RSS over the whole run",
+			Jetsaga: Figure{Text: fmt.Sprintf("%s (%s)", mib(jet.RSSPeak), jet.PeakPhase)},
+			Raw:     &Figure{Text: fmt.Sprintf("%s (%s)", mib(raw.RSSPeak), raw.PeakPhase)},
+			Ratio:   peakRatio,
+			Target:  "<= 1.5x raw (P4)",
+			Pass:    verdict(peakRatio <= 1.5),
+		},
+		latencyResult("million", fmt.Sprintf("  cancel %d of %d pending", jet.Cancelled, n), jet.Cancel, raw.Cancel, 2*time.Millisecond, "p99 <= 2ms (P4)"),
+		{
+			Bench: "million", Label: fmt.Sprintf("  burst: last received, from the first due (%v window)", e.cfg.spread),
+			Jetsaga: Figure{Text: fmt.Sprintf("%s (%s after the last due)", fmtDur(jet.Drain), fmtDur(jet.LastAfterDue))},
+			Raw:     &Figure{Text: fmt.Sprintf("%s (%s after the last due)", fmtDur(raw.Drain), fmtDur(raw.LastAfterDue))},
+			Ratio:   drainRatio,
+			Target:  "<= 1.25x raw (P7)",
+			Pass:    verdict(drainRatio <= 1.25 && jet.Got == jet.N-jet.Cancelled),
+		},
+		latencyResult("million", "  burst: lateness enqueued-due", jet.EnqLate, raw.EnqLate, 0, ""),
+		latencyResult("million", "  burst: lateness received-due", jet.Late, raw.Late, 0, ""),
+		{
+			Bench: "million", Label: "  burst: counts",
+			Jetsaga: Figure{Text: millionCounts(jet)},
+			Raw:     &Figure{Text: millionCounts(raw)},
+			Target:  "all fire, 0 dup/early (P4)",
+			Pass:    verdict(jet.Got == jet.N-jet.Cancelled && jet.Dups == 0 && jet.Early == 0 && jet.Resurrected == 0),
+		},
+		{
+			Bench: "million", Label: "  whole bench (both sides)",
+			Jetsaga: Figure{Text: fmtDur(time.Since(start))},
 		},
 	}
+	res[4].RawName = "raw"
+	res[4].RawDesc = "one schedule stream configured as the transport's, schedules targeting a subject of it, guarded-purge cancels, a plain pull consumer (Messages, Ack) on the activations; in a process of its own with its own embedded server, as jetsaga's side"
 	return res, nil
 }
 
-// millionPilot schedules n far-future messages on a throwaway queue and
-// returns the rate.
-func millionPilot(ctx context.Context, e *env, n int) (float64, error) {
-	q, drop, err := e.openQueue(ctx, "million-pilot")
+func millionCounts(r *millionReport) string {
+	want := r.N - r.Cancelled
+	return fmt.Sprintf("%d of %d, %d lost, %d dup, %d early, %d cancelled fired", r.Got, want, want-r.Got, r.Dups, r.Early, r.Resurrected)
+}
+
+// runMillionChild runs one side in a child process, passing its progress
+// through to stderr, and returns its report.
+func runMillionChild(ctx context.Context, e *env, side string) (*millionReport, error) {
+	exe, err := os.Executable()
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer drop()
-	base, due := nuid.Next(), time.Now().Add(time.Hour)
-	start := time.Now()
-	if err := parallel(millionSchedConc, n, func(i int) error {
-		_, err := q.Schedule(ctx, jetMessage(base+"-"+strconv.Itoa(i)), due)
-		return err
-	}); err != nil {
-		return 0, err
+	args := []string{"-child", "million-" + side,
+		"-n", strconv.FormatFloat(e.cfg.scale, 'g', -1, 64),
+		"-spread", e.cfg.spread.String(),
+		"-million-partitions", strconv.Itoa(e.cfg.millionParts),
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
-}
-
-// millionFired is what the receivers of the million bench saw.
-type millionFired struct {
-	mu                            sync.Mutex
-	seen                          []uint8
-	got, dups, early, resurrected int
-	late                          []time.Duration // received - due
-	enqLate                       []time.Duration // enqueued (activated) - due
-	firstRecv, lastRecv           time.Time
-}
-
-func millionReceive(ctx context.Context, e *env, q *transport.Queue, n, want int, base string,
-	due func(int) time.Time, cancelled []bool,
-) (*millionFired, error) {
-	f := &millionFired{seen: make([]uint8, n), late: make([]time.Duration, 0, want), enqLate: make([]time.Duration, 0, want)}
-	// Generous: the firing may run well behind the due times.
-	deadline := due(n - 1).Add(2*time.Minute + time.Duration(want)*100*time.Microsecond)
-	rctx, stop := context.WithDeadline(ctx, deadline)
-	defer stop()
-	var (
-		allIn    = make(chan struct{})
-		allOnce  sync.Once
-		wg       sync.WaitGroup
-		errOnce  sync.Once
-		firstErr error
-	)
-	fail := func(err error) {
-		errOnce.Do(func() { firstErr = err })
-		stop()
+	if e.cfg.cpuProfile != "" {
+		args = append(args, "-cpuprofile", e.cfg.cpuProfile+"."+side)
 	}
-	prefix := base + "-"
-	stopProgress := e.every(10*time.Second, func() {
-		f.mu.Lock()
-		got := f.got
-		f.mu.Unlock()
-		e.progress("  received %d of %d", got, want)
-	})
-	defer stopProgress()
-	for range millionRecvConc {
-		wg.Go(func() {
-			for {
-				ds, err := q.Receive(rctx, 100)
-				if err != nil {
-					if rctx.Err() == nil {
-						fail(fmt.Errorf("receive: %w", err))
-					}
-					return
-				}
-				now := time.Now()
-				for _, d := range ds {
-					i, err := strconv.Atoi(strings.TrimPrefix(d.MessageID, prefix))
-					if err != nil || i < 0 || i >= n || !strings.HasPrefix(d.MessageID, prefix) {
-						fail(fmt.Errorf("unexpected message %q", d.MessageID))
-						return
-					}
-					if f.add(i, now, d.EnqueuedAt, due(i), cancelled[i]) == want {
-						allOnce.Do(func() { close(allIn) })
-					}
-					if err := d.Complete(rctx); err != nil {
-						if rctx.Err() == nil {
-							fail(fmt.Errorf("complete %q: %w", d.MessageID, err))
-						}
-						return
-					}
-				}
-			}
-		})
+	if e.cfg.memProfile != "" {
+		args = append(args, "-memprofile", e.cfg.memProfile+"."+side)
 	}
-	select {
-	case <-allIn:
-		// A short grace for duplicates and cancelled ones that fire late.
-		select {
-		case <-time.After(2 * time.Second):
-		case <-rctx.Done():
-		}
-	case <-rctx.Done():
+	cmd := exec.CommandContext(ctx, exe, args...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
 	}
-	stop()
-	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
+	e.progress("  %s: starting its own process and server", side)
+	if err := cmd.Start(); err != nil {
+		return nil, err
 	}
-	if f.got < want {
-		e.progress("  only %d of %d arrived by %v after the last due time", f.got, want, deadline.Sub(due(n-1)))
+	sc := bufio.NewScanner(errPipe)
+	for sc.Scan() {
+		e.progress("  %s: %s", side, sc.Text())
 	}
-	return f, nil
-}
-
-// add records message i received at now and returns how many distinct
-// uncancelled ones have arrived.
-func (f *millionFired) add(i int, now, enqueued, due time.Time, cancelled bool) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.seen[i]++; f.seen[i] > 1 {
-		f.dups++
-		return f.got
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("child process: %w", err)
 	}
-	if cancelled {
-		f.resurrected++
-		return f.got
+	var r millionReport
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		return nil, fmt.Errorf("child report: %w", err)
 	}
-	if f.got == 0 {
-		f.firstRecv = now
-	}
-	f.got++
-	f.lastRecv = now
-	if now.Before(due) {
-		f.early++
-	}
-	f.late = append(f.late, now.Sub(due))
-	f.enqLate = append(f.enqLate, enqueued.Sub(due))
-	return f.got
-}
-
-// every runs fn every d until the returned function is called.
-func (e *env) every(d time.Duration, fn func()) func() {
-	t := time.NewTicker(d)
-	quit := make(chan struct{})
-	go func() {
-		for {
-			select {
-			case <-t.C:
-				fn()
-			case <-quit:
-				return
-			}
-		}
-	}()
-	return func() { t.Stop(); close(quit) }
+	return &r, nil
 }
 
 // readRSS returns the process's resident set size and its peak, in bytes.

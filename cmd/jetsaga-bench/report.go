@@ -170,8 +170,11 @@ func writeJSON(path string, e *env, results []Result) error {
 		Concurrency int       `json:"concurrency"`
 		Time        time.Time `json:"time"`
 		Results     []Result  `json:"results"`
+		// Million holds the million bench's child reports (jetsaga, raw)
+		// with their drain timelines.
+		Million []*millionReport `json:"million,omitempty"`
 	}{runtime.Version(), runtime.GOMAXPROCS(0), e.ncRaw.ConnectedServerVersion(),
-		e.cfg.scale, e.cfg.rounds, e.cfg.conc, e.start.UTC(), results}
+		e.cfg.scale, e.cfg.rounds, e.cfg.conc, e.start.UTC(), results, e.charts.burst}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return err
