@@ -314,7 +314,8 @@ func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, m
 		return nil
 	}
 	out := map[string]bool{}
-	if q.cfg.Replicas > 1 {
+	if part.replicated {
+		// Direct gets are off there (see leaderReads).
 		for _, sched := range scheds {
 			if q.dropCancelled(ctx, part, sched) {
 				out[sched] = true
