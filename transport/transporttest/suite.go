@@ -136,10 +136,20 @@ func reserveQueue(t *testing.T, b *transport.Broker, name string) {
 	// Registered after newBroker's cleanup, so it runs before the broker
 	// closes.
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := b.DeleteQueue(ctx, name); err != nil && !errors.Is(err, transport.ErrClosed) {
-			t.Errorf("DeleteQueue(%q) after the test: %v", name, err)
+		// A cluster may still be electing leaders after a restart test: a
+		// request may time out, and is retried as a user would.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := b.DeleteQueue(ctx, name)
+			cancel()
+			if err == nil || errors.Is(err, transport.ErrClosed) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("DeleteQueue(%q) after the test: %v", name, err)
+				return
+			}
 		}
 	})
 }
