@@ -150,6 +150,7 @@ func reserveQueue(t *testing.T, b *transport.Broker, name string) {
 				t.Errorf("DeleteQueue(%q) after the test: %v", name, err)
 				return
 			}
+			time.Sleep(200 * time.Millisecond) // between retries, not a wait for a condition
 		}
 	})
 }
