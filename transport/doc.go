@@ -165,6 +165,19 @@
 // CancelRecordTTL; a scheduled message no longer stored and without one
 // has activated.
 //
+// On replicated streams (Replicas > 1, or a stream the server replicates)
+// every read goes to the stream's leader: direct gets, which any replica
+// may answer from a state a little behind, are turned off (AllowDirect).
+// Complete and DeadLetter there return once the leader has removed the
+// message (JetStream removes an acknowledged message from a work-queue
+// stream by a raft proposal of its own, after the ack), so Peek, Browse
+// and AcceptNextSession never show a settled message. Receivers with
+// nothing to receive check every few seconds that the queue stream still
+// hears from its source (the schedule stream); after the schedule
+// stream's leader changed, nats-server may retry a failed sourcing with a
+// backoff of tens of seconds, so a source silent for 4 s has the queue
+// stream's leader stepped down, which restarts it at once.
+//
 // MaxBytes on JetStream: Send checks the queue stream's size as read at
 // most 100 ms before plus what this broker sent since, and the queue
 // stream enforces the cap itself; messages accepted while other brokers
