@@ -88,7 +88,8 @@ func connect(ctx context.Context, o opts, rc runConfig) (*env, error) {
 	}
 	if (co.temporalAddress != "" || co.temporalNamespace != "") && rc.engines["temporal"] == nil {
 		return nil, fmt.Errorf("%w: --temporal-address: this jetsaga binary has no Temporal engine "+
-			"(the root module does not depend on the Temporal SDK); use a build that registers one with cli.WithEngine(\"temporal\", ...)", ErrUsage)
+			"(the root module does not depend on the Temporal SDK); install the Temporal build: "+
+			"go install github.com/jetsaga/jetsaga/timeout/temporal/cmd/jetsaga@latest", ErrUsage)
 	}
 	nopts, err := co.natsOptions()
 	if err != nil {
