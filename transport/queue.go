@@ -524,6 +524,7 @@ type queueDriver interface {
 	// locked, waiting until there is one or ctx ends.
 	nextSession(ctx context.Context) (string, error)
 	deadLetter() queueDriver
+	counts(ctx context.Context) (Counts, error)
 }
 
 type sessionDriver interface {
