@@ -1,0 +1,146 @@
+package transport_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/transport/embedded"
+)
+
+// TestTopicStreams checks the JetStream layout of a topic: its streams,
+// interest retention, one consumer per subscription whatever the number
+// of opens, and DeleteTopic removing every stream, the subscriptions'
+// dead-letter queues included.
+func TestTopicStreams(t *testing.T) {
+	_, nc, b := startServer(t, embedded.Options{})
+	ctx := t.Context()
+	js, _ := jetstream.New(nc)
+	cfg := transport.TopicConfig{Name: "orders", Partitions: 2, FilterProperties: []string{"region"}}
+	sub := transport.SubscriptionConfig{Filter: transport.Filter{Subjects: []string{"Paid"}, Properties: map[string]string{"region": "eu"}}}
+	for range 2 {
+		tp, err := b.OpenTopic(ctx, cfg)
+		if err != nil {
+			t.Fatalf("OpenTopic: %v", err)
+		}
+		if _, err := tp.OpenSubscription(ctx, "billing", sub); err != nil {
+			t.Fatalf("OpenSubscription: %v", err)
+		}
+	}
+	var names []string
+	for n := range js.StreamNames(ctx).Name() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	want := []string{"JETSAGA_SD_6_orders_billing", "JETSAGA_TS_orders_0", "JETSAGA_TS_orders_1", "JETSAGA_T_orders_0", "JETSAGA_T_orders_1"}
+	if !slices.Equal(names, want) {
+		t.Errorf("streams = %q, want %q", names, want)
+	}
+	s, err := js.Stream(ctx, "JETSAGA_T_orders_1")
+	if err != nil {
+		t.Fatalf("topic stream: %v", err)
+	}
+	if r := s.CachedInfo().Config.Retention; r != jetstream.InterestPolicy {
+		t.Errorf("topic stream retention %v, want interest", r)
+	}
+	var consumers []string
+	for c := range s.ConsumerNames(ctx).Name() {
+		consumers = append(consumers, c)
+	}
+	if !slices.Equal(consumers, []string{"U-billing"}) {
+		t.Errorf("consumers of the topic stream = %q, want one per subscription", consumers)
+	}
+	c, err := s.Consumer(ctx, "U-billing")
+	if err != nil {
+		t.Fatalf("consumer: %v", err)
+	}
+	// Paid, region eu: "_" + base64url of each.
+	wantFilters := []string{"JETSAGA.T.orders.1.m._UGFpZA._ZXU", "JETSAGA.T.orders.1.s.*._UGFpZA._ZXU"}
+	if got := c.CachedInfo().Config.FilterSubjects; !slices.Equal(got, wantFilters) {
+		t.Errorf("filter subjects %q, want %q", got, wantFilters)
+	}
+	if err := b.DeleteTopic(ctx, "orders"); err != nil {
+		t.Fatalf("DeleteTopic: %v", err)
+	}
+	for n := range js.StreamNames(ctx).Name() {
+		t.Errorf("stream %s left after DeleteTopic", n)
+	}
+}
+
+// TestTopicSubjectTokens checks that hostile types and property values
+// become single subject tokens, never wildcards or separators.
+func TestTopicSubjectTokens(t *testing.T) {
+	_, nc, b := startServer(t, embedded.Options{})
+	ctx := t.Context()
+	js, _ := jetstream.New(nc)
+	tp, err := b.OpenTopic(ctx, transport.TopicConfig{Name: "t", FilterProperties: []string{"a", "b"}})
+	if err != nil {
+		t.Fatalf("OpenTopic: %v", err)
+	}
+	if _, err := tp.OpenSubscription(ctx, "all", transport.SubscriptionConfig{}); err != nil {
+		t.Fatalf("OpenSubscription: %v", err)
+	}
+	m := &transport.Message{Subject: "x.*.>", SessionID: "s >", Properties: map[string]string{"a": strings.Repeat(".", 100)}}
+	if _, err := tp.Send(ctx, m); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	s, err := js.Stream(ctx, "JETSAGA_T_t_0")
+	if err != nil {
+		t.Fatalf("topic stream: %v", err)
+	}
+	// The message reaches the topic stream a moment after Send returns.
+	var raw *jetstream.RawStreamMsg
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for deadline := time.Now().Add(5 * time.Second); raw == nil && time.Now().Before(deadline); <-tick.C {
+		raw, _ = s.GetMsg(ctx, 1)
+	}
+	if raw == nil {
+		t.Fatal("the message never reached the topic stream")
+	}
+	// P.T.t.0.s.<sid>.<type>.<a>.<b>
+	tokens := strings.Split(raw.Subject, ".")
+	if len(tokens) != 9 {
+		t.Fatalf("subject %q has %d tokens, want 9", raw.Subject, len(tokens))
+	}
+	for _, tok := range tokens[5:] {
+		if strings.ContainsAny(tok, "*> ") {
+			t.Errorf("subject %q: token %q holds a wildcard or a space", raw.Subject, tok)
+		}
+	}
+	if !strings.HasPrefix(tokens[7], "~") || tokens[8] != "-" {
+		t.Errorf("subject %q: want a long value hashed (~...) and an absent one as -", raw.Subject)
+	}
+}
+
+// TestCountsConsumer checks the consumer that counts schedules: created
+// by the first Counts, filtered on the schedules, never delivering.
+func TestCountsConsumer(t *testing.T) {
+	_, nc, b := startServer(t, embedded.Options{})
+	ctx := t.Context()
+	js, _ := jetstream.New(nc)
+	q, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "q"})
+	if err != nil {
+		t.Fatalf("OpenQueue: %v", err)
+	}
+	for range 3 {
+		if _, err := q.Schedule(ctx, &transport.Message{Body: []byte("x")}, time.Now().Add(time.Hour)); err != nil {
+			t.Fatalf("Schedule: %v", err)
+		}
+	}
+	if c, err := q.Counts(ctx); err != nil || c.Scheduled != 3 {
+		t.Fatalf("Counts = %+v, %v: want 3 scheduled", c, err)
+	}
+	c, err := js.Consumer(ctx, "JETSAGA_S_q_0", "count-scheduled")
+	if err != nil {
+		t.Fatalf("counting consumer: %v", err)
+	}
+	info := c.CachedInfo()
+	if info.Config.AckPolicy != jetstream.AckNonePolicy || info.Config.FilterSubject != "JETSAGA.S.q.0.*.s" || info.Delivered.Stream != 0 {
+		t.Errorf("counting consumer %+v: want AckNone, filtered on the schedules, nothing delivered", info)
+	}
+}
