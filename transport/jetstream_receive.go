@@ -608,11 +608,13 @@ func (q *jsQueue) freeSession(ctx context.Context, part *jsPartition) (string, e
 // sessionFree reports whether no receiver holds a session: nothing is
 // locked and nobody waits for the next message, or the lock on the one
 // message in flight has expired (the server redelivers it to the next
-// receiver).
+// receiver). A server that restarted no longer knows when it delivered
+// the message in flight: then the session lock alone decides, and the
+// next receiver gets the message when its lock expires.
 func sessionFree(c *jetstream.ConsumerInfo, lock time.Duration) bool {
 	if c.NumAckPending == 0 {
 		return c.NumWaiting == 0
 	}
 	last := c.Delivered.Last
-	return last != nil && time.Since(*last) > lock
+	return last == nil || time.Since(*last) > lock
 }

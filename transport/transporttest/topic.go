@@ -807,16 +807,34 @@ func (s *suite) testRestartTopic(t *testing.T) {
 	tp := openTopic(t, b, transport.TopicConfig{FilterProperties: []string{"k"}, DuplicateWindow: time.Hour})
 	all := openSub(t, tp, "all", transport.SubscriptionConfig{})
 	some := openSub(t, tp, "some", transport.SubscriptionConfig{Filter: transport.Filter{Properties: map[string]string{"k": "1"}}})
+	lock := 2 * time.Second
+	sess := openSub(t, tp, "sess", transport.SubscriptionConfig{RequiresSession: true, LockDuration: lock})
 	const scheduled, active = 10, 10
 	due := time.Now().Add(2 * time.Second)
 	for i := range scheduled {
-		m := &transport.Message{Body: fmt.Appendf(nil, "s-%d", i), MessageID: fmt.Sprint("s-", i), Properties: map[string]string{"k": fmt.Sprint(i % 2)}}
+		m := &transport.Message{Body: fmt.Appendf(nil, "s-%d", i), MessageID: fmt.Sprint("s-", i), SessionID: fmt.Sprint("S", i%3),
+			Properties: map[string]string{"k": fmt.Sprint(i % 2)}}
 		if _, err := tp.Schedule(t.Context(), m, due); err != nil {
 			t.Fatalf("Topic.Schedule: %v", err)
 		}
 	}
 	for i := range active {
-		publish(t, tp, &transport.Message{Body: fmt.Appendf(nil, "a-%d", i), MessageID: fmt.Sprint("a-", i), Properties: map[string]string{"k": fmt.Sprint(i % 2)}})
+		publish(t, tp, &transport.Message{Body: fmt.Appendf(nil, "a-%d", i), MessageID: fmt.Sprint("a-", i), SessionID: fmt.Sprint("S", i%3),
+			Properties: map[string]string{"k": fmt.Sprint(i % 2)}})
+	}
+	// One session's first message is received and completed before the
+	// restart; the rest wait. (The server writes consumer state to disk a
+	// moment after it confirms an acknowledgement, so a SIGKILL may undo
+	// that completion: the message is then delivered again, once, after
+	// its lock expired.)
+	r, err := sess.AcceptSession(withTimeout(t, awaitMargin), "S0")
+	if err != nil {
+		t.Fatalf("AcceptSession(S0): %v", err)
+	}
+	first := receiveSession(t, r, awaitMargin)
+	complete(t, first.Delivery)
+	if err := r.Close(); err != nil {
+		t.Errorf("Close: %v", err)
 	}
 	s.f.Restart(t, true, time.Until(due.Add(-time.Second)))
 	eventually(t, 2*awaitMargin, func() bool {
@@ -853,7 +871,44 @@ func (s *suite) testRestartTopic(t *testing.T) {
 			t.Errorf("%s: seq %#x on some, %#x on all: want the topic's one on both", a.Body, a.Seq, seqs[string(a.Body)])
 		}
 	}
+	// The session subscription gets the rest, each session in order.
+	ctx := withTimeout(t, wait+lock)
+	got := map[string]bool{string(first.Body): true}
+	redelivered := false
+	for len(got) < scheduled+active {
+		r, err := sess.AcceptNextSession(ctx)
+		if err != nil {
+			t.Fatalf("sess: AcceptNextSession after %d of %d messages: %v", len(got), scheduled+active, err)
+		}
+		var prev uint64
+		for {
+			d, err := r.Receive(withTimeout(t, quietMargin))
+			if err != nil {
+				break
+			}
+			if got[string(d.Body)] {
+				if string(d.Body) != string(first.Body) || redelivered {
+					t.Errorf("sess: %s received twice", describe(d.Message))
+				}
+				redelivered = true
+				if d.Seq != first.Seq || d.DeliveryCount < 2 {
+					t.Errorf("sess: %s delivered again (completion lost to the SIGKILL) with DeliveryCount %d, want the same seq %#x and a count above 1",
+						describe(d.Message), d.DeliveryCount, first.Seq)
+				}
+			}
+			got[string(d.Body)] = true
+			if d.Seq != seqs[string(d.Body)] || d.Seq <= prev {
+				t.Errorf("sess: %s after seq %#x: want the topic's seq %#x, ascending", describe(d.Message), prev, seqs[string(d.Body)])
+			}
+			prev = d.Seq
+			complete(t, d)
+		}
+		if err := r.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}
 	expectNoneSub(t, all, quietMargin)
 	expectNoneSub(t, some, quietMargin/5)
+	awaitCounts(t, "session subscription after the restart", sess.Counts, transport.Counts{})
 	awaitCounts(t, "topic after the restart", tp.Counts, transport.Counts{})
 }
