@@ -286,5 +286,10 @@
 // schedules fire about 250 ms after a server restart. Streams whose limits
 // would silently drop pending messages (MaxAge, MaxMsgs,
 // MaxMsgsPerSubject, MaxBytes with DiscardOld) are refused by OpenQueue
-// with [ErrInvalidConfig].
+// with [ErrInvalidConfig]. Delivery is at least once: the server writes a
+// consumer's state (what was delivered and completed) a moment after it
+// confirms a completion, so a crash of the server process right after
+// Complete returned can undo it, and the message is delivered again (with
+// a higher DeliveryCount) once its lock expires; on a session, the
+// session's next messages wait for it.
 package transport
