@@ -191,9 +191,12 @@
 //     sessions) and filters on the client: its cost grows with the topic's
 //     messages in that range, and it may list a message completed out of
 //     order while another subscription still holds it.
-//   - Copies of sent messages are removed from the schedule stream by
-//     receivers (as on a queue): a topic whose subscriptions nobody
-//     receives from keeps them there.
+//   - Copies of sent and activated messages are removed from the schedule
+//     stream by receivers, as on a queue; on a topic, which may have no
+//     receiver at all, they also expire after the longer of
+//     DuplicateWindow and CancelRecordTTL (per-message TTL): a topic
+//     stream unavailable for that long would lose what it had not yet
+//     sourced from the schedule stream.
 //
 // # Counts
 //

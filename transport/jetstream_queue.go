@@ -23,6 +23,7 @@ const (
 	natsSchedule       = "Nats-Schedule"
 	natsScheduleTarget = "Nats-Schedule-Target"
 	natsScheduleNext   = "Nats-Schedule-Next"
+	natsScheduleTTL    = "Nats-Schedule-TTL"
 	natsScheduler      = "Nats-Scheduler"
 	natsTTL            = "Nats-TTL"
 	natsStreamSource   = "Nats-Stream-Source"
@@ -142,6 +143,9 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 	if m.MessageID != "" {
 		guard(msg, part, key)
 	}
+	if q.topic != nil {
+		msg.Header.Set(natsTTL, q.topic.copyTTL) // see jsTopicShape
+	}
 	_, err = q.d.js.PublishMsg(ctx, msg)
 	if isWrongLastSeq(err) {
 		return duplicateOf(ctx, part, key), nil
@@ -211,6 +215,9 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 	msg.Header.Set(natsScheduleTarget, q.copySubject(part, key, m))
 	if m.MessageID != "" {
 		guard(msg, part, key)
+	}
+	if q.topic != nil {
+		msg.Header.Set(natsScheduleTTL, q.topic.copyTTL)
 	}
 	ack, err := q.d.js.PublishMsg(ctx, msg)
 	if isWrongLastSeq(err) {

@@ -36,6 +36,14 @@ import (
 // Session locks of S live on P.TS.T.p.L.~S.<sid>.
 
 type jsTopicShape struct {
+	// copyTTL is the per-message TTL of the copies of sent and activated
+	// messages in the schedule stream: receivers purge them once sourced
+	// (as on a queue), but a topic may have no receiver, or no
+	// subscription at all, and the copies must not pile up then. It is
+	// max(DuplicateWindow, CancelRecordTTL): a copy must outlive its
+	// duplicate window, and a topic stream unavailable for that long
+	// would lose what it had not sourced yet.
+	copyTTL  string
 	props    []string
 	sub      string // the subscription's name, "" on the topic itself
 	cfg      SubscriptionConfig
@@ -49,6 +57,10 @@ func (t *jsTopicShape) suffix(m *Message) string {
 		s = ".s." + subjectToken(m.SessionID) + "."
 	}
 	return s + filterTokens(t.props, m)
+}
+
+func copyTTL(cfg TopicConfig) string {
+	return strconv.FormatInt(int64((max(cfg.DuplicateWindow, cfg.CancelRecordTTL)+time.Second-1)/time.Second), 10) + "s"
 }
 
 // transformTail returns k single-token wildcards for a subject transform's
@@ -149,7 +161,7 @@ func (d *jsDriver) openTopic(ctx context.Context, cfg TopicConfig, qc QueueConfi
 
 func (d *jsDriver) newTopic(cfg TopicConfig, qc QueueConfig) *jsTopic {
 	return &jsTopic{
-		jsQueue: &jsQueue{d: d, cfg: qc, topic: &jsTopicShape{props: cfg.FilterProperties}},
+		jsQueue: &jsQueue{d: d, cfg: qc, topic: &jsTopicShape{props: cfg.FilterProperties, copyTTL: copyTTL(cfg)}},
 		tcfg:    cfg,
 	}
 }

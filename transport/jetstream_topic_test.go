@@ -115,6 +115,19 @@ func TestTopicSubjectTokens(t *testing.T) {
 	if !strings.HasPrefix(tokens[7], "~") || tokens[8] != "-" {
 		t.Errorf("subject %q: want a long value hashed (~...) and an absent one as -", raw.Subject)
 	}
+	// The copy in the schedule stream expires even if no receiver ever
+	// purges it: 7 days, CancelRecordTTL's default.
+	sched, err := js.Stream(ctx, "JETSAGA_TS_t_0")
+	if err != nil {
+		t.Fatalf("schedule stream: %v", err)
+	}
+	cp, err := sched.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatalf("copy: %v", err)
+	}
+	if ttl := cp.Header.Get("Nats-TTL"); ttl != "604800s" {
+		t.Errorf("copy's Nats-TTL %q, want 604800s", ttl)
+	}
 }
 
 // TestCountsConsumer checks the consumer that counts schedules: created
