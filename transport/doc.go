@@ -165,7 +165,8 @@
 // A topic keeps a message as long as a subscription has not completed
 // or dead-lettered it: that is what [Topic.Peek] lists as active, and what
 // Topic.Counts counts. A message that no subscription's filter passes is
-// dropped as it enters (its sequence number stays used).
+// dropped as it enters (its sequence number stays used). Topics have no
+// MaxBytes.
 //
 // On JetStream each topic partition is a schedule stream like a queue's
 // (P_TS_T_p) and a topic stream (P_T_T_p) with interest retention, whose

@@ -265,16 +265,6 @@ func (t *jsTopic) openSubscription(ctx context.Context, name string, cfg Subscri
 	}
 	ctx, cancel := d.apiContext(ctx)
 	defer cancel()
-	if c, err := t.parts[0].queue.Consumer(ctx, subConsumerName(name)); err == nil {
-		var old SubscriptionConfig
-		if json.Unmarshal([]byte(c.CachedInfo().Config.Metadata[metaSubscription]), &old) == nil &&
-			(!old.Filter.equal(cfg.Filter) || old.RequiresSession != cfg.RequiresSession) {
-			return nil, fmt.Errorf("%w: subscription %q of topic %q exists with Filter %+v and RequiresSession %t",
-				ErrInvalidConfig, name, t.tcfg.Name, old.Filter, old.RequiresSession)
-		}
-	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil, d.mapErr(err)
-	}
 	meta, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, err
@@ -298,21 +288,10 @@ func (t *jsTopic) openSubscription(ctx context.Context, name string, cfg Subscri
 			cc.Description = "jetsaga session subscription " + name + ": hands messages over to session consumers"
 			cc.AckWait = handoverAckWait
 			cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-			if old, err := tp.queue.Consumer(ctx, cc.Durable); err == nil {
-				cc.OptStartSeq = old.CachedInfo().Config.OptStartSeq
-			} else if errors.Is(err, jetstream.ErrConsumerNotFound) {
-				info, err := tp.queue.Info(ctx)
-				if err != nil {
-					return nil, d.mapErr(err)
-				}
-				cc.OptStartSeq = info.State.LastSeq + 1
-			} else {
-				return nil, d.mapErr(err)
-			}
 		}
-		c, err := tp.queue.CreateOrUpdateConsumer(ctx, cc)
+		c, err := t.createSubConsumer(ctx, tp, cc, name, cfg)
 		if err != nil {
-			return nil, d.mapErr(err)
+			return nil, err
 		}
 		s.parts = append(s.parts, t.subPartition(tp, name, c))
 	}
@@ -320,6 +299,44 @@ func (t *jsTopic) openSubscription(ctx context.Context, name string, cfg Subscri
 		return nil, err
 	}
 	return s, nil
+}
+
+// createSubConsumer creates the consumer of subscription name on tp, or
+// updates it if it exists with the same Filter and RequiresSession (else
+// ErrInvalidConfig). A session subscription's consumer keeps its start; a
+// new one starts after the topic stream's last message. Processes that
+// open the subscription at once agree: creating fails for all but one,
+// which then find its consumer.
+func (t *jsTopic) createSubConsumer(ctx context.Context, tp *jsPartition, cc jetstream.ConsumerConfig, name string, cfg SubscriptionConfig) (jetstream.Consumer, error) {
+	d := t.d
+	for {
+		old, err := tp.queue.Consumer(ctx, cc.Durable)
+		if err == nil {
+			var oc SubscriptionConfig
+			if json.Unmarshal([]byte(old.CachedInfo().Config.Metadata[metaSubscription]), &oc) == nil &&
+				(!oc.Filter.equal(cfg.Filter) || oc.RequiresSession != cfg.RequiresSession) {
+				return nil, fmt.Errorf("%w: subscription %q of topic %q exists with Filter %+v and RequiresSession %t",
+					ErrInvalidConfig, name, t.tcfg.Name, oc.Filter, oc.RequiresSession)
+			}
+			cc.OptStartSeq = old.CachedInfo().Config.OptStartSeq
+			c, err := tp.queue.UpdateConsumer(ctx, cc)
+			return c, d.mapErr(err)
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, d.mapErr(err)
+		}
+		if cc.DeliverPolicy == jetstream.DeliverByStartSequencePolicy {
+			info, err := tp.queue.Info(ctx)
+			if err != nil {
+				return nil, d.mapErr(err)
+			}
+			cc.OptStartSeq = info.State.LastSeq + 1
+		}
+		c, err := tp.queue.CreateConsumer(ctx, cc)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return c, d.mapErr(err)
+		}
+	}
 }
 
 // subPartition is a subscription's view of topic partition tp: the same

@@ -29,6 +29,71 @@ func (s *suite) testTopic(t *testing.T) {
 	parallel(t, "Duplicate", s.testTopicDuplicate)
 	parallel(t, "Partitions", s.testTopicPartitions)
 	parallel(t, "Browse", s.testTopicBrowse)
+	parallel(t, "ConcurrentOpen", s.testTopicConcurrentOpen)
+}
+
+// testTopicConcurrentOpen opens one subscription from several brokers at
+// once, as services starting together do: all get it, and it is one
+// subscription. Opened at once with different filters, exactly one
+// filter wins and the others are refused.
+func (s *suite) testTopicConcurrentOpen(t *testing.T) {
+	b := s.newBroker(t)
+	tp := openTopic(t, b, transport.TopicConfig{})
+	const opens = 6
+	// Other brokers, if brokers made by newBroker share topics (brokers on
+	// one server do; memory brokers do not).
+	brokers := []*transport.Broker{b}
+	for range 2 {
+		if other := s.newBroker(t); func() error { _, err := other.Topic(t.Context(), tp.Name()); return err }() == nil {
+			brokers = append(brokers, other)
+		}
+	}
+	for _, cfg := range []transport.SubscriptionConfig{{}, {RequiresSession: true}} {
+		name := fmt.Sprintf("same-%t", cfg.RequiresSession)
+		var wg sync.WaitGroup
+		errs := make([]error, opens)
+		for i := range opens {
+			wg.Go(func() {
+				_, errs[i] = brokers[i%len(brokers)].OpenSubscription(t.Context(), tp.Name(), name, cfg)
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("OpenSubscription(%s) #%d at once with the same config: %v", name, i, err)
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, opens)
+	for i := range opens {
+		wg.Go(func() {
+			cfg := transport.SubscriptionConfig{Filter: transport.Filter{Subjects: []string{fmt.Sprint("t", i)}}}
+			_, errs[i] = brokers[i%len(brokers)].OpenSubscription(t.Context(), tp.Name(), "differ", cfg)
+		})
+	}
+	wg.Wait()
+	won := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && won >= 0:
+			t.Errorf("OpenSubscription with filters t%d and t%d at once both succeeded, want one refused", won, i)
+		case err == nil:
+			won = i
+		case !errors.Is(err, transport.ErrInvalidConfig):
+			t.Errorf("OpenSubscription with filter t%d = %v, want nil or %v", i, err, transport.ErrInvalidConfig)
+		}
+	}
+	sub, err := tp.Subscription(t.Context(), "differ")
+	if err != nil || won < 0 || !slices.Equal(sub.Config().Filter.Subjects, []string{fmt.Sprint("t", won)}) {
+		t.Errorf("the subscription opened at once with different filters: %v, %v: want the winner's filter t%d", sub, err, won)
+	}
+	for _, name := range []string{"same-false", "same-true"} {
+		publish(t, tp, &transport.Message{Body: []byte(name), SessionID: "x"})
+	}
+	if got := receiveSub(t, openSub(t, tp, "same-false", transport.SubscriptionConfig{}), 2, awaitMargin); len(got) != 2 {
+		t.Errorf("received %d, want 2", len(got))
+	}
 }
 
 // openTopic deletes any topic left under cfg's name, opens it afresh and
