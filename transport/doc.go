@@ -184,8 +184,9 @@
 //     deleted: a subscription over very many distinct sessions costs a
 //     consumer each. The subscription's own consumer holds each message
 //     until it is handed over to its session's consumer, which session
-//     receivers do every second, and AcceptNextSession and Counts before
-//     they look; AcceptNextSession and Counts list the topic stream's
+//     receivers do every second, and AcceptNextSession and Counts (the
+//     subscription's and the topic's) before they look; until then
+//     Topic.Peek still lists a message a session has completed; AcceptNextSession and Counts list the topic stream's
 //     consumers, so their cost grows with the number of sessions.
 //   - Browse of a subscription reads the topic stream from the
 //     subscription's acknowledgement floor (the oldest open session's, with
@@ -223,7 +224,9 @@
 // the schedules, the other server-side way, takes 300 ms and 826 ms (it
 // returns one entry per schedule). Counts makes one call per partition
 // for each figure; on a session subscription it hands messages over and
-// lists the topic stream's consumers first (see above). A cancelled
+// lists the topic stream's consumers first (see above), and a topic's
+// Counts has each of its session subscriptions hand over first (a few
+// calls per subscription). A cancelled
 // message whose activation landed in the instant of its cancellation (see
 // Cancel above) counts as active until a receiver drops it.
 //

@@ -774,3 +774,32 @@ func (q *jsQueue) freeSubSession(ctx context.Context, part *jsPartition) (string
 	}
 	return "", nil
 }
+
+// counts of a topic: first each session subscription hands its messages
+// over, so that a message completed on a session's consumer no longer
+// counts as held by the topic; then the streams' counts.
+func (t *jsTopic) counts(ctx context.Context) (Counts, error) {
+	names, err := t.subscriptions(ctx)
+	if err != nil {
+		return Counts{}, err
+	}
+	for _, name := range names {
+		sd, cfg, err := t.attachSubscription(ctx, name)
+		if errors.Is(err, ErrTopicNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return Counts{}, err
+		}
+		if !cfg.RequiresSession {
+			continue
+		}
+		s := sd.(*jsSubscription)
+		for _, part := range s.parts {
+			if err := s.handOver(ctx, part); err != nil {
+				return Counts{}, err
+			}
+		}
+	}
+	return t.jsQueue.counts(ctx)
+}

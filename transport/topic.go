@@ -353,7 +353,8 @@ func (t *Topic) Browse(ctx context.Context, from uint64) iter.Seq2[*Message, err
 }
 
 // Counts returns the topic's counts: Active (messages some subscription
-// has not completed) and Scheduled.
+// has not completed) and Scheduled. See Queue.Counts and the package
+// documentation for what it costs.
 func (t *Topic) Counts(ctx context.Context) (Counts, error) { return t.q.Counts(ctx) }
 
 // OpenSubscription creates the subscription name (1–64 characters of

@@ -558,6 +558,10 @@ func (s *suite) testTopicSessions(t *testing.T) {
 	if err != nil || c.Active != 0 {
 		t.Errorf("session subscription counts after completing everything = %+v, %v: want 0 active", c, err)
 	}
+	// Nothing is held by the topic any more.
+	if c, err := tp.Counts(t.Context()); err != nil || c != (transport.Counts{}) {
+		t.Errorf("topic counts after every subscription completed everything = %+v, %v: want zero", c, err)
+	}
 }
 
 func (s *suite) testTopicBrowse(t *testing.T) {
