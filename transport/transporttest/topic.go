@@ -445,6 +445,13 @@ func (s *suite) testTopicLifecycle(t *testing.T) {
 	}
 	late := openSub(t, tp, "late", transport.SubscriptionConfig{})
 	publish(t, tp, &transport.Message{Body: []byte("two"), Subject: "b", Properties: map[string]string{"k": "v"}})
+	eventually(t, awaitMargin, func() bool {
+		ms, err := late.Peek(ctx, 0, 10)
+		return err == nil && len(ms) > 0
+	}, "the second message to show in the late subscription's Peek")
+	if ms, err := late.Peek(ctx, 0, 10); err != nil || len(ms) != 1 || string(ms[0].Body) != "two" {
+		t.Errorf("Peek of a subscription opened after a message = %d messages, %v: want only the later one", len(ms), err)
+	}
 	if got := receiveSub(t, first, 2, awaitMargin); !slices.Equal(bodies(got), []string{"one", "two"}) {
 		t.Errorf("s1 received %q, want one and two", bodies(got))
 	}
