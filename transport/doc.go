@@ -179,15 +179,22 @@
 // filtering and keeps a message exactly until every interested
 // subscription acknowledged it. Its dead-letter queue is the stream
 // P_SD_<len(T)>_T_S. Limits on JetStream:
-//   - A session subscription has a durable consumer per session it ever
-//     saw (MaxAckPending 1, as on a queue), kept until the subscription is
-//     deleted: a subscription over very many distinct sessions costs a
-//     consumer each. The subscription's own consumer holds each message
-//     until it is handed over to its session's consumer, which session
-//     receivers do every second, and AcceptNextSession and Counts (the
-//     subscription's and the topic's) before they look; until then
-//     Topic.Peek still lists a message a session has completed; AcceptNextSession and Counts list the topic stream's
-//     consumers, so their cost grows with the number of sessions.
+//   - A session subscription has a durable consumer per session with
+//     messages (MaxAckPending 1, as on a queue). A receiver that closes its
+//     session with nothing left in it deletes that consumer, after
+//     recording the session's last completed sequence number on the
+//     schedule stream (kept until the subscription is deleted: a few bytes
+//     per session ever seen), so that a session that comes back starts
+//     after it. The consumer of a session whose receiver died stays until
+//     a receiver accepts and closes that session again. The
+//     subscription's own consumer holds each message until it is handed
+//     over to its session's consumer (two or three API calls per session
+//     and batch), which session receivers do every second, and
+//     AcceptNextSession and Counts (the subscription's and the topic's)
+//     before they look; until then Topic.Peek still lists a message a
+//     session has completed. AcceptNextSession and Counts list the topic
+//     stream's consumers, so their cost grows with the number of open
+//     sessions.
 //   - Browse of a subscription reads the topic stream from the
 //     subscription's acknowledgement floor (the oldest open session's, with
 //     sessions) and filters on the client: its cost grows with the topic's

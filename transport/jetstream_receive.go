@@ -363,6 +363,9 @@ func (q *jsQueue) acceptSession(ctx context.Context, id string, p int) (sessionD
 // sessionConsumer returns the durable consumer of session id, creating
 // it on first use in this process.
 func (q *jsQueue) sessionConsumer(ctx context.Context, part *jsPartition, id string) (jetstream.Consumer, error) {
+	if q.topic != nil {
+		return q.subSessionConsumer(ctx, part, id, 0)
+	}
 	cc := q.sessionConsumerConfig(part, id)
 	q.mu.Lock()
 	c, ok := q.sessions[cc.Durable]
@@ -528,6 +531,7 @@ func (s *jsSession) close() error {
 	}
 	ctx, cancel := s.q.d.apiContext(context.Background())
 	defer cancel()
+	s.q.collectSession(ctx, s)
 	err := s.part.sched.DeleteMsg(ctx, s.seq)
 	if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
 		// The server refused: the lock is gone (it expired, and perhaps

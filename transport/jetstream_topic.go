@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -421,6 +422,12 @@ func (t *jsTopic) deleteSubscription(ctx context.Context, name string) error {
 			}
 		}
 	}
+	// Session locks and floors.
+	for _, tp := range t.parts {
+		if err := tp.sched.Purge(ctx, jetstream.WithPurgeSubject(tp.n.sSubj+".L.~"+name+".>")); err != nil {
+			return d.mapErr(err)
+		}
+	}
 	err := d.js.DeleteStream(ctx, d.subDeadLetterNames(t.tcfg.Name, name).queue)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil
@@ -637,9 +644,9 @@ func (q *jsQueue) scheduled(ctx context.Context, part *jsPartition) (int64, erro
 // Sessions of a subscription. Each session has a durable consumer on the
 // topic stream ("S-<sub>-<hash of the session>"), filtered on the
 // session's subjects and the subscription's filter, with MaxAckPending 1,
-// as on a queue. It starts where the subscription started, so it sees
-// every message of its session the subscription got; and it is never
-// deleted before the subscription, so it never sees one twice.
+// as on a queue. It starts where the subscription started, or after the
+// session's floor (see below), so it sees every message of its session
+// that the subscription got and has not completed, and none twice.
 //
 // The topic stream keeps a message only while some consumer is
 // interested, and a session's consumer exists only once the session was
@@ -648,6 +655,17 @@ func (q *jsQueue) scheduled(ctx context.Context, part *jsPartition) (int64, erro
 // consumer exists (which from then on holds it) and only then
 // acknowledges it. Session receivers hand over now and then (at most
 // every handoverEvery), AcceptNextSession and Counts before they look.
+//
+// A session receiver that closes with nothing left in its session
+// collects the session's consumer (collectSession): it marks its session
+// lock "gc", so that hand-overs leave the session alone; checks again
+// that nothing is pending; records the session's floor (the last stream
+// sequence the consumer delivered, all of them completed) on
+// <lock subject>.F; and deletes the consumer. A message that enters
+// meanwhile either is pending before the check (and the consumer stays),
+// or is handed over only once the mark is gone, to a new consumer that
+// starts after the floor. A hand-over of a message at or below the floor
+// (completed before its consumer was collected) just acknowledges it.
 
 // handoverAckWait is how long a message read by a hand-over that died
 // waits before another hand-over reads it again.
@@ -715,10 +733,27 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 			return q.d.mapErr(err)
 		}
 		msgs, _ := q.drain(ctx, b)
+		// Per session, within this batch (whose messages all entered
+		// before the checks): whether it is being collected.
+		collecting := make(map[string]bool)
 		for _, msg := range msgs {
 			var m Message
 			decodeHeader(msg.Headers(), &m)
-			if _, err := q.sessionConsumer(ctx, part, m.SessionID); err != nil {
+			md, err := msg.Metadata()
+			if err != nil {
+				return fmt.Errorf("transport: hand-over: %w", err)
+			}
+			c, seen := collecting[m.SessionID]
+			if !seen {
+				if c, err = q.sessionCollecting(ctx, part, m.SessionID); err != nil {
+					return err
+				}
+				collecting[m.SessionID] = c
+			}
+			if c {
+				continue // redelivered to a later hand-over
+			}
+			if _, err := q.subSessionConsumer(ctx, part, m.SessionID, md.Sequence.Stream); err != nil {
 				return err
 			}
 			if err := msg.Ack(); err != nil {
@@ -729,6 +764,118 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 			return nil
 		}
 	}
+}
+
+// gcMark is the body of a session lock held by collectSession.
+var gcMark = []byte("gc")
+
+// sessionCollecting reports whether a receiver is collecting the consumer
+// of session id (its lock holds gcMark).
+func (q *jsQueue) sessionCollecting(ctx context.Context, part *jsPartition, id string) (bool, error) {
+	raw, err := part.sched.GetLastMsgForSubject(ctx, sessionLockSubject(part, id))
+	if isNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, q.d.mapErr(err)
+	}
+	return string(raw.Data) == string(gcMark), nil
+}
+
+func sessionFloorSubject(part *jsPartition, id string) string {
+	return sessionLockSubject(part, id) + ".F"
+}
+
+// sessionFloor returns the floor recorded when session id's consumer was
+// last collected, 0 if never.
+func (q *jsQueue) sessionFloor(ctx context.Context, part *jsPartition, id string) (uint64, error) {
+	raw, err := part.sched.GetLastMsgForSubject(ctx, sessionFloorSubject(part, id))
+	if isNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, q.d.mapErr(err)
+	}
+	f, err := strconv.ParseUint(string(raw.Data), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("transport: session floor %q: %w", raw.Data, err)
+	}
+	return f, nil
+}
+
+// subSessionConsumer returns the consumer of session id of a
+// subscription, creating it if it does not exist, starting after the
+// session's floor. For the hand-over of the message at stream sequence
+// seq (seq > 0) it creates none if seq is at or below the floor (that
+// message was completed) and returns nil. It never trusts a cached
+// consumer: another process may have collected it.
+func (q *jsQueue) subSessionConsumer(ctx context.Context, part *jsPartition, id string, seq uint64) (jetstream.Consumer, error) {
+	cc := q.sessionConsumerConfig(part, id)
+	ctx, cancel := q.d.apiContext(ctx)
+	defer cancel()
+	for {
+		c, err := part.queue.Consumer(ctx, cc.Durable)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, q.d.mapErr(err)
+		}
+		floor, err := q.sessionFloor(ctx, part, id)
+		if err != nil {
+			return nil, err
+		}
+		if seq != 0 && seq <= floor {
+			return nil, nil
+		}
+		cc.OptStartSeq = max(cc.OptStartSeq, floor+1)
+		c, err = part.queue.CreateConsumer(ctx, cc)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return c, q.d.mapErr(err)
+		}
+	}
+}
+
+// collectSession deletes the consumer of the session s holds if nothing
+// is pending on it, recording the session's floor first (see above).
+// Called by close, with s.mu held; failures leave the consumer in place.
+func (q *jsQueue) collectSession(ctx context.Context, s *jsSession) {
+	if q.topic == nil || q.topic.sub == "" || s.c == nil {
+		return
+	}
+	idle := func() (*jetstream.ConsumerInfo, bool) {
+		ci, err := s.c.Info(ctx)
+		return ci, err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
+	}
+	if _, ok := idle(); !ok {
+		return
+	}
+	mark := &nats.Msg{Subject: s.lockSubj, Data: gcMark, Header: nats.Header{
+		natsTTL:                             {q.lockTTL().String()},
+		"Nats-Rollup":                       {"sub"},
+		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(s.seq, 10)},
+	}}
+	ack, err := q.d.js.PublishMsg(ctx, mark)
+	if err != nil {
+		return // the lock is lost, or the server unreachable
+	}
+	s.seq = ack.Sequence
+	ci, ok := idle()
+	if !ok {
+		return
+	}
+	floor := &nats.Msg{Subject: sessionFloorSubject(s.part, s.id), Data: strconv.AppendUint(nil, ci.Delivered.Stream, 10),
+		Header: nats.Header{"Nats-Rollup": {"sub"}}}
+	if _, err := q.d.js.PublishMsg(ctx, floor); err != nil {
+		return
+	}
+	if err := s.part.queue.DeleteConsumer(ctx, ci.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: deleting an idle session consumer failed", slogErr(err), slogQueue(q.cfg.Name))
+		return
+	}
+	q.mu.Lock()
+	delete(q.sessions, ci.Name)
+	q.mu.Unlock()
 }
 
 // sessionConsumers lists the consumers of the subscription's sessions on

@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -71,16 +72,26 @@ func TestTopicStreams(t *testing.T) {
 	}
 }
 
-// TestTopicSubjectTokens checks that hostile types and property values
-// become single subject tokens, never wildcards or separators.
-func TestTopicSubjectTokens(t *testing.T) {
+// topicServer starts a server and opens the topic cfg on it.
+func topicServer(t *testing.T, cfg transport.TopicConfig) (jetstream.JetStream, *transport.Topic) {
+	t.Helper()
 	_, nc, b := startServer(t, embedded.Options{})
-	ctx := t.Context()
-	js, _ := jetstream.New(nc)
-	tp, err := b.OpenTopic(ctx, transport.TopicConfig{Name: "t", FilterProperties: []string{"a", "b"}})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream.New: %v", err)
+	}
+	tp, err := b.OpenTopic(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("OpenTopic: %v", err)
 	}
+	return js, tp
+}
+
+// TestTopicSubjectTokens checks that hostile types and property values
+// become single subject tokens, never wildcards or separators.
+func TestTopicSubjectTokens(t *testing.T) {
+	ctx := t.Context()
+	js, tp := topicServer(t, transport.TopicConfig{Name: "t", FilterProperties: []string{"a", "b"}})
 	if _, err := tp.OpenSubscription(ctx, "all", transport.SubscriptionConfig{}); err != nil {
 		t.Fatalf("OpenSubscription: %v", err)
 	}
@@ -155,5 +166,59 @@ func TestCountsConsumer(t *testing.T) {
 	info := c.CachedInfo()
 	if info.Config.AckPolicy != jetstream.AckNonePolicy || info.Config.FilterSubject != "JETSAGA.S.q.0.*.s" || info.Delivered.Stream != 0 {
 		t.Errorf("counting consumer %+v: want AckNone, filtered on the schedules, nothing delivered", info)
+	}
+}
+
+// TestSessionConsumersCollected checks that a session subscription does
+// not keep a consumer per session: a receiver that closes with its
+// session empty deletes the session's consumer.
+func TestSessionConsumersCollected(t *testing.T) {
+	ctx := t.Context()
+	js, tp := topicServer(t, transport.TopicConfig{Name: "t"})
+	sub, err := tp.OpenSubscription(ctx, "x", transport.SubscriptionConfig{RequiresSession: true})
+	if err != nil {
+		t.Fatalf("OpenSubscription: %v", err)
+	}
+	const sessions = 5
+	for i := range sessions {
+		if _, err := tp.Send(ctx, &transport.Message{Body: []byte("m"), SessionID: string(rune('a' + i))}); err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+	}
+	s, err := js.Stream(ctx, "JETSAGA_T_t_0")
+	if err != nil {
+		t.Fatalf("topic stream: %v", err)
+	}
+	consumers := func() []string {
+		var out []string
+		for c := range s.ConsumerNames(ctx).Name() {
+			out = append(out, c)
+		}
+		return out
+	}
+	for range sessions {
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := sub.AcceptNextSession(wctx)
+		if err != nil {
+			cancel()
+			t.Fatalf("AcceptNextSession: %v", err)
+		}
+		d, err := r.Receive(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("Receive: %v", err)
+		}
+		if err := d.Complete(ctx); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+		if n := len(consumers()); n < 2 {
+			t.Errorf("consumers while a session is open: %d, want the subscription's and the session's", n)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	if got := consumers(); !slices.Equal(got, []string{"U-x"}) {
+		t.Errorf("consumers after every session closed empty = %q, want only the subscription's", got)
 	}
 }

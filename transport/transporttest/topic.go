@@ -30,6 +30,50 @@ func (s *suite) testTopic(t *testing.T) {
 	parallel(t, "Partitions", s.testTopicPartitions)
 	parallel(t, "Browse", s.testTopicBrowse)
 	parallel(t, "ConcurrentOpen", s.testTopicConcurrentOpen)
+	parallel(t, "SessionAgain", s.testTopicSessionAgain)
+}
+
+// testTopicSessionAgain checks a session that comes back after all its
+// messages were completed and its receiver closed, while another
+// subscription still holds the old messages: only the new ones are
+// delivered, once, through AcceptSession and AcceptNextSession alike.
+func (s *suite) testTopicSessionAgain(t *testing.T) {
+	b := s.newBroker(t)
+	tp := openTopic(t, b, transport.TopicConfig{})
+	x := openSub(t, tp, "x", transport.SubscriptionConfig{RequiresSession: true})
+	openSub(t, tp, "holder", transport.SubscriptionConfig{}) // never received from
+	round := func(r int, accept func() (*transport.SessionReceiver, error)) {
+		t.Helper()
+		for i := range 3 {
+			publish(t, tp, &transport.Message{Body: fmt.Appendf(nil, "r%d-%d", r, i), SessionID: "S"})
+		}
+		rcv, err := accept()
+		if err != nil {
+			t.Fatalf("round %d: accept: %v", r, err)
+		}
+		for i := range 3 {
+			a := receiveSession(t, rcv, awaitMargin)
+			if want := fmt.Sprintf("r%d-%d", r, i); string(a.Body) != want {
+				t.Errorf("round %d: received %s, want %s (only the new messages, in order)", r, describe(a.Message), want)
+			}
+			complete(t, a.Delivery)
+		}
+		if d, err := rcv.Receive(withTimeout(t, quietMargin)); err == nil {
+			t.Errorf("round %d: unexpected %s", r, describe(d.Message))
+		}
+		if err := rcv.Close(); err != nil {
+			t.Errorf("round %d: Close: %v", r, err)
+		}
+	}
+	for r := range 4 {
+		if r%2 == 0 {
+			round(r, func() (*transport.SessionReceiver, error) { return x.AcceptSession(withTimeout(t, awaitMargin), "S") })
+		} else {
+			round(r, func() (*transport.SessionReceiver, error) { return x.AcceptNextSession(withTimeout(t, awaitMargin)) })
+		}
+	}
+	awaitCounts(t, "session subscription", x.Counts, transport.Counts{})
+	awaitCounts(t, "topic (the holder keeps every message)", tp.Counts, transport.Counts{Active: 12})
 }
 
 // testTopicConcurrentOpen opens one subscription from several brokers at
