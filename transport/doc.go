@@ -226,10 +226,10 @@
 // ("count-scheduled", created by the first Counts) filtered on the
 // schedule stream's schedules and never pulled, which the server keeps up
 // to date. Measured with 100,000 schedules pending (go run
-// ./cmd/jetsaga-bench -only counts, 2 cores): Queue.Counts takes 0.9 ms at
-// the median and 3.1 ms at p99, where StreamInfo with a subject filter on
-// the schedules, the other server-side way, takes 300 ms and 826 ms (it
-// returns one entry per schedule). Counts makes one call per partition
+// ./cmd/jetsaga-bench -only counts, 2 cores, two runs): Queue.Counts
+// takes 0.9–1.2 ms at the median and 1.6–3.1 ms at p99, where StreamInfo
+// with a subject filter on the schedules, the other server-side way,
+// takes 300–306 ms and 0.7–0.8 s (it returns one entry per schedule). Counts makes one call per partition
 // for each figure; on a session subscription it hands messages over and
 // lists the topic stream's consumers first (see above), and a topic's
 // Counts has each of its session subscriptions hand over first (a few
