@@ -135,7 +135,8 @@
 // Filter or RequiresSession is refused with [ErrInvalidConfig] (delete the
 // subscription and open it again), LockDuration and MaxDeliveryCount are
 // updated. A subscription gets each message that enters the topic after
-// OpenSubscription returned and passes its [Filter], once, with the
+// OpenSubscription returned (perhaps also one that entered while it ran)
+// and passes its [Filter], once, with the
 // topic's sequence number and EnqueuedAt: a scheduled message enters when
 // it activates, and reaches every matching subscription once. A message
 // sent a moment before OpenSubscription returned may reach it too on

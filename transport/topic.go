@@ -366,7 +366,9 @@ func (t *Topic) Counts(ctx context.Context) (Counts, error) { return t.q.Counts(
 //
 // A new subscription gets every message that enters the topic after
 // OpenSubscription returns (a scheduled message enters when it
-// activates), none from before.
+// activates), perhaps some that entered while it ran, and none that
+// entered before it was called. On JetStream a sent message enters the
+// topic a moment after Send returns.
 func (t *Topic) OpenSubscription(ctx context.Context, name string, cfg SubscriptionConfig) (*Subscription, error) {
 	cfg, qc, err := cfg.withDefaults(t.cfg, name)
 	if err != nil {
