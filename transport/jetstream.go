@@ -463,7 +463,7 @@ type jsPartition struct {
 	sizeRead time.Time
 
 	// The consumer whose pending count is the number of schedules (see
-	// schedCounter).
+	// jsQueue.scheduled).
 	countMu sync.Mutex
 	counter jetstream.Consumer
 }

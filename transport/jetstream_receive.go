@@ -361,7 +361,8 @@ func (q *jsQueue) acceptSession(ctx context.Context, id string, p int) (sessionD
 }
 
 // sessionConsumer returns the durable consumer of session id, creating
-// it on first use in this process.
+// it on first use in this process (on a subscription, see
+// subSessionConsumer).
 func (q *jsQueue) sessionConsumer(ctx context.Context, part *jsPartition, id string) (jetstream.Consumer, error) {
 	if q.topic != nil {
 		return q.subSessionConsumer(ctx, part, id, 0)

@@ -34,7 +34,8 @@ import (
 // FilterSubjects are its filter's patterns, delivering new messages only:
 // the topic stream keeps a message while some subscription's consumer
 // has not acknowledged it, and drops at once one that no filter passes.
-// Session locks of S live on P.TS.T.p.L.~S.<sid>.
+// Session locks of S live on P.TS.T.p.L.~S.<sid>, session floors on
+// P.TS.T.p.L.~S.<sid>.F (see collectSession).
 
 type jsTopicShape struct {
 	// copyTTL is the per-message TTL of the copies of sent and activated
