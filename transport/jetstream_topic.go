@@ -735,8 +735,12 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 		}
 		msgs, _ := q.drain(ctx, b)
 		// Per session, within this batch (whose messages all entered
-		// before the checks): whether it is being collected.
+		// before the checks): whether it is being collected, and whether
+		// its consumer was seen. A collection that starts after the check
+		// finds the batch's messages pending, unless they are completed,
+		// and then it does not matter who acknowledges them here.
 		collecting := make(map[string]bool)
+		ensured := make(map[string]bool)
 		for _, msg := range msgs {
 			var m Message
 			decodeHeader(msg.Headers(), &m)
@@ -754,8 +758,12 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 			if c {
 				continue // redelivered to a later hand-over
 			}
-			if _, err := q.subSessionConsumer(ctx, part, m.SessionID, md.Sequence.Stream); err != nil {
-				return err
+			if !ensured[m.SessionID] {
+				c, err := q.subSessionConsumer(ctx, part, m.SessionID, md.Sequence.Stream)
+				if err != nil {
+					return err
+				}
+				ensured[m.SessionID] = c != nil
 			}
 			if err := msg.Ack(); err != nil {
 				return q.d.mapErr(err)

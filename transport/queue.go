@@ -16,6 +16,7 @@ import (
 type Broker struct {
 	d      driver
 	queues sync.Map // name → *Queue, as last opened or attached
+	topics sync.Map // name → *Topic, likewise
 }
 
 // OpenQueue creates the queue cfg describes, or updates it to cfg if it

@@ -241,7 +241,7 @@ type topicDriver interface {
 	subscriptions(ctx context.Context) ([]string, error)
 }
 
-func (b *Broker) topics() topicBackend { return b.d.(topicBackend) }
+func (b *Broker) topicBackend() topicBackend { return b.d.(topicBackend) }
 
 // OpenTopic creates the topic cfg describes, or updates it to cfg if it
 // exists; it is idempotent. It returns ErrInvalidQueueName or
@@ -252,20 +252,26 @@ func (b *Broker) OpenTopic(ctx context.Context, cfg TopicConfig) (*Topic, error)
 	if err != nil {
 		return nil, err
 	}
-	td, err := b.topics().openTopic(ctx, cfg, qc)
+	td, err := b.topicBackend().openTopic(ctx, cfg, qc)
 	if err != nil {
 		return nil, err
 	}
-	return &Topic{cfg: cfg, q: &Queue{cfg: qc, d: td, b: b}, d: td}, nil
+	t := &Topic{cfg: cfg, q: &Queue{cfg: qc, d: td, b: b}, d: td}
+	b.topics.Store(cfg.Name, t)
+	return t, nil
 }
 
 // Topic returns the topic named name as it exists, without changing its
-// configuration, or ErrTopicNotFound.
+// configuration, or ErrTopicNotFound. The broker remembers the topics it
+// opened or attached, so repeated calls are cheap.
 func (b *Broker) Topic(ctx context.Context, name string) (*Topic, error) {
+	if t, ok := b.topics.Load(name); ok {
+		return t.(*Topic), nil
+	}
 	if err := ValidateQueueName(name); err != nil {
 		return nil, err
 	}
-	td, cfg, err := b.topics().attachTopic(ctx, name)
+	td, cfg, err := b.topicBackend().attachTopic(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -273,7 +279,8 @@ func (b *Broker) Topic(ctx context.Context, name string) (*Topic, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Topic{cfg: cfg, q: &Queue{cfg: qc, d: td, b: b}, d: td}, nil
+	t, _ := b.topics.LoadOrStore(name, &Topic{cfg: cfg, q: &Queue{cfg: qc, d: td, b: b}, d: td})
+	return t.(*Topic), nil
 }
 
 // DeleteTopic removes a topic, its subscriptions, their dead-letter
@@ -283,7 +290,8 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	if err := ValidateQueueName(name); err != nil {
 		return err
 	}
-	return b.topics().deleteTopic(ctx, name)
+	b.topics.Delete(name)
+	return b.topicBackend().deleteTopic(ctx, name)
 }
 
 // OpenSubscription opens the subscription name of the topic named topic
