@@ -375,16 +375,22 @@ func (s *suite) testTopicDeadLetter(t *testing.T) {
 	publish(t, tp, &transport.Message{Body: []byte("bad")})
 	// x: "poison" is abandoned until MaxDeliveryCount, "bad" dead-lettered
 	// by hand; y completes both.
-	for range 2 {
-		ds, err := x.Receive(withTimeout(t, awaitMargin), 2)
+	ctx := withTimeout(t, awaitMargin)
+	for poisoned, bad := 0, false; poisoned < 2 || !bad; {
+		ds, err := x.Receive(ctx, 2)
 		if err != nil {
-			t.Fatalf("x.Receive: %v", err)
+			t.Fatalf("x.Receive (poison delivered %d times, bad %t): %v", poisoned, bad, err)
 		}
 		for _, d := range ds {
 			var err error
-			if string(d.Body) == "bad" {
+			switch string(d.Body) {
+			case "bad":
+				bad = true
 				err = d.DeadLetter(t.Context(), "Invalid", "a bad message")
-			} else {
+			case "poison":
+				if poisoned++; d.DeliveryCount != poisoned {
+					t.Errorf("poison: DeliveryCount %d, want %d", d.DeliveryCount, poisoned)
+				}
 				err = d.Abandon(t.Context())
 			}
 			if err != nil {
