@@ -186,8 +186,8 @@
 //     recording the session's last completed sequence number on the
 //     schedule stream (kept until the subscription is deleted: a few bytes
 //     per session ever seen), so that a session that comes back starts
-//     after it. The consumer of a session whose receiver died stays until
-//     a receiver accepts and closes that session again. The
+//     after it. The consumer of a session whose receiver died is collected
+//     by the next AcceptNextSession that finds it idle and unlocked. The
 //     subscription's own consumer holds each message until it is handed
 //     over to its session's consumer (two or three API calls per session
 //     and batch), which session receivers do every second, and

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
 // Topics on JetStream. With prefix P, topic T and partition p:
@@ -658,7 +659,9 @@ func (q *jsQueue) scheduled(ctx context.Context, part *jsPartition) (int64, erro
 // every handoverEvery), AcceptNextSession and Counts before they look.
 //
 // A session receiver that closes with nothing left in its session
-// collects the session's consumer (collectSession): it marks its session
+// collects the session's consumer (collectSession), and so does
+// AcceptNextSession for an idle session no receiver holds
+// (collectAbandoned): it marks its session
 // lock "gc", so that hand-overs leave the session alone; checks again
 // that nothing is pending; records the session's floor (the last stream
 // sequence the consumer delivered, all of them completed) on
@@ -845,6 +848,22 @@ func (q *jsQueue) subSessionConsumer(ctx context.Context, part *jsPartition, id 
 	}
 }
 
+// collectAbandoned collects the consumer of a session that has nothing
+// pending, if no receiver holds the session: its last receiver died, or
+// closed while a message was on its way. It takes the session lock as a
+// receiver would, and closes it.
+func (q *jsQueue) collectAbandoned(ctx context.Context, part *jsPartition, ci *jetstream.ConsumerInfo) {
+	id := ci.Config.Metadata[metaSessionID]
+	s := &jsSession{q: q, part: part, id: id, lockSubj: sessionLockSubject(part, id), holder: []byte(nuid.Next())}
+	if s.lock(ctx) != nil {
+		return // held, or the server unreachable
+	}
+	if c, err := part.queue.Consumer(ctx, ci.Name); err == nil {
+		s.c = c
+	}
+	_ = s.close()
+}
+
 // collectSession deletes the consumer of the session s holds if nothing
 // is pending on it, recording the session's floor first (see above).
 // Called by close, with s.mu held; failures leave the consumer in place.
@@ -916,6 +935,7 @@ func (q *jsQueue) freeSubSession(ctx context.Context, part *jsPartition) (string
 	rand.Shuffle(len(cis), func(i, j int) { cis[i], cis[j] = cis[j], cis[i] })
 	for _, ci := range cis {
 		if ci.NumPending == 0 && ci.NumAckPending == 0 {
+			q.collectAbandoned(ctx, part, ci)
 			continue
 		}
 		id := ci.Config.Metadata[metaSessionID]

@@ -2,6 +2,7 @@ package transport_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -220,5 +221,55 @@ func TestSessionConsumersCollected(t *testing.T) {
 	}
 	if got := consumers(); !slices.Equal(got, []string{"U-x"}) {
 		t.Errorf("consumers after every session closed empty = %q, want only the subscription's", got)
+	}
+}
+
+// TestAbandonedSessionConsumerCollected checks that the consumer of a
+// session whose receiver died (it never closed) goes too: the next
+// AcceptNextSession that finds it idle and unlocked collects it.
+func TestAbandonedSessionConsumerCollected(t *testing.T) {
+	ctx := t.Context()
+	js, tp := topicServer(t, transport.TopicConfig{Name: "t"})
+	sub, err := tp.OpenSubscription(ctx, "x", transport.SubscriptionConfig{RequiresSession: true, LockDuration: time.Second})
+	if err != nil {
+		t.Fatalf("OpenSubscription: %v", err)
+	}
+	if _, err := tp.Send(ctx, &transport.Message{Body: []byte("m"), SessionID: "s"}); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	r, err := sub.AcceptSession(ctx, "s")
+	if err != nil {
+		t.Fatalf("AcceptSession: %v", err)
+	}
+	d, err := r.Receive(ctx)
+	if err != nil {
+		t.Fatalf("Receive: %v", err)
+	}
+	if err := d.Complete(ctx); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	// r is dropped without Close, as by a receiver that died.
+	s, err := js.Stream(ctx, "JETSAGA_T_t_0")
+	if err != nil {
+		t.Fatalf("topic stream: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := sub.AcceptNextSession(wctx)
+		cancel()
+		if !errors.Is(err, transport.ErrNoSession) {
+			t.Fatalf("AcceptNextSession with no message = %v, want ErrNoSession", err)
+		}
+		var names []string
+		for c := range s.ConsumerNames(ctx).Name() {
+			names = append(names, c)
+		}
+		if slices.Equal(names, []string{"U-x"}) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("consumers 10s after the receiver died = %q, want only the subscription's", names)
+		}
 	}
 }
