@@ -130,18 +130,17 @@
 // server restarts. Topics and queues have separate name spaces.
 //
 // [Topic.OpenSubscription] (or [Broker.OpenSubscription], for a service
-// that only subscribes) opens a named [Subscription], idempotently: the
-// same Filter and RequiresSession return the same subscription, another
-// Filter or RequiresSession is refused with [ErrInvalidConfig] (delete the
-// subscription and open it again), LockDuration and MaxDeliveryCount are
-// updated. A subscription gets each message that enters the topic after
-// OpenSubscription returned (perhaps also one that entered while it ran)
-// and passes its [Filter], once, with the
-// topic's sequence number and EnqueuedAt: a scheduled message enters when
-// it activates, and reaches every matching subscription once. A message
-// sent a moment before OpenSubscription returned may reach it too on
-// JetStream, where a sent message enters the topic a moment after Send
-// returns. Subscriptions survive restarts; deleting one
+// that only subscribes) opens a named [Subscription] (1–64 characters of
+// [A-Za-z0-9_-]), idempotently: the same Filter and RequiresSession return
+// the same subscription, another Filter or RequiresSession is refused with
+// [ErrInvalidConfig] (delete the subscription and open it again),
+// LockDuration and MaxDeliveryCount are updated. A subscription gets,
+// once, each message that passes its [Filter] and enters the topic after
+// OpenSubscription returned (perhaps also one that entered while it ran),
+// with the topic's sequence number and EnqueuedAt. A scheduled message
+// enters when it activates, and reaches every matching subscription once;
+// on JetStream a sent message enters a moment after Send returns.
+// Subscriptions survive restarts; deleting one
 // ([Topic.DeleteSubscription]) loses nothing for the others.
 //
 // A Filter is a Service Bus correlation filter: the message's Subject
@@ -223,20 +222,20 @@
 //
 // On JetStream no message is scanned: Active and DeadLettered are stream
 // message counts, a subscription's Active and Pending its consumers'
-// pending counts, and Scheduled the pending count of a consumer
-// ("count-scheduled", created by the first Counts) filtered on the
-// schedule stream's schedules and never pulled, which the server keeps up
-// to date. Measured with 100,000 schedules pending (go run
-// ./cmd/jetsaga-bench -only counts, 2 cores, two runs): Queue.Counts
-// takes 0.9–1.2 ms at the median and 1.6–3.1 ms at p99, where StreamInfo
-// with a subject filter on the schedules, the other server-side way,
-// takes 300–306 ms and 0.7–0.8 s (it returns one entry per schedule). Counts makes one call per partition
+// pending counts, and Scheduled the pending count of a consumer ("count-
+// scheduled", created by the first Counts) filtered on the schedule
+// stream's schedules and never pulled, which the server keeps up to date.
+// Measured with 100,000 schedules pending (go run ./cmd/jetsaga-bench
+// -only counts, 2 cores, two runs): Queue.Counts takes 0.9–1.2 ms at the
+// median and 1.6–3.1 ms at p99, where StreamInfo with a subject filter on
+// the schedules, the other server-side way, takes 300–306 ms and 0.7–0.8 s
+// (it returns one entry per schedule). Counts makes one call per partition
 // for each figure; on a session subscription it hands messages over and
 // lists the topic stream's consumers first (see above), and a topic's
 // Counts has each of its session subscriptions hand over first (a few
-// calls per subscription). A cancelled
-// message whose activation landed in the instant of its cancellation (see
-// Cancel above) counts as active until a receiver drops it.
+// calls per subscription). A cancelled message whose activation landed in
+// the instant of its cancellation (see Cancel above) counts as active
+// until a receiver drops it.
 //
 // # Input checks
 //
