@@ -118,6 +118,125 @@
 // run at about 0.7 of raw nats.go publishing on a 2-core machine; see
 // the README's benchmarks.
 //
+// # Topics and subscriptions
+//
+// [Broker.OpenTopic] opens a topic (idempotent; [Broker.Topic] attaches
+// to an existing one, [Broker.DeleteTopic] removes it with everything in
+// it). A [Topic] is sent to, scheduled on, cancelled on, peeked and
+// browsed exactly like a queue, with the same promises: sequence numbers
+// and EnqueuedAt are the topic's (gap-free per partition, partition id in
+// the top 16 bits), scheduled messages have their own numbers, Cancel is
+// definite, and duplicate detection by MessageID is the queue's, across
+// server restarts. Topics and queues have separate name spaces.
+//
+// [Topic.OpenSubscription] (or [Broker.OpenSubscription], for a service
+// that only subscribes) opens a named [Subscription] (1–64 characters of
+// [A-Za-z0-9_-]), idempotently: the same Filter and RequiresSession return
+// the same subscription, another Filter or RequiresSession is refused with
+// [ErrInvalidConfig] (delete the subscription and open it again),
+// LockDuration and MaxDeliveryCount are updated. A subscription gets,
+// once, each message that passes its [Filter] and enters the topic after
+// OpenSubscription returned (perhaps also one that entered while it ran),
+// with the topic's sequence number and EnqueuedAt. A scheduled message
+// enters when it activates, and reaches every matching subscription once;
+// on JetStream a sent message enters a moment after Send returns.
+// Subscriptions survive restarts; deleting one
+// ([Topic.DeleteSubscription]) loses nothing for the others.
+//
+// A Filter is a Service Bus correlation filter: the message's Subject
+// (its type) must be one of Filter.Subjects (any if empty; at most 16),
+// and each of Filter.Properties must be present on the message with
+// exactly that value. Only the properties the topic declares in
+// TopicConfig.FilterProperties (at most 8) can be filtered on; a filter
+// on another is refused with [ErrFilterNotDeclared]. There are no SQL
+// filters and no actions. Values are compared exactly, whatever they
+// hold ('.', '*', '>', spaces, an empty string).
+//
+// A subscription is received from like a queue: peek-lock, Abandon,
+// DeliveryCount, MaxDeliveryCount, RenewLock, and its own dead-letter
+// queue named "<topic>/Subscriptions/<name>/$DeadLetterQueue", whose
+// messages carry DeadLetterSource "<topic>/Subscriptions/<name>". A
+// subscription with RequiresSession gets only the messages that have a
+// SessionID, received through AcceptSession and AcceptNextSession with
+// the exclusive session locks of queues; one without gets every matching
+// message, with or without a SessionID. [Subscription.Browse] lists its
+// active messages (waiting or locked).
+//
+// A topic keeps a message as long as a subscription has not completed
+// or dead-lettered it: that is what [Topic.Peek] lists as active, and what
+// Topic.Counts counts. A message that no subscription's filter passes is
+// dropped as it enters (its sequence number stays used). Topics have no
+// MaxBytes.
+//
+// On JetStream each topic partition is a schedule stream like a queue's
+// (P_TS_T_p) and a topic stream (P_T_T_p) with interest retention, whose
+// subjects carry the message's type and the values of the declared
+// FilterProperties, each encoded as one subject token (base64url, so no
+// value ever becomes a wildcard or a separator; values over 48 bytes as
+// a 144-bit SHA-256 prefix, so two long values that collided would pass
+// the same filters). A subscription is a durable consumer on each topic
+// stream whose filter subjects are its Filter, so the server does the
+// filtering and keeps a message exactly until every interested
+// subscription acknowledged it. Its dead-letter queue is the stream
+// P_SD_<len(T)>_T_S. Limits on JetStream:
+//   - A session subscription has a durable consumer per session with
+//     messages (MaxAckPending 1, as on a queue). A receiver that closes its
+//     session with nothing left in it deletes that consumer, after
+//     recording the session's last completed sequence number on the
+//     schedule stream (kept until the subscription is deleted: a few bytes
+//     per session ever seen), so that a session that comes back starts
+//     after it. The consumer of a session whose receiver died is collected
+//     by the next AcceptNextSession that finds it idle and unlocked. The
+//     subscription's own consumer holds each message until it is handed
+//     over to its session's consumer (two or three API calls per session
+//     and batch), which session receivers do every second, and
+//     AcceptNextSession and Counts (the subscription's and the topic's)
+//     before they look; until then Topic.Peek still lists a message a
+//     session has completed. AcceptNextSession and Counts list the topic
+//     stream's consumers, so their cost grows with the number of open
+//     sessions.
+//   - Browse of a subscription reads the topic stream from the
+//     subscription's acknowledgement floor (the oldest open session's, with
+//     sessions) and filters on the client: its cost grows with the topic's
+//     messages in that range, and it may list a message completed out of
+//     order while another subscription still holds it.
+//   - Copies of sent and activated messages are removed from the schedule
+//     stream by receivers, as on a queue; on a topic, which may have no
+//     receiver at all, they also expire after the longer of
+//     DuplicateWindow and CancelRecordTTL (per-message TTL): a topic
+//     stream unavailable for that long would lose what it had not yet
+//     sourced from the schedule stream.
+//
+// # Counts
+//
+// [Queue.Counts], [Topic.Counts] and [Subscription.Counts] report, like
+// Service Bus's runtime properties, the active messages (waiting or
+// locked), the scheduled ones and the dead-lettered ones, and on a
+// subscription those not yet delivered ([Counts].Pending). Each figure is
+// exact at the instant it is read and never negative, also while
+// cancellations race activations (both only ever remove a schedule). A
+// message sent a moment ago is counted once it has reached the queue or
+// topic; one past MaxDeliveryCount counts as active until a receive moves
+// it to the dead-letter queue; abandoned messages and those whose lock
+// expired are active but not pending.
+//
+// On JetStream no message is scanned: Active and DeadLettered are stream
+// message counts, a subscription's Active and Pending its consumers'
+// pending counts, and Scheduled the pending count of a consumer ("count-
+// scheduled", created by the first Counts) filtered on the schedule
+// stream's schedules and never pulled, which the server keeps up to date.
+// Measured with 100,000 schedules pending (go run ./cmd/jetsaga-bench
+// -only counts, 2 cores, two runs): Queue.Counts takes 0.9–1.2 ms at the
+// median and 1.6–3.1 ms at p99, where StreamInfo with a subject filter on
+// the schedules, the other server-side way, takes 300–306 ms and 0.7–0.8 s
+// (it returns one entry per schedule). Counts makes one call per partition
+// for each figure; on a session subscription it hands messages over and
+// lists the topic stream's consumers first (see above), and a topic's
+// Counts has each of its session subscriptions hand over first (a few
+// calls per subscription). A cancelled message whose activation landed in
+// the instant of its cancellation (see Cancel above) counts as active
+// until a receiver drops it.
+//
 // # Input checks
 //
 // Queue names are 1–64 characters of [A-Za-z0-9_-]. String fields travel
@@ -194,5 +313,10 @@
 // schedules fire about 250 ms after a server restart. Streams whose limits
 // would silently drop pending messages (MaxAge, MaxMsgs,
 // MaxMsgsPerSubject, MaxBytes with DiscardOld) are refused by OpenQueue
-// with [ErrInvalidConfig].
+// with [ErrInvalidConfig]. Delivery is at least once: the server writes a
+// consumer's state (what was delivered and completed) a moment after it
+// confirms a completion, so a crash of the server process right after
+// Complete returned can undo it, and the message is delivered again (with
+// a higher DeliveryCount) once its lock expires; on a session, the
+// session's next messages wait for it.
 package transport

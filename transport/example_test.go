@@ -106,3 +106,68 @@ func ExampleQueue_Browse() {
 	// active    seq 2 "also now"
 	// scheduled seq 1 "in an hour"
 }
+
+func ExampleTopic() {
+	ctx := context.Background()
+	b, err := transport.NewMemory()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+	orders, err := b.OpenTopic(ctx, transport.TopicConfig{Name: "orders", FilterProperties: []string{"region"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Each service opens its subscription at start; it is idempotent.
+	billing, err := b.OpenSubscription(ctx, "orders", "billing", transport.SubscriptionConfig{
+		Filter: transport.Filter{Subjects: []string{"OrderPlaced"}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	eu, err := orders.OpenSubscription(ctx, "eu-audit", transport.SubscriptionConfig{
+		Filter: transport.Filter{Properties: map[string]string{"region": "eu"}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range []*transport.Message{
+		{Subject: "OrderPlaced", Body: []byte("order 1"), Properties: map[string]string{"region": "eu"}},
+		{Subject: "OrderPlaced", Body: []byte("order 2"), Properties: map[string]string{"region": "us"}},
+		{Subject: "OrderCancelled", Body: []byte("order 1"), Properties: map[string]string{"region": "eu"}},
+	} {
+		if _, err := orders.Send(ctx, m); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for _, sub := range []*transport.Subscription{billing, eu} {
+		c, err := sub.Counts(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		ds, err := sub.Receive(ctx, 10)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s (%d active):\n", sub.Name(), c.Active)
+		for _, d := range ds {
+			fmt.Printf("  seq %d %s %q\n", d.Seq, d.Subject, d.Body)
+			if err := d.Complete(ctx); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+	c, err := orders.Counts(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held by the topic:", c.Active)
+	// Output:
+	// billing (2 active):
+	//   seq 1 OrderPlaced "order 1"
+	//   seq 2 OrderPlaced "order 2"
+	// eu-audit (2 active):
+	//   seq 1 OrderPlaced "order 1"
+	//   seq 3 OrderCancelled "order 1"
+	// held by the topic: 0
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -113,7 +114,14 @@ func (d *jsDriver) mapErr(err error) error {
 type jsNames struct {
 	queue, sched         string // stream names
 	qSubj, sSubj         string // subject prefixes, without trailing dot
+	lock                 string // session lock subject prefix (see sessionLockSubject)
 	isDeadLetter, hasSch bool
+	// topic marks a topic's partition (see jetstream_topic.go): interest
+	// retention, no receive consumer, and tokens filter tokens after the
+	// session part of each subject.
+	topic  bool
+	tokens int
+	meta   map[string]string // more stream metadata
 }
 
 func (d *jsDriver) names(queue string, p int) jsNames {
@@ -123,6 +131,7 @@ func (d *jsDriver) names(queue string, p int) jsNames {
 		sched:  d.o.prefix + "_S_" + queue + "_" + ps,
 		qSubj:  d.o.prefix + ".Q." + queue + "." + ps,
 		sSubj:  d.o.prefix + ".S." + queue + "." + ps,
+		lock:   d.o.prefix + ".S." + queue + "." + ps + ".L",
 		hasSch: true,
 	}
 }
@@ -238,7 +247,7 @@ func (d *jsDriver) lookup(ctx context.Context, cfg QueueConfig, n jsNames, p int
 			return nil, d.mapErr(err)
 		}
 	}
-	if !cfg.RequiresSession || n.isDeadLetter {
+	if (!cfg.RequiresSession || n.isDeadLetter) && !n.topic {
 		if part.cons, err = part.queue.Consumer(ctx, recvConsumer); err != nil {
 			return nil, d.mapErr(err)
 		}
@@ -323,6 +332,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		metaSession:    strconv.FormatBool(cfg.RequiresSession),
 		metaConfig:     string(cfgJSON),
 	}
+	maps.Copy(meta, n.meta)
 	base := jetstream.StreamConfig{
 		Storage:     storage,
 		Replicas:    cfg.Replicas,
@@ -360,12 +370,18 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 	qc.Description = "jetsaga: queue " + cfg.Name
 	qc.Subjects = []string{n.qSubj + ".>"}
 	qc.Retention = jetstream.WorkQueuePolicy
+	if n.topic {
+		qc.Retention = jetstream.InterestPolicy
+		qc.Description = "jetsaga: topic " + cfg.Name
+	}
 	if n.hasSch {
 		var trs []jetstream.SubjectTransformConfig
 		for _, kind := range []string{copyWithID, copyWithoutID} {
+			src, dst := transformTail(n.tokens, 2)
+			srcS, dstS := transformTail(n.tokens, 3)
 			trs = append(trs,
-				jetstream.SubjectTransformConfig{Source: n.sSubj + ".*." + kind + ".m", Destination: n.qSubj + ".m"},
-				jetstream.SubjectTransformConfig{Source: n.sSubj + ".*." + kind + ".s.*", Destination: n.qSubj + ".s.{{wildcard(2)}}"})
+				jetstream.SubjectTransformConfig{Source: n.sSubj + ".*." + kind + ".m" + src, Destination: n.qSubj + ".m" + dst},
+				jetstream.SubjectTransformConfig{Source: n.sSubj + ".*." + kind + ".s.*" + srcS, Destination: n.qSubj + ".s.{{wildcard(2)}}" + dstS})
 		}
 		qc.Sources = []*jetstream.StreamSource{{Name: n.sched, SubjectTransforms: trs}}
 	}
@@ -378,7 +394,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 	}
 	part.queue = s
 	part.replicated = s.CachedInfo().Config.Replicas > 1
-	if !cfg.RequiresSession || n.isDeadLetter {
+	if (!cfg.RequiresSession || n.isDeadLetter) && !n.topic {
 		c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 			Durable:       recvConsumer,
 			FilterSubject: n.qSubj + ".m",
@@ -397,6 +413,13 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 }
 
 func (d *jsDriver) deleteQueue(ctx context.Context, name string) error {
+	return d.deleteStreams(ctx, func(p int) jsNames { return d.names(name, p) }, d.deadLetterNames(name).queue)
+}
+
+// deleteStreams deletes the streams of every partition that names gives,
+// up to the first partition without a queue stream, and then the streams
+// more. Missing streams are no error.
+func (d *jsDriver) deleteStreams(ctx context.Context, names func(p int) jsNames, more ...string) error {
 	if err := d.check(); err != nil {
 		return err
 	}
@@ -410,7 +433,7 @@ func (d *jsDriver) deleteQueue(ctx context.Context, name string) error {
 		return d.mapErr(err)
 	}
 	for p := 0; p < maxPartitions; p++ {
-		n := d.names(name, p)
+		n := names(p)
 		if _, err := d.js.Stream(ctx, n.queue); errors.Is(err, jetstream.ErrStreamNotFound) {
 			break
 		}
@@ -418,7 +441,12 @@ func (d *jsDriver) deleteQueue(ctx context.Context, name string) error {
 			return err
 		}
 	}
-	return del(d.deadLetterNames(name).queue)
+	for _, s := range more {
+		if err := del(s); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // apiContext bounds ctx by the API timeout if it has no deadline.
@@ -473,6 +501,11 @@ type jsPartition struct {
 	sizeMu   sync.Mutex
 	size     uint64
 	sizeRead time.Time
+
+	// The consumer whose pending count is the number of schedules (see
+	// jsQueue.scheduled).
+	countMu sync.Mutex
+	counter jetstream.Consumer
 }
 
 type checkpoint struct {

@@ -23,6 +23,7 @@ const (
 	natsSchedule       = "Nats-Schedule"
 	natsScheduleTarget = "Nats-Schedule-Target"
 	natsScheduleNext   = "Nats-Schedule-Next"
+	natsScheduleTTL    = "Nats-Schedule-TTL"
 	natsScheduler      = "Nats-Scheduler"
 	natsTTL            = "Nats-TTL"
 	natsStreamSource   = "Nats-Stream-Source"
@@ -39,6 +40,9 @@ type jsQueue struct {
 	sessions map[string]jetstream.Consumer
 
 	lastPullWarn atomic.Int64 // unix nanos of the last "pull failed" log
+
+	// topic is set on a topic and its subscriptions (jetstream_topic.go).
+	topic *jsTopicShape
 }
 
 func (q *jsQueue) deadLetter() queueDriver { return q.dlq }
@@ -46,6 +50,9 @@ func (q *jsQueue) deadLetter() queueDriver { return q.dlq }
 // targetSuffix is the subject tail a message is stored under: ".m", or
 // ".s.<token>" for a session message.
 func (q *jsQueue) targetSuffix(m *Message) string {
+	if q.topic != nil {
+		return q.topic.suffix(m)
+	}
 	if q.cfg.RequiresSession {
 		return ".s." + subjectToken(m.SessionID)
 	}
@@ -136,9 +143,12 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 	if m.MessageID != "" {
 		guard(msg, part, key)
 	}
+	if q.topic != nil {
+		msg.Header.Set(natsTTL, q.topic.copyTTL) // see jsTopicShape
+	}
 	_, err = q.d.js.PublishMsg(ctx, msg)
 	if isWrongLastSeq(err) {
-		return SendResult{Duplicate: true}, nil
+		return duplicateOf(ctx, part, key), nil
 	}
 	if err != nil {
 		return SendResult{}, q.d.mapErr(err)
@@ -206,19 +216,27 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 	if m.MessageID != "" {
 		guard(msg, part, key)
 	}
+	if q.topic != nil {
+		msg.Header.Set(natsScheduleTTL, q.topic.copyTTL)
+	}
 	ack, err := q.d.js.PublishMsg(ctx, msg)
 	if isWrongLastSeq(err) {
-		// The first copy's number, while it is still pending.
-		raw, gerr := part.sched.GetLastMsgForSubject(ctx, schedSubj)
-		if gerr != nil {
-			return SendResult{Duplicate: true}, nil
-		}
-		return SendResult{Seq: makeSeq(p, true, raw.Sequence), Duplicate: true}, nil
+		return duplicateOf(ctx, part, key), nil
 	}
 	if err != nil {
 		return SendResult{}, q.d.mapErr(err)
 	}
 	return SendResult{Seq: makeSeq(p, true, ack.Sequence)}, nil
+}
+
+// duplicateOf reports a duplicate of the MessageID whose key is key: with
+// the number of the scheduled message with it, while one is pending.
+func duplicateOf(ctx context.Context, part *jsPartition, key string) SendResult {
+	raw, err := part.sched.GetLastMsgForSubject(ctx, part.n.sSubj+"."+key+".s")
+	if err != nil {
+		return SendResult{Duplicate: true}
+	}
+	return SendResult{Seq: makeSeq(part.idx, true, raw.Sequence), Duplicate: true}
 }
 
 // cancelMargin is how close to its due time a scheduled message counts as

@@ -406,7 +406,9 @@ func (q *jsQueue) dropCancelled(ctx context.Context, part *jsPartition, sched st
 	if !ok || !strings.HasPrefix(key, part.n.sSubj+".") {
 		return false
 	}
-	found, err := q.d.lastBySubject(ctx, part.n.sched, key+".x.*")
+	// Not the receive's context: it may end during the lookup, and a
+	// cancelled activation must not be delivered then.
+	found, err := q.d.lastBySubject(context.WithoutCancel(ctx), part.n.sched, key+".x.*")
 	if err != nil {
 		// Deliver: a cancel record lands after activation only when a
 		// Cancel request was delayed past the cancel margin.
@@ -525,7 +527,8 @@ const removalWait = 5 * time.Second
 // once the leader no longer holds the message, or after removalWait (the
 // ack stands either way; the removal is the server's to finish).
 func (s *jsSettler) acked(ctx context.Context, err error) error {
-	if err != nil || !s.part.replicated {
+	if err != nil || !s.part.replicated || s.part.n.topic {
+		// A topic's message stays until every subscription has settled it.
 		return s.q.d.mapErr(err)
 	}
 	md, err := s.msg.Metadata()
@@ -616,35 +619,56 @@ func (q *jsQueue) acceptSession(ctx context.Context, id string, p int) (sessionD
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
-	name := sessionConsumerName(id)
-	q.mu.Lock()
-	c, ok := q.sessions[name]
-	q.mu.Unlock()
-	if !ok {
-		actx, cancel := q.d.apiContext(ctx)
-		defer cancel()
-		var err error
-		c, err = part.queue.CreateOrUpdateConsumer(actx, jetstream.ConsumerConfig{
-			Durable:           name,
-			Description:       "jetsaga session",
-			FilterSubject:     part.n.qSubj + ".s." + subjectToken(id),
-			AckPolicy:         jetstream.AckExplicitPolicy,
-			AckWait:           serverAckWait(q.cfg.LockDuration),
-			MaxDeliver:        -1,
-			MaxAckPending:     1,
-			DeliverPolicy:     jetstream.DeliverAllPolicy,
-			InactiveThreshold: max(10*q.cfg.LockDuration, 5*time.Minute),
-		})
-		if err != nil {
-			_ = s.close()
-			return nil, q.d.mapErr(err)
-		}
-		q.mu.Lock()
-		q.sessions[name] = c
-		q.mu.Unlock()
+	c, err := q.sessionConsumer(ctx, part, id)
+	if err != nil {
+		_ = s.close()
+		return nil, err
 	}
 	s.c = c
 	return s, nil
+}
+
+// sessionConsumer returns the durable consumer of session id, creating
+// it on first use in this process (on a subscription, see
+// subSessionConsumer).
+func (q *jsQueue) sessionConsumer(ctx context.Context, part *jsPartition, id string) (jetstream.Consumer, error) {
+	if q.topic != nil {
+		return q.subSessionConsumer(ctx, part, id, 0)
+	}
+	cc := q.sessionConsumerConfig(part, id)
+	q.mu.Lock()
+	c, ok := q.sessions[cc.Durable]
+	q.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	ctx, cancel := q.d.apiContext(ctx)
+	defer cancel()
+	c, err := part.queue.CreateOrUpdateConsumer(ctx, cc)
+	if err != nil {
+		return nil, q.d.mapErr(err)
+	}
+	q.mu.Lock()
+	q.sessions[cc.Durable] = c
+	q.mu.Unlock()
+	return c, nil
+}
+
+func (q *jsQueue) sessionConsumerConfig(part *jsPartition, id string) jetstream.ConsumerConfig {
+	if q.topic != nil {
+		return q.topic.sessionConsumerConfig(q, part, id)
+	}
+	return jetstream.ConsumerConfig{
+		Durable:           sessionConsumerName(id),
+		Description:       "jetsaga session",
+		FilterSubject:     part.n.qSubj + ".s." + subjectToken(id),
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           serverAckWait(q.cfg.LockDuration),
+		MaxDeliver:        -1,
+		MaxAckPending:     1,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: max(10*q.cfg.LockDuration, 5*time.Minute),
+	}
 }
 
 // Session locks. A receiver holds its session through a lock message in
@@ -656,7 +680,7 @@ func (q *jsQueue) acceptSession(ctx context.Context, id string, p int) (sessionD
 // sequence = the holder's lock), and Close deletes exactly that message.
 
 func sessionLockSubject(part *jsPartition, id string) string {
-	return part.n.sSubj + ".L." + subjectToken(id)
+	return part.n.lock + "." + subjectToken(id)
 }
 
 // lockTTL is the per-message TTL of a session lock: LockDuration rounded
@@ -750,6 +774,7 @@ func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
 		if err := s.renewDue(ctx); err != nil {
 			return nil, err
 		}
+		s.q.maybeHandOver(ctx, s.part)
 		b, err := s.q.fetchOne(ctx, s.c, wait)
 		if err != nil {
 			return nil, err
@@ -776,6 +801,7 @@ func (s *jsSession) close() error {
 	}
 	ctx, cancel := s.q.d.apiContext(context.Background())
 	defer cancel()
+	s.q.collectSession(ctx, s)
 	err := s.part.sched.DeleteMsg(ctx, s.seq)
 	if errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
 		// The server refused: the lock is gone (it expired, and perhaps
@@ -814,6 +840,9 @@ func (q *jsQueue) nextSession(ctx context.Context) (string, error) {
 }
 
 func (q *jsQueue) freeSession(ctx context.Context, part *jsPartition) (string, error) {
+	if q.topic != nil {
+		return q.freeSubSession(ctx, part)
+	}
 	prefix := part.n.qSubj + ".s."
 	info, err := part.queue.Info(ctx, jetstream.WithSubjectFilter(prefix+"*"))
 	if err != nil {
@@ -853,11 +882,13 @@ func (q *jsQueue) freeSession(ctx context.Context, part *jsPartition) (string, e
 // sessionFree reports whether no receiver holds a session: nothing is
 // locked and nobody waits for the next message, or the lock on the one
 // message in flight has expired (the server redelivers it to the next
-// receiver).
+// receiver). A server that restarted no longer knows when it delivered
+// the message in flight: then the session lock alone decides, and the
+// next receiver gets the message when its lock expires.
 func sessionFree(c *jetstream.ConsumerInfo, lock time.Duration) bool {
 	if c.NumAckPending == 0 {
 		return c.NumWaiting == 0
 	}
 	last := c.Delivered.Last
-	return last != nil && time.Since(*last) > lock
+	return last == nil || time.Since(*last) > lock
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,7 +30,7 @@ func NewMemory(opts ...Option) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Broker{d: &memBroker{clock: o.clock, queues: make(map[string]*memQueue)}}, nil
+	return &Broker{d: &memBroker{clock: o.clock, queues: make(map[string]*memQueue), topics: make(map[string]*memTopic)}}, nil
 }
 
 // errQueueDeleted is returned by the handles of a queue after DeleteQueue.
@@ -41,18 +42,28 @@ type memBroker struct {
 	clock  Clock
 	mu     sync.Mutex
 	queues map[string]*memQueue
+	topics map[string]*memTopic
 	closed bool
 }
 
-func (b *memBroker) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver, error) {
+// enter locks b for an operation, or reports why it cannot run.
+func (b *memBroker) enter(ctx context.Context) error {
 	if ctx.Err() != nil {
-		return nil, context.Cause(ctx)
+		return context.Cause(ctx)
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.closed {
-		return nil, ErrClosed
+		b.mu.Unlock()
+		return ErrClosed
 	}
+	return nil
+}
+
+func (b *memBroker) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver, error) {
+	if err := b.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer b.mu.Unlock()
 	q, ok := b.queues[cfg.Name]
 	if !ok {
 		q = newMemQueue(b.clock, cfg)
@@ -64,14 +75,10 @@ func (b *memBroker) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver
 }
 
 func (b *memBroker) attachQueue(ctx context.Context, name string) (queueDriver, QueueConfig, error) {
-	if ctx.Err() != nil {
-		return nil, QueueConfig{}, context.Cause(ctx)
+	if err := b.enter(ctx); err != nil {
+		return nil, QueueConfig{}, err
 	}
-	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return nil, QueueConfig{}, ErrClosed
-	}
 	q, ok := b.queues[name]
 	if !ok {
 		return nil, QueueConfig{}, fmt.Errorf("%w: %s", ErrQueueNotFound, name)
@@ -82,13 +89,8 @@ func (b *memBroker) attachQueue(ctx context.Context, name string) (queueDriver, 
 }
 
 func (b *memBroker) deleteQueue(ctx context.Context, name string) error {
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return ErrClosed
+	if err := b.enter(ctx); err != nil {
+		return err
 	}
 	q := b.queues[name]
 	delete(b.queues, name)
@@ -103,11 +105,14 @@ func (b *memBroker) maxPayload() int64 { return DefaultMaxPayload }
 
 func (b *memBroker) close() error {
 	b.mu.Lock()
-	qs := b.queues
-	b.queues, b.closed = nil, true
+	qs, ts := b.queues, b.topics
+	b.queues, b.topics, b.closed = nil, nil, true
 	b.mu.Unlock()
 	for _, q := range qs {
 		q.shutdown(ErrClosed)
+	}
+	for _, t := range ts {
+		t.shutdown(ErrClosed)
 	}
 	return nil
 }
@@ -222,6 +227,10 @@ type memLog struct {
 	dlq      *memLog                // nil on a dead-letter queue
 	rr       int                    // partition the next receive starts at
 	sessions map[string]*memSession // the receiver holding each session
+	// topic is set on a topic's log: it hands each message that becomes
+	// active to the subscriptions (see memory_topic.go).
+	topic *memTopic
+	isSub bool // a subscription's log
 }
 
 func newMemLog(q *memQueue, partitions int, dlq *memLog) *memLog {
@@ -251,6 +260,10 @@ type memEntry struct {
 	count int         // deliveries so far
 	lock  *memLock    // set while locked to a receiver
 	stop  func() bool // stops the activation timer while pending
+	// On a topic, how many subscriptions still hold the message; on a
+	// subscription, what to call when the message leaves it.
+	refs    *atomic.Int32
+	release func()
 }
 
 // memLock is a receiver's lock on an entry. gen tells the current expiry
@@ -404,6 +417,7 @@ func (l *memLog) put(ctx context.Context, m *Message, p int, at time.Time) (Send
 	e := &memEntry{m: c, size: size}
 	if at.IsZero() {
 		part.appendActive(e, now)
+		l.activated(part, e)
 		part.dedup.remember(c.MessageID, 0, now.Add(cfg.DuplicateWindow))
 		l.q.notify()
 		// As on JetStream, where a message reaches the queue through the
@@ -442,6 +456,7 @@ func (l *memLog) activateWhenDue(p *memPartition, e *memEntry, now time.Time) {
 	p.activated[e.m.Seq] = struct{}{}
 	p.dedup.settle(e.m.MessageID, now.Add(l.q.cfg.DuplicateWindow))
 	p.appendActive(e, now)
+	l.activated(p, e)
 	l.q.notify()
 }
 
@@ -492,6 +507,9 @@ func (l *memLog) peek(ctx context.Context, from uint64, max int) ([]*Message, er
 			for _, e := range es[i:] {
 				if len(ms) == max {
 					return ms, nil
+				}
+				if e.refs != nil && e.refs.Load() == 0 {
+					continue // no subscription holds it any more
 				}
 				ms = append(ms, e.m.Clone())
 			}
@@ -566,6 +584,10 @@ func (l *memLog) remove(p *memPartition, e *memEntry) {
 	i, _ := memIndex(p.active, e.m.Seq)
 	p.active = slices.Delete(p.active, i, i+1)
 	p.bytes -= int64(e.size)
+	if e.release != nil {
+		e.release()
+		e.release = nil
+	}
 	l.q.notify()
 }
 

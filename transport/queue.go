@@ -16,6 +16,7 @@ import (
 type Broker struct {
 	d      driver
 	queues sync.Map // name → *Queue, as last opened or attached
+	topics sync.Map // name → *Topic, likewise
 }
 
 // OpenQueue creates the queue cfg describes, or updates it to cfg if it
@@ -524,6 +525,7 @@ type queueDriver interface {
 	// locked, waiting until there is one or ctx ends.
 	nextSession(ctx context.Context) (string, error)
 	deadLetter() queueDriver
+	counts(ctx context.Context) (Counts, error)
 }
 
 type sessionDriver interface {

@@ -10,6 +10,8 @@
 //	go run ./cmd/jetsaga-bench -only million        # 1M pending (P4, P7), opt-in, minutes
 //	go run ./cmd/jetsaga-bench -timeouts -svg .     # issue 11's figures: lateness, cancel, million; charts
 //	go run ./cmd/jetsaga-bench -timeouts -quick     # the same at 1/10 scale, a few minutes
+//	go run ./cmd/jetsaga-bench -only topic          # topic send with 1, 4, 16 subscriptions
+//	go run ./cmd/jetsaga-bench -only counts         # Counts with 100k schedules pending, opt-in
 //	go run ./cmd/jetsaga-bench -json out.json -cpuprofile cpu.out
 //	go run ./cmd/jetsaga-bench -cluster 3            # one node beside a 3-node cluster (R3)
 package main
@@ -40,11 +42,13 @@ var benches = []bench{
 	{"lateness", "firing lateness of timeouts spread over -spread", benchLateness},
 	{"cancel", "Queue.Cancel latency vs DeleteMsg and vs the same guarded purge", benchCancel},
 	{"saga", "saga.Dispatcher steps vs a raw loop of the same NATS calls (P2); sagatest 30-day scenario (P5)", benchSaga},
+	{"topic", "Topic.Send with 1, 4 and 16 subscriptions vs PublishMsg to a work-queue stream", benchTopic},
 }
 
 // optInBenches run only when -only names them: they take minutes.
 var optInBenches = []bench{
 	{"million", "1M × -n pending timeouts due within -spread, each side in its own process: schedule rate, RSS, cancel latency, burst drain (P4, P7)", benchMillion},
+	{"counts", "Queue.Counts with 100k × -n schedules pending vs StreamInfo with a subject filter", benchCounts},
 }
 
 func allBenches() []bench { return slices.Concat(benches, optInBenches) }

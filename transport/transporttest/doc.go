@@ -38,8 +38,16 @@
 //   - Queue: attaching to a queue as configured, MaxBytes, the
 //     dead-letter queue's name and shape.
 //   - Input: hostile names, IDs and sizes; use after Close; config changes.
-//   - Restart: scheduled and active messages survive a server restart
-//     (only when Features.Restart is set).
+//   - Topic: fan-out to subscriptions through filters on the type and on
+//     declared properties, hostile filter values, scheduled messages
+//     reaching every matching subscription once with the topic's sequence
+//     number, per-subscription dead-letter queues, exclusive sessions on
+//     a subscription across brokers, the subscription life cycle.
+//   - Counts: queue, topic and subscription counts, exact at rest and
+//     never negative while sends, receives, cancellations and activations
+//     race.
+//   - Restart: scheduled and active messages, topics and subscriptions
+//     survive a server restart (only when Features.Restart is set).
 //
 // # Time
 //

@@ -22,6 +22,7 @@ func (s *suite) testRestart(t *testing.T) {
 	t.Run("Abrupt", func(t *testing.T) { s.testRestartWith(t, true) })
 	t.Run("DuplicatesGraceful", func(t *testing.T) { s.testRestartDuplicates(t, false) })
 	t.Run("DuplicatesAbrupt", func(t *testing.T) { s.testRestartDuplicates(t, true) })
+	t.Run("Topic", s.testRestartTopic)
 }
 
 // testRestartDuplicates checks that MessageIDs are remembered across a

@@ -65,6 +65,8 @@ func Run(t *testing.T, newBroker func(t *testing.T) *transport.Broker, f Feature
 		{"Duplicate", s.testDuplicate},
 		{"Queue", s.testQueue},
 		{"Input", s.testInput},
+		{"Topic", s.testTopic},
+		{"Counts", s.testCounts},
 	} {
 		parallel(t, g.name, g.run)
 	}
@@ -313,20 +315,26 @@ type arrival struct {
 // returns them in the order received. It fails the test if fewer arrive.
 func receiveN(t *testing.T, q *transport.Queue, n int, timeout time.Duration) []arrival {
 	t.Helper()
+	return receiveFrom(t, "", q.Receive, n, timeout)
+}
+
+// receiveFrom is receiveN with any Receive method; what prefixes failures.
+func receiveFrom(t *testing.T, what string, receive func(context.Context, int) ([]*transport.Delivery, error), n int, timeout time.Duration) []arrival {
+	t.Helper()
 	ctx := withTimeout(t, timeout)
 	var got []arrival
 	for len(got) < n {
-		ds, err := q.Receive(ctx, n-len(got))
+		ds, err := receive(ctx, n-len(got))
 		now := time.Now()
 		if err != nil {
-			t.Fatalf("Receive after %d of %d messages within %v: %v", len(got), n, timeout, err)
+			t.Fatalf("%sReceive after %d of %d messages within %v: %v", what, len(got), n, timeout, err)
 		}
 		if len(ds) == 0 || len(ds) > n-len(got) {
-			t.Fatalf("Receive(max %d) returned %d deliveries, want 1 to %d", n-len(got), len(ds), n-len(got))
+			t.Fatalf("%sReceive(max %d) returned %d deliveries, want 1 to %d", what, n-len(got), len(ds), n-len(got))
 		}
 		for _, d := range ds {
 			if err := d.Complete(t.Context()); err != nil {
-				t.Fatalf("Complete(%s): %v", describe(d.Message), err)
+				t.Fatalf("%sComplete(%s): %v", what, describe(d.Message), err)
 			}
 			got = append(got, arrival{d, now})
 		}
@@ -351,14 +359,21 @@ func receiveOne(t *testing.T, q *transport.Queue, timeout time.Duration) arrival
 // expectNone fails the test if q delivers any message within d.
 func expectNone(t *testing.T, q *transport.Queue, d time.Duration) {
 	t.Helper()
-	ds, err := q.Receive(withTimeout(t, d), 100)
+	expectNoneFrom(t, "", q.Receive, d)
+}
+
+// expectNoneFrom is expectNone with any Receive method; what prefixes
+// failures.
+func expectNoneFrom(t *testing.T, what string, receive func(context.Context, int) ([]*transport.Delivery, error), d time.Duration) {
+	t.Helper()
+	ds, err := receive(withTimeout(t, d), 100)
 	switch {
 	case err == nil:
 		for _, d := range ds {
-			t.Errorf("unexpected delivery: %s", describe(d.Message))
+			t.Errorf("%sunexpected delivery: %s", what, describe(d.Message))
 		}
 	case !errors.Is(err, context.DeadlineExceeded):
-		t.Errorf("Receive on a queue with nothing to deliver: %v, want an error matching %v", err, context.DeadlineExceeded)
+		t.Errorf("%sReceive with nothing to deliver: %v, want an error matching %v", what, err, context.DeadlineExceeded)
 	}
 }
 

@@ -1,0 +1,981 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Topics on JetStream. With prefix P, topic T and partition p:
+//
+//	stream P_TS_T_p  subjects P.TS.T.p.>   every write, as a queue's schedule
+//	                                         stream (see jsDriver.names)
+//	stream P_T_T_p   subjects P.T.T.p.>    the topic's messages (interest
+//	                                         retention), sourced from P_TS_T_p
+//	            .m.<type>.<v1>...<vk>        a message without session
+//	            .s.<sid>.<type>.<v1>...<vk>  a message of session sid
+//	stream P_SD_<n>_T_S subjects P.SD.T.S.0.>  the dead-letter queue of
+//	                                         subscription S (n: length of T)
+//
+// <type> and <vi> are filterToken encodings of the message's Subject and
+// of the values of the topic's k FilterProperties. A subscription S is a
+// durable consumer "U-S" on each partition's topic stream whose
+// FilterSubjects are its filter's patterns, delivering new messages only:
+// the topic stream keeps a message while some subscription's consumer
+// has not acknowledged it, and drops at once one that no filter passes.
+// Session locks of S live on P.TS.T.p.L.~S.<sid>, session floors on
+// P.TS.T.p.L.~S.<sid>.F (see collectSession).
+
+type jsTopicShape struct {
+	// copyTTL is the per-message TTL of the copies of sent and activated
+	// messages in the schedule stream: receivers purge them once sourced
+	// (as on a queue), but a topic may have no receiver, or no
+	// subscription at all, and the copies must not pile up then. It is
+	// max(DuplicateWindow, CancelRecordTTL): a copy must outlive its
+	// duplicate window, and a topic stream unavailable for that long
+	// would lose what it had not sourced yet.
+	copyTTL  string
+	props    []string
+	sub      string // the subscription's name, "" on the topic itself
+	cfg      SubscriptionConfig
+	patterns []string        // the subscription's filter patterns
+	handover []*handoverTime // per partition, on a session subscription
+}
+
+func (t *jsTopicShape) suffix(m *Message) string {
+	s := ".m."
+	if m.SessionID != "" {
+		s = ".s." + subjectToken(m.SessionID) + "."
+	}
+	return s + filterTokens(t.props, m)
+}
+
+func copyTTL(cfg TopicConfig) string {
+	return strconv.FormatInt(int64((max(cfg.DuplicateWindow, cfg.CancelRecordTTL)+time.Second-1)/time.Second), 10) + "s"
+}
+
+// transformTail returns k single-token wildcards for a subject transform's
+// source, and their references from wildcard number first on for its
+// destination.
+func transformTail(k, first int) (src, dst string) {
+	for i := range k {
+		src += ".*"
+		dst += ".{{wildcard(" + strconv.Itoa(first+i) + ")}}"
+	}
+	return src, dst
+}
+
+const (
+	metaTopic        = "jetsaga.topic"
+	metaSubscription = "jetsaga.subscription"
+)
+
+func (d *jsDriver) topicNames(topic string, props, p int) jsNames {
+	ps := strconv.Itoa(p)
+	return jsNames{
+		queue:  d.o.prefix + "_T_" + topic + "_" + ps,
+		sched:  d.o.prefix + "_TS_" + topic + "_" + ps,
+		qSubj:  d.o.prefix + ".T." + topic + "." + ps,
+		sSubj:  d.o.prefix + ".TS." + topic + "." + ps,
+		hasSch: true,
+		topic:  true,
+		tokens: 1 + props,
+	}
+}
+
+// subDeadLetterNames names a subscription's dead-letter queue. The
+// topic's length keeps "T_S" unambiguous in the stream name.
+func (d *jsDriver) subDeadLetterNames(topic, sub string) jsNames {
+	return jsNames{
+		queue:        d.o.prefix + "_SD_" + strconv.Itoa(len(topic)) + "_" + topic + "_" + sub,
+		qSubj:        d.o.prefix + ".SD." + topic + "." + sub + ".0",
+		isDeadLetter: true,
+	}
+}
+
+func subConsumerName(sub string) string { return "U-" + sub }
+
+type jsTopic struct {
+	*jsQueue
+	tcfg TopicConfig
+}
+
+// Topics have no receivers, and take no settlements.
+func (t *jsTopic) receive(context.Context, int) ([]*Delivery, error) { return nil, ErrUnsupported }
+func (t *jsTopic) acceptSession(context.Context, string, int) (sessionDriver, error) {
+	return nil, ErrUnsupported
+}
+func (t *jsTopic) nextSession(context.Context) (string, error) { return "", ErrUnsupported }
+func (t *jsTopic) deadLetter() queueDriver                     { return nil }
+
+func (d *jsDriver) openTopic(ctx context.Context, cfg TopicConfig, qc QueueConfig) (topicDriver, error) {
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	_, old, err := d.attachTopic(ctx, cfg.Name)
+	switch {
+	case errors.Is(err, ErrTopicNotFound):
+	case err != nil:
+		return nil, err
+	case old.Partitions != cfg.Partitions || !slices.Equal(old.FilterProperties, cfg.FilterProperties):
+		return nil, fmt.Errorf("%w: topic %q has Partitions %d and FilterProperties %q, config asks for %d and %q",
+			ErrInvalidConfig, cfg.Name, old.Partitions, old.FilterProperties, cfg.Partitions, cfg.FilterProperties)
+	}
+	meta, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	t := d.newTopic(cfg, qc)
+	for p := range cfg.Partitions {
+		n := d.topicNames(cfg.Name, len(cfg.FilterProperties), p)
+		for _, name := range []string{n.sched, n.queue} {
+			s, err := d.js.Stream(ctx, name)
+			if err == nil {
+				if err := refuseLossyLimits(s.CachedInfo().Config); err != nil {
+					return nil, err
+				}
+			} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return nil, d.mapErr(err)
+			}
+		}
+		n.meta = map[string]string{metaTopic: string(meta)}
+		part, err := d.provision(ctx, qc, n, p)
+		if err != nil {
+			return nil, err
+		}
+		t.parts = append(t.parts, part)
+	}
+	return t, nil
+}
+
+func (d *jsDriver) newTopic(cfg TopicConfig, qc QueueConfig) *jsTopic {
+	return &jsTopic{
+		jsQueue: &jsQueue{d: d, cfg: qc, topic: &jsTopicShape{props: cfg.FilterProperties, copyTTL: copyTTL(cfg)}},
+		tcfg:    cfg,
+	}
+}
+
+func (d *jsDriver) attachTopic(ctx context.Context, name string) (topicDriver, TopicConfig, error) {
+	if err := d.check(); err != nil {
+		return nil, TopicConfig{}, err
+	}
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	s, err := d.js.Stream(ctx, d.topicNames(name, 0, 0).queue)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, TopicConfig{}, fmt.Errorf("%w: topic %s", ErrTopicNotFound, name)
+	}
+	if err != nil {
+		return nil, TopicConfig{}, d.mapErr(err)
+	}
+	var cfg TopicConfig
+	if err := json.Unmarshal([]byte(s.CachedInfo().Config.Metadata[metaTopic]), &cfg); err != nil || cfg.Name != name {
+		return nil, TopicConfig{}, fmt.Errorf("%w: stream %s has no jetsaga topic config; open it with OpenTopic", ErrInvalidConfig, s.CachedInfo().Config.Name)
+	}
+	cfg, qc, err := cfg.withDefaults()
+	if err != nil {
+		return nil, TopicConfig{}, err
+	}
+	t := d.newTopic(cfg, qc)
+	for p := range cfg.Partitions {
+		part, err := d.lookup(ctx, qc, d.topicNames(name, len(cfg.FilterProperties), p), p)
+		if err != nil {
+			return nil, TopicConfig{}, err
+		}
+		t.parts = append(t.parts, part)
+	}
+	return t, cfg, nil
+}
+
+func (d *jsDriver) deleteTopic(ctx context.Context, name string) error {
+	if err := d.check(); err != nil {
+		return err
+	}
+	// The subscriptions' dead-letter queues go too.
+	actx, cancel := d.apiContext(ctx)
+	defer cancel()
+	l := d.js.StreamNames(actx, jetstream.WithStreamListSubject(d.o.prefix+".SD."+name+".*.0.>"))
+	var dls []string
+	for s := range l.Name() {
+		dls = append(dls, s)
+	}
+	if err := l.Err(); err != nil {
+		return d.mapErr(err)
+	}
+	return d.deleteStreams(ctx, func(p int) jsNames { return d.topicNames(name, 0, p) }, dls...)
+}
+
+// jsSubscription is a subscription: a jsQueue whose partitions read the
+// topic's streams through the subscription's consumers.
+type jsSubscription struct {
+	*jsQueue
+	patterns []string // subject filters, one per partition-less tail
+}
+
+func (s *jsSubscription) send(context.Context, *Message, int) (SendResult, error) {
+	return SendResult{}, fmt.Errorf("%w: send to a subscription (send to its topic)", ErrUnsupported)
+}
+
+func (s *jsSubscription) schedule(context.Context, *Message, int, time.Time) (SendResult, error) {
+	return SendResult{}, fmt.Errorf("%w: schedule on a subscription (schedule on its topic)", ErrUnsupported)
+}
+
+func (s *jsSubscription) cancel(context.Context, uint64) error {
+	return fmt.Errorf("%w: cancel on a subscription (cancel on its topic)", ErrUnsupported)
+}
+
+// filterSubjects returns the subscription's consumer filters on partition
+// n: its patterns after the session part.
+func filterSubjects(n jsNames, cfg SubscriptionConfig, patterns []string) []string {
+	var out []string
+	for _, p := range patterns {
+		if !cfg.RequiresSession {
+			out = append(out, n.qSubj+".m."+p)
+		}
+		out = append(out, n.qSubj+".s.*."+p)
+	}
+	return out
+}
+
+func (t *jsTopic) subQueue(name string, cfg SubscriptionConfig, qc QueueConfig) *jsSubscription {
+	patterns := filterPatterns(t.tcfg.FilterProperties, cfg.Filter)
+	shape := &jsTopicShape{props: t.tcfg.FilterProperties, sub: name, cfg: cfg, patterns: patterns}
+	for range t.parts {
+		shape.handover = append(shape.handover, &handoverTime{})
+	}
+	q := &jsQueue{d: t.d, cfg: qc, sessions: make(map[string]jetstream.Consumer), topic: shape}
+	return &jsSubscription{jsQueue: q, patterns: patterns}
+}
+
+func (t *jsTopic) openSubscription(ctx context.Context, name string, cfg SubscriptionConfig, qc QueueConfig) (queueDriver, error) {
+	d := t.d
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	meta, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := t.subQueue(name, cfg, qc)
+	for _, tp := range t.parts {
+		cc := jetstream.ConsumerConfig{
+			Durable:        subConsumerName(name),
+			Description:    "jetsaga subscription " + name,
+			FilterSubjects: filterSubjects(tp.n, cfg, s.patterns),
+			AckPolicy:      jetstream.AckExplicitPolicy,
+			AckWait:        serverAckWait(cfg.LockDuration),
+			MaxDeliver:     -1,
+			MaxAckPending:  -1,
+			DeliverPolicy:  jetstream.DeliverNewPolicy,
+			Metadata:       map[string]string{metaSubscription: string(meta)},
+		}
+		if cfg.RequiresSession {
+			// The consumer holds the messages until they are handed over
+			// to their sessions' consumers, which start where it started.
+			cc.Description = "jetsaga session subscription " + name + ": hands messages over to session consumers"
+			cc.AckWait = handoverAckWait
+			cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		}
+		c, err := t.createSubConsumer(ctx, tp, cc, name, cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.parts = append(s.parts, t.subPartition(tp, name, c))
+	}
+	if err := t.subDeadLetter(ctx, s, name, qc, d.provision); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// createSubConsumer creates the consumer of subscription name on tp, or
+// updates it if it exists with the same Filter and RequiresSession (else
+// ErrInvalidConfig). A session subscription's consumer keeps its start; a
+// new one starts after the topic stream's last message. Processes that
+// open the subscription at once agree: creating fails for all but one,
+// which then find its consumer.
+func (t *jsTopic) createSubConsumer(ctx context.Context, tp *jsPartition, cc jetstream.ConsumerConfig, name string, cfg SubscriptionConfig) (jetstream.Consumer, error) {
+	d := t.d
+	for {
+		old, err := tp.queue.Consumer(ctx, cc.Durable)
+		if err == nil {
+			var oc SubscriptionConfig
+			if json.Unmarshal([]byte(old.CachedInfo().Config.Metadata[metaSubscription]), &oc) == nil &&
+				(!oc.Filter.equal(cfg.Filter) || oc.RequiresSession != cfg.RequiresSession) {
+				return nil, fmt.Errorf("%w: subscription %q of topic %q exists with Filter %+v and RequiresSession %t",
+					ErrInvalidConfig, name, t.tcfg.Name, oc.Filter, oc.RequiresSession)
+			}
+			cc.OptStartSeq = old.CachedInfo().Config.OptStartSeq
+			c, err := tp.queue.UpdateConsumer(ctx, cc)
+			return c, d.mapErr(err)
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, d.mapErr(err)
+		}
+		if cc.DeliverPolicy == jetstream.DeliverByStartSequencePolicy {
+			info, err := tp.queue.Info(ctx)
+			if err != nil {
+				return nil, d.mapErr(err)
+			}
+			cc.OptStartSeq = info.State.LastSeq + 1
+		}
+		c, err := tp.queue.CreateConsumer(ctx, cc)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return c, d.mapErr(err)
+		}
+	}
+}
+
+// subPartition is a subscription's view of topic partition tp: the same
+// streams, read through consumer c.
+func (t *jsTopic) subPartition(tp *jsPartition, name string, c jetstream.Consumer) *jsPartition {
+	n := tp.n
+	n.lock = n.sSubj + ".L.~" + name
+	return &jsPartition{idx: tp.idx, n: n, queue: tp.queue, sched: tp.sched, cons: c}
+}
+
+func (t *jsTopic) subDeadLetter(ctx context.Context, s *jsSubscription, name string, qc QueueConfig,
+	part func(context.Context, QueueConfig, jsNames, int) (*jsPartition, error)) error {
+	dl, err := part(ctx, qc, t.d.subDeadLetterNames(t.tcfg.Name, name), 0)
+	if err != nil {
+		return err
+	}
+	dlCfg := qc
+	dlCfg.Name += DeadLetterSuffix
+	dlCfg.Partitions, dlCfg.RequiresSession = 1, false
+	s.dlq = &jsQueue{d: t.d, cfg: dlCfg, parts: []*jsPartition{dl}, isDLQ: true}
+	s.dlq.dlq = s.dlq
+	return nil
+}
+
+func (t *jsTopic) attachSubscription(ctx context.Context, name string) (queueDriver, SubscriptionConfig, error) {
+	d := t.d
+	if err := d.check(); err != nil {
+		return nil, SubscriptionConfig{}, err
+	}
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	var cfg SubscriptionConfig
+	var s *jsSubscription
+	for _, tp := range t.parts {
+		c, err := tp.queue.Consumer(ctx, subConsumerName(name))
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, cfg, fmt.Errorf("%w: subscription %s of topic %s", ErrTopicNotFound, name, t.tcfg.Name)
+		}
+		if err != nil {
+			return nil, cfg, d.mapErr(err)
+		}
+		if s == nil {
+			if err := json.Unmarshal([]byte(c.CachedInfo().Config.Metadata[metaSubscription]), &cfg); err != nil {
+				return nil, cfg, fmt.Errorf("%w: consumer %s has no jetsaga subscription config", ErrInvalidConfig, subConsumerName(name))
+			}
+			var qc QueueConfig
+			var err error
+			if cfg, qc, err = cfg.withDefaults(t.tcfg, name); err != nil {
+				return nil, cfg, err
+			}
+			s = t.subQueue(name, cfg, qc)
+		}
+		s.parts = append(s.parts, t.subPartition(tp, name, c))
+	}
+	if err := t.subDeadLetter(ctx, s, name, s.cfg, d.lookup); err != nil {
+		return nil, cfg, err
+	}
+	return s, cfg, nil
+}
+
+func (t *jsTopic) deleteSubscription(ctx context.Context, name string) error {
+	d := t.d
+	if err := d.check(); err != nil {
+		return err
+	}
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	for _, tp := range t.parts {
+		var names []string
+		l := tp.queue.ConsumerNames(ctx)
+		for c := range l.Name() {
+			if c == subConsumerName(name) || strings.HasPrefix(c, subSessionPrefix(name)) {
+				names = append(names, c)
+			}
+		}
+		if err := l.Err(); err != nil {
+			return d.mapErr(err)
+		}
+		for _, c := range names {
+			if err := tp.queue.DeleteConsumer(ctx, c); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return d.mapErr(err)
+			}
+		}
+	}
+	// Session locks and floors.
+	for _, tp := range t.parts {
+		if err := tp.sched.Purge(ctx, jetstream.WithPurgeSubject(tp.n.sSubj+".L.~"+name+".>")); err != nil {
+			return d.mapErr(err)
+		}
+	}
+	err := d.js.DeleteStream(ctx, d.subDeadLetterNames(t.tcfg.Name, name).queue)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	return d.mapErr(err)
+}
+
+func subSessionPrefix(sub string) string { return "S-" + sub + "-" }
+
+func (t *jsTopic) subscriptions(ctx context.Context) ([]string, error) {
+	d := t.d
+	if err := d.check(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	var out []string
+	l := t.parts[0].queue.ConsumerNames(ctx)
+	for c := range l.Name() {
+		if name, ok := strings.CutPrefix(c, "U-"); ok {
+			out = append(out, name)
+		}
+	}
+	if err := l.Err(); err != nil {
+		return nil, d.mapErr(err)
+	}
+	return out, nil
+}
+
+// peek lists the subscription's active messages: those of the topic
+// stream above each consumer's ack floor that pass its filter.
+func (s *jsSubscription) peek(ctx context.Context, from uint64, limit int) ([]*Message, error) {
+	if err := s.d.check(); err != nil {
+		return nil, err
+	}
+	var out []*Message
+	for p := Partition(from); p < len(s.parts) && len(out) < limit; p++ {
+		part := s.parts[p]
+		if from > makeSeq(p, false, seqMask) {
+			continue
+		}
+		info, err := part.cons.Info(ctx)
+		if err != nil {
+			return nil, s.d.mapErr(err)
+		}
+		start := info.AckFloor.Stream + 1
+		if s.cfg.RequiresSession {
+			// The subscription's consumer acknowledges what it hands over:
+			// start from the oldest session's ack floor instead.
+			cis, err := s.sessionConsumers(ctx, part)
+			if err != nil {
+				return nil, err
+			}
+			for _, ci := range cis {
+				if ci.NumPending+uint64(ci.NumAckPending) > 0 {
+					start = min(start, ci.AckFloor.Stream+1)
+				}
+			}
+		}
+		if low := makeSeq(p, false, 0); from > low {
+			start = max(start, LocalSeq(from))
+		}
+		filters := info.Config.FilterSubjects
+		for len(out) < limit {
+			raw, err := part.queue.GetMsg(ctx, start, jetstream.WithGetMsgSubject(part.n.qSubj+".>"))
+			if isNotFound(err) {
+				break
+			}
+			if err != nil {
+				return nil, s.d.mapErr(err)
+			}
+			start = raw.Sequence + 1
+			if slices.ContainsFunc(filters, func(f string) bool { return subjectMatches(f, raw.Subject) }) {
+				out = append(out, rawMessage(raw, p, false))
+			}
+		}
+	}
+	return out, nil
+}
+
+// subjectMatches reports whether subject matches filter, whose tokens may
+// be '*' (no '>': the transport's filters have none).
+func subjectMatches(filter, subject string) bool {
+	for {
+		f, fr, fok := strings.Cut(filter, ".")
+		s, sr, sok := strings.Cut(subject, ".")
+		if f != "*" && f != s {
+			return false
+		}
+		if !fok || !sok {
+			return fok == sok
+		}
+		filter, subject = fr, sr
+	}
+}
+
+// counts: on a queue or topic the partitions' stream message counts and
+// schedule counters; on a subscription its consumers' pending counts.
+func (q *jsQueue) counts(ctx context.Context) (Counts, error) {
+	if err := q.d.check(); err != nil {
+		return Counts{}, err
+	}
+	ctx, cancel := q.d.apiContext(ctx)
+	defer cancel()
+	var c Counts
+	for _, part := range q.parts {
+		info, err := part.queue.Info(ctx)
+		if err != nil {
+			return Counts{}, q.d.mapErr(err)
+		}
+		c.Active += int64(info.State.Msgs)
+		if part.sched == nil {
+			continue
+		}
+		n, err := q.scheduled(ctx, part)
+		if err != nil {
+			return Counts{}, err
+		}
+		c.Scheduled += n
+	}
+	if q.dlq != nil && q.dlq != q {
+		info, err := q.dlq.parts[0].queue.Info(ctx)
+		if err != nil {
+			return Counts{}, q.d.mapErr(err)
+		}
+		c.DeadLettered = int64(info.State.Msgs)
+	}
+	return c, nil
+}
+
+func (s *jsSubscription) counts(ctx context.Context) (Counts, error) {
+	if err := s.d.check(); err != nil {
+		return Counts{}, err
+	}
+	ctx, cancel := s.d.apiContext(ctx)
+	defer cancel()
+	var c Counts
+	add := func(ci *jetstream.ConsumerInfo) {
+		c.Active += int64(ci.NumPending) + int64(ci.NumAckPending)
+		c.Pending += int64(ci.NumPending)
+	}
+	for _, part := range s.parts {
+		if s.cfg.RequiresSession {
+			// A message not handed over yet is held by the subscription's
+			// consumer, and perhaps also counted by its session's: hand
+			// everything over, then count the sessions' consumers.
+			if err := s.handOver(ctx, part); err != nil {
+				return Counts{}, err
+			}
+			cis, err := s.sessionConsumers(ctx, part)
+			if err != nil {
+				return Counts{}, err
+			}
+			for _, ci := range cis {
+				add(ci)
+			}
+			continue
+		}
+		info, err := part.cons.Info(ctx)
+		if err != nil {
+			return Counts{}, s.d.mapErr(err)
+		}
+		add(info)
+	}
+	info, err := s.dlq.parts[0].queue.Info(ctx)
+	if err != nil {
+		return Counts{}, s.d.mapErr(err)
+	}
+	c.DeadLettered = int64(info.State.Msgs)
+	return c, nil
+}
+
+// counterConsumer names the consumer of each schedule stream that counts
+// its schedules: filtered on P.S.N.p.*.s, never pulled, so its pending
+// count, which the server keeps up to date as schedules are stored,
+// activated (removed) and cancelled (purged), is the number of schedules.
+const counterConsumer = "count-scheduled"
+
+// scheduled returns the number of schedules in part, creating the
+// counting consumer on first use (queues made before it existed have
+// none).
+func (q *jsQueue) scheduled(ctx context.Context, part *jsPartition) (int64, error) {
+	part.countMu.Lock()
+	c := part.counter
+	if c == nil {
+		var err error
+		c, err = part.sched.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       counterConsumer,
+			Description:   "jetsaga: counts scheduled messages; never pulled",
+			FilterSubject: part.n.sSubj + ".*.s",
+			AckPolicy:     jetstream.AckNonePolicy,
+			DeliverPolicy: jetstream.DeliverAllPolicy,
+		})
+		if err != nil {
+			part.countMu.Unlock()
+			return 0, q.d.mapErr(err)
+		}
+		part.counter = c
+	}
+	part.countMu.Unlock()
+	info, err := c.Info(ctx)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		part.countMu.Lock()
+		part.counter = nil // deleted behind our back: make it again
+		part.countMu.Unlock()
+		return q.scheduled(ctx, part)
+	}
+	if err != nil {
+		return 0, q.d.mapErr(err)
+	}
+	return int64(info.NumPending), nil
+}
+
+// Sessions of a subscription. Each session has a durable consumer on the
+// topic stream ("S-<sub>-<hash of the session>"), filtered on the
+// session's subjects and the subscription's filter, with MaxAckPending 1,
+// as on a queue. It starts where the subscription started, or after the
+// session's floor (see below), so it sees every message of its session
+// that the subscription got and has not completed, and none twice.
+//
+// The topic stream keeps a message only while some consumer is
+// interested, and a session's consumer exists only once the session was
+// seen: so the subscription's own consumer holds every message until it
+// is handed over: handOver reads it from there, makes sure its session's
+// consumer exists (which from then on holds it) and only then
+// acknowledges it. Session receivers hand over now and then (at most
+// every handoverEvery), AcceptNextSession and Counts before they look.
+//
+// A session receiver that closes with nothing left in its session
+// collects the session's consumer (collectSession), and so does
+// AcceptNextSession for an idle session no receiver holds
+// (collectAbandoned): it marks its session
+// lock "gc", so that hand-overs leave the session alone; checks again
+// that nothing is pending; records the session's floor (the last stream
+// sequence the consumer delivered, all of them completed) on
+// <lock subject>.F; and deletes the consumer. A message that enters
+// meanwhile either is pending before the check (and the consumer stays),
+// or is handed over only once the mark is gone, to a new consumer that
+// starts after the floor. A hand-over of a message at or below the floor
+// (completed before its consumer was collected) just acknowledges it.
+
+// handoverAckWait is how long a message read by a hand-over that died
+// waits before another hand-over reads it again.
+const handoverAckWait = 10 * time.Second
+
+// handoverEvery is how often a session receiver hands over.
+const handoverEvery = time.Second
+
+type handoverTime struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+const metaSessionID = "jetsaga.session"
+
+func (t *jsTopicShape) sessionConsumerConfig(q *jsQueue, part *jsPartition, id string) jetstream.ConsumerConfig {
+	var filters []string
+	for _, p := range t.patterns {
+		filters = append(filters, part.n.qSubj+".s."+subjectToken(id)+"."+p)
+	}
+	return jetstream.ConsumerConfig{
+		Durable:        subSessionPrefix(t.sub) + sessionConsumerName(id)[2:],
+		Description:    "jetsaga session of subscription " + t.sub,
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        serverAckWait(q.cfg.LockDuration),
+		MaxDeliver:     -1,
+		MaxAckPending:  1,
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    part.cons.CachedInfo().Config.OptStartSeq,
+		Metadata:       map[string]string{metaSessionID: id},
+	}
+}
+
+// maybeHandOver hands over part's messages if it is a session
+// subscription's and handoverEvery has passed since the last time.
+func (q *jsQueue) maybeHandOver(ctx context.Context, part *jsPartition) {
+	if q.topic == nil || q.topic.sub == "" || !q.cfg.RequiresSession {
+		return
+	}
+	h := q.topic.handover[part.idx]
+	if !h.mu.TryLock() {
+		return
+	}
+	defer h.mu.Unlock()
+	if time.Since(h.last) < handoverEvery {
+		return
+	}
+	h.last = time.Now()
+	if err := q.handOver(ctx, part); err != nil {
+		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: handing messages over to sessions failed", slogErr(err), slogQueue(q.cfg.Name))
+	}
+}
+
+// handOver moves the interest in every message the subscription's
+// consumer holds on part to the consumer of the message's session.
+func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
+	const batch = 256
+	for {
+		if err := q.d.check(); err != nil {
+			return err
+		}
+		b, err := part.cons.FetchNoWait(batch)
+		if err != nil {
+			return q.d.mapErr(err)
+		}
+		msgs, _ := q.drain(ctx, b)
+		// Per session, within this batch (whose messages all entered
+		// before the checks): whether it is being collected, and whether
+		// its consumer was seen. A collection that starts after the check
+		// finds the batch's messages pending, unless they are completed,
+		// and then it does not matter who acknowledges them here.
+		collecting := make(map[string]bool)
+		ensured := make(map[string]bool)
+		for _, msg := range msgs {
+			var m Message
+			decodeHeader(msg.Headers(), &m)
+			md, err := msg.Metadata()
+			if err != nil {
+				return fmt.Errorf("transport: hand-over: %w", err)
+			}
+			c, seen := collecting[m.SessionID]
+			if !seen {
+				if c, err = q.sessionCollecting(ctx, part, m.SessionID); err != nil {
+					return err
+				}
+				collecting[m.SessionID] = c
+			}
+			if c {
+				continue // redelivered to a later hand-over
+			}
+			if !ensured[m.SessionID] {
+				c, err := q.subSessionConsumer(ctx, part, m.SessionID, md.Sequence.Stream)
+				if err != nil {
+					return err
+				}
+				ensured[m.SessionID] = c != nil
+			}
+			if err := msg.Ack(); err != nil {
+				return q.d.mapErr(err)
+			}
+		}
+		if len(msgs) < batch {
+			return nil
+		}
+	}
+}
+
+// gcMark is the body of a session lock held by collectSession.
+var gcMark = []byte("gc")
+
+// sessionCollecting reports whether a receiver is collecting the consumer
+// of session id (its lock holds gcMark).
+func (q *jsQueue) sessionCollecting(ctx context.Context, part *jsPartition, id string) (bool, error) {
+	raw, err := part.sched.GetLastMsgForSubject(ctx, sessionLockSubject(part, id))
+	if isNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, q.d.mapErr(err)
+	}
+	return string(raw.Data) == string(gcMark), nil
+}
+
+func sessionFloorSubject(part *jsPartition, id string) string {
+	return sessionLockSubject(part, id) + ".F"
+}
+
+// sessionFloor returns the floor recorded when session id's consumer was
+// last collected, 0 if never.
+func (q *jsQueue) sessionFloor(ctx context.Context, part *jsPartition, id string) (uint64, error) {
+	raw, err := part.sched.GetLastMsgForSubject(ctx, sessionFloorSubject(part, id))
+	if isNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, q.d.mapErr(err)
+	}
+	f, err := strconv.ParseUint(string(raw.Data), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("transport: session floor %q: %w", raw.Data, err)
+	}
+	return f, nil
+}
+
+// subSessionConsumer returns the consumer of session id of a
+// subscription, creating it if it does not exist, starting after the
+// session's floor. For the hand-over of the message at stream sequence
+// seq (seq > 0) it creates none if seq is at or below the floor (that
+// message was completed) and returns nil. It never trusts a cached
+// consumer: another process may have collected it.
+func (q *jsQueue) subSessionConsumer(ctx context.Context, part *jsPartition, id string, seq uint64) (jetstream.Consumer, error) {
+	cc := q.sessionConsumerConfig(part, id)
+	ctx, cancel := q.d.apiContext(ctx)
+	defer cancel()
+	for {
+		c, err := part.queue.Consumer(ctx, cc.Durable)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, q.d.mapErr(err)
+		}
+		floor, err := q.sessionFloor(ctx, part, id)
+		if err != nil {
+			return nil, err
+		}
+		if seq != 0 && seq <= floor {
+			return nil, nil
+		}
+		cc.OptStartSeq = max(cc.OptStartSeq, floor+1)
+		c, err = part.queue.CreateConsumer(ctx, cc)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return c, q.d.mapErr(err)
+		}
+	}
+}
+
+// collectAbandoned collects the consumer of a session that has nothing
+// pending, if no receiver holds the session: its last receiver died, or
+// closed while a message was on its way. It takes the session lock as a
+// receiver would, and closes it.
+func (q *jsQueue) collectAbandoned(ctx context.Context, part *jsPartition, ci *jetstream.ConsumerInfo) {
+	id := ci.Config.Metadata[metaSessionID]
+	s := &jsSession{q: q, part: part, id: id, lockSubj: sessionLockSubject(part, id), holder: []byte(nuid.Next())}
+	if s.lock(ctx) != nil {
+		return // held, or the server unreachable
+	}
+	if c, err := part.queue.Consumer(ctx, ci.Name); err == nil {
+		s.c = c
+	}
+	_ = s.close()
+}
+
+// collectSession deletes the consumer of the session s holds if nothing
+// is pending on it, recording the session's floor first (see above).
+// Called by close, with s.mu held; failures leave the consumer in place.
+func (q *jsQueue) collectSession(ctx context.Context, s *jsSession) {
+	if q.topic == nil || q.topic.sub == "" || s.c == nil {
+		return
+	}
+	idle := func() (*jetstream.ConsumerInfo, bool) {
+		ci, err := s.c.Info(ctx)
+		return ci, err == nil && ci.NumPending == 0 && ci.NumAckPending == 0
+	}
+	if _, ok := idle(); !ok {
+		return
+	}
+	mark := &nats.Msg{Subject: s.lockSubj, Data: gcMark, Header: nats.Header{
+		natsTTL:                             {q.lockTTL().String()},
+		"Nats-Rollup":                       {"sub"},
+		jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(s.seq, 10)},
+	}}
+	ack, err := q.d.js.PublishMsg(ctx, mark)
+	if err != nil {
+		return // the lock is lost, or the server unreachable
+	}
+	s.seq = ack.Sequence
+	ci, ok := idle()
+	if !ok {
+		return
+	}
+	floor := &nats.Msg{Subject: sessionFloorSubject(s.part, s.id), Data: strconv.AppendUint(nil, ci.Delivered.Stream, 10),
+		Header: nats.Header{"Nats-Rollup": {"sub"}}}
+	if _, err := q.d.js.PublishMsg(ctx, floor); err != nil {
+		return
+	}
+	if err := s.part.queue.DeleteConsumer(ctx, ci.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: deleting an idle session consumer failed", slogErr(err), slogQueue(q.cfg.Name))
+		return
+	}
+	q.mu.Lock()
+	delete(q.sessions, ci.Name)
+	q.mu.Unlock()
+}
+
+// sessionConsumers lists the consumers of the subscription's sessions on
+// part.
+func (q *jsQueue) sessionConsumers(ctx context.Context, part *jsPartition) ([]*jetstream.ConsumerInfo, error) {
+	var out []*jetstream.ConsumerInfo
+	l := part.queue.ListConsumers(ctx)
+	for ci := range l.Info() {
+		if strings.HasPrefix(ci.Name, subSessionPrefix(q.topic.sub)) {
+			out = append(out, ci)
+		}
+	}
+	if err := l.Err(); err != nil {
+		return nil, q.d.mapErr(err)
+	}
+	return out, nil
+}
+
+// freeSubSession hands over, then looks for a session consumer with work
+// and no receiver.
+func (q *jsQueue) freeSubSession(ctx context.Context, part *jsPartition) (string, error) {
+	if err := q.handOver(ctx, part); err != nil {
+		return "", err
+	}
+	cis, err := q.sessionConsumers(ctx, part)
+	if err != nil {
+		return "", err
+	}
+	rand.Shuffle(len(cis), func(i, j int) { cis[i], cis[j] = cis[j], cis[i] })
+	for _, ci := range cis {
+		if ci.NumPending == 0 && ci.NumAckPending == 0 {
+			q.collectAbandoned(ctx, part, ci)
+			continue
+		}
+		id := ci.Config.Metadata[metaSessionID]
+		if _, err := part.sched.GetLastMsgForSubject(ctx, sessionLockSubject(part, id)); err == nil {
+			continue // a receiver holds it
+		} else if !isNotFound(err) {
+			return "", q.d.mapErr(err)
+		}
+		if sessionFree(ci, serverAckWait(q.cfg.LockDuration)) {
+			return id, nil
+		}
+	}
+	return "", nil
+}
+
+// counts of a topic: first each session subscription hands its messages
+// over, so that a message completed on a session's consumer no longer
+// counts as held by the topic; then the streams' counts.
+func (t *jsTopic) counts(ctx context.Context) (Counts, error) {
+	names, err := t.subscriptions(ctx)
+	if err != nil {
+		return Counts{}, err
+	}
+	for _, name := range names {
+		sd, cfg, err := t.attachSubscription(ctx, name)
+		if errors.Is(err, ErrTopicNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return Counts{}, err
+		}
+		if !cfg.RequiresSession {
+			continue
+		}
+		s := sd.(*jsSubscription)
+		for _, part := range s.parts {
+			if err := s.handOver(ctx, part); err != nil {
+				return Counts{}, err
+			}
+		}
+	}
+	return t.jsQueue.counts(ctx)
+}
