@@ -76,6 +76,8 @@ type Dispatcher struct {
 	openOnce sync.Once
 	q        *transport.Queue
 	openErr  error
+
+	cache *recordCache // records this dispatcher wrote last; nil if off
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga
@@ -97,6 +99,8 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 		subscribers: make(map[string][]string),
 		retention:   DefaultRetention,
 		now:         time.Now,
+		cacheSize:   DefaultRecordCache,
+		batch:       8,
 	}
 	c.queue.Name = queue
 	for _, o := range opts {
@@ -116,6 +120,7 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 	d := &Dispatcher{
 		cfg: c, broker: b, store: store, queueName: queue, subscribers: c.subscribers,
 		byType: make(map[string][]sagaRuntime), byName: make(map[string]sagaRuntime),
+		cache: newRecordCache(c.cacheSize),
 	}
 	if len(c.sagas) == 0 {
 		return nil, fmt.Errorf("%w: no sagas (use WithSagas)", ErrInvalidOption)
@@ -207,8 +212,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 func (d *Dispatcher) worker(ctx, work context.Context, q *transport.Queue) {
 	backoff := 10 * time.Millisecond
+	lock := q.Config().LockDuration
 	for ctx.Err() == nil {
-		ds, err := q.Receive(ctx, 1)
+		ds, err := q.Receive(ctx, d.cfg.batch)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
 				return
@@ -223,7 +229,19 @@ func (d *Dispatcher) worker(ctx, work context.Context, q *transport.Queue) {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		for _, del := range ds {
+		for i, del := range ds {
+			if i > 0 && ctx.Err() != nil {
+				// Stopping: the rest of the batch was not started, so it
+				// goes back to the queue at once rather than when its lock
+				// expires.
+				_ = del.Abandon(work)
+				continue
+			}
+			if i > 0 && lock > 0 && time.Until(del.LockedUntil()) < lock/2 {
+				// It waited behind slow steps of its batch: renew its lock
+				// before it runs, so that the step has a full one.
+				_ = del.RenewLock(work)
+			}
 			wctx, cancel := context.WithTimeout(work, d.cfg.drain)
 			d.Handle(wctx, del)
 			cancel()
@@ -390,7 +408,14 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, ts []*
 			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("saga.type", info.Saga),
 			slog.String("saga.id", info.ID), slog.Any("error", pendingErr))
 	}
-	if cerr := del.Complete(ctx); cerr != nil {
+	complete := del.Complete
+	if outcome == Handled || outcome == Duplicate {
+		// Every instance the message went to has its identity in its
+		// inbox: a redelivery, should the completion be lost, is a
+		// duplicate and has no effect. No need to wait for the broker.
+		complete = del.CompleteNoWait
+	}
+	if cerr := complete(ctx); cerr != nil {
 		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: completing message failed; it will be redelivered and deduplicated",
 			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", cerr))
 		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr), Conflicts: conflicts}
@@ -448,8 +473,13 @@ func validateID(id string) error {
 func (d *Dispatcher) process(ctx context.Context, t *target, del *transport.Delivery, identity string) (Outcome, int, error) {
 	key := storeKey(t.rt.Name(), t.id)
 	waits := 0
+	useCache := true
 	for conflicts := 0; ; {
-		o, err := d.attempt(ctx, t, key, identity, del, waits < outboxWaits)
+		o, err := d.attempt(ctx, t, key, identity, del, waits < outboxWaits, useCache)
+		useCache = false // a second attempt starts from a fresh load
+		if errors.Is(err, errStaleCache) {
+			continue
+		}
 		if errors.Is(err, errOutboxBusy) {
 			waits++
 			if err := sleep(ctx, time.Millisecond<<waits); err != nil {
@@ -488,6 +518,11 @@ const (
 
 var errOutboxBusy = errors.New("saga: outbox being carried out")
 
+// errStaleCache asks for a step started from a cached record to be run
+// again from a fresh load: it came to a decision other than a commit,
+// which the cache cannot vouch for.
+var errStaleCache = errors.New("saga: cached record needs a fresh load")
+
 // load returns the record stored under key and its revision, or
 // ErrNotFound.
 func (d *Dispatcher) load(ctx context.Context, key string) (*record, uint64, error) {
@@ -504,25 +539,59 @@ func (d *Dispatcher) load(ctx context.Context, key string) (*record, uint64, err
 
 // put stores rec under key if its revision is rev. A completed instance's
 // record expires after the retention, if the store can let it.
+//
+// It keeps the record cache in step: the record as written (if it is not
+// completed) after a successful write, nothing after a failed one.
 func (d *Dispatcher) put(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
 	b, err := encodeRecord(rec)
 	if err != nil {
+		d.cache.forget(key)
 		return 0, err
 	}
-	if rec.Completed {
-		if es, ok := d.store.(ExpiringStore); ok {
-			return es.PutTTL(ctx, key, b, rev, d.cfg.retention)
+	var n uint64
+	if es, ok := d.store.(ExpiringStore); ok && rec.Completed {
+		n, err = es.PutTTL(ctx, key, b, rev, d.cfg.retention)
+	} else {
+		n, err = d.store.Put(ctx, key, b, rev)
+	}
+	if err != nil || rec.Completed {
+		d.cache.forget(key)
+	} else {
+		d.cache.set(key, b, n)
+	}
+	return n, err
+}
+
+// loadStep returns the record a step starts from: the cached one if
+// useCache and there is one (cached reports it), else the stored one.
+func (d *Dispatcher) loadStep(ctx context.Context, key string, useCache bool) (rec *record, rev uint64, cached bool, err error) {
+	if useCache {
+		if c, ok := d.cache.get(key); ok {
+			if rec, err = decodeRecord(c.raw); err == nil {
+				return rec, c.rev, true, nil
+			}
+			d.cache.forget(key)
 		}
 	}
-	return d.store.Put(ctx, key, b, rev)
+	rec, rev, err = d.load(ctx, key)
+	return rec, rev, false, err
 }
 
 // attempt is one load → handle → commit → carry out effects round. It
 // returns EffectsPending with the error when the message's change is
 // committed but its effects could not all be carried out.
-func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient bool) (Outcome, error) {
+func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient, useCache bool) (Outcome, error) {
 	now := d.cfg.now()
-	rec, rev, err := d.load(ctx, key)
+	rec, rev, cached, err := d.loadStep(ctx, key, useCache)
+	// fresh is the way out of every decision but a commit: from a cached
+	// record, the step runs again on a fresh load.
+	fresh := func(o Outcome, err error) (Outcome, error) {
+		if cached {
+			d.cache.forget(key)
+			return "", errStaleCache
+		}
+		return o, err
+	}
 	var tombstone *record
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -532,6 +601,9 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		// Effects a step committed but did not carry out go first: the
 		// next commit would overwrite them.
 		if len(rec.Outbox) > 0 {
+			if cached {
+				return fresh("", nil)
+			}
 			if patient && now.Sub(rec.Updated) < outboxGrace {
 				return "", errOutboxBusy
 			}
@@ -543,14 +615,20 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			}
 		}
 		if rec.seen(identity) {
-			return Duplicate, nil
+			return fresh(Duplicate, nil)
 		}
 		if rec.Completed {
+			if cached {
+				return fresh("", nil)
+			}
 			tombstone = rec
 			rec = &record{Inbox: rec.Inbox} // a finished instance: as if not found
 		}
 	}
 	isNew := rec == nil || rec.Started.IsZero()
+	if isNew && cached {
+		return fresh("", nil)
+	}
 	if isNew && t.kind != routeTimeout && t.kind != routeStart {
 		return d.notFound(ctx, t, key, identity, del, tombstone)
 	}
@@ -568,7 +646,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 	if t.kind == routeTimeout {
 		token = del.Properties[propToken]
 		if _, ok := rec.Timeouts[token]; !ok {
-			return Dropped, nil // cancelled, rescheduled or already handled
+			return fresh(Dropped, nil) // cancelled, rescheduled or already handled
 		}
 		delete(rec.Timeouts, token)
 	}
@@ -576,17 +654,21 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token}
 	typ := del.Properties[propType]
 	if err := runHandler(ctx, t.rt, s, typ, t.m); err != nil {
-		return "", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err}
+		return fresh("", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
 	}
 	rec.remember(identity)
 	if rec.Completed {
 		s.complete()
 	}
 	if rev, err = d.put(ctx, key, rec, rev); err != nil {
+		if cached && !errors.Is(err, ErrConflict) {
+			return fresh("", err)
+		}
 		return "", err
 	}
 	if len(rec.Outbox) > 0 {
 		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
+			d.cache.forget(key)
 			return EffectsPending, err
 		}
 	}
