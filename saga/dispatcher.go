@@ -237,10 +237,15 @@ func (d *Dispatcher) worker(ctx, work context.Context, q *transport.Queue) {
 				_ = del.Abandon(work)
 				continue
 			}
-			if i > 0 && lock > 0 && time.Until(del.LockedUntil()) < lock/2 {
-				// It waited behind slow steps of its batch: renew its lock
-				// before it runs, so that the step has a full one.
-				_ = del.RenewLock(work)
+			if i > 0 && lock > 0 {
+				// The rest of the batch waited behind slow steps: renew
+				// the locks that are half gone, so that each step starts
+				// with at least half a lock and none expires while it waits.
+				for _, next := range ds[i:] {
+					if time.Until(next.LockedUntil()) < lock/2 {
+						_ = next.RenewLock(work)
+					}
+				}
 			}
 			wctx, cancel := context.WithTimeout(work, d.cfg.drain)
 			d.Handle(wctx, del)

@@ -185,9 +185,12 @@ func WithRecordCache(n int) Option {
 }
 
 // WithReceiveBatch sets how many messages each of the dispatcher's workers
-// receives at once (it handles them one after the other, renewing the lock
-// of a message that waited for half its LockDuration). Larger batches save
-// receive requests; 1 receives one message at a time. Default: 8.
+// receives at once. It handles them one after the other; before each step
+// it renews the locks of the batch's waiting messages that have less than
+// half their LockDuration left, so a step that takes longer than half the
+// LockDuration can still make the next one's lock expire (it is then
+// redelivered and, if it had been handled, deduplicated). Larger batches
+// save receive requests; 1 receives one message at a time. Default: 8.
 func WithReceiveBatch(n int) Option {
 	return optionFunc(func(c *config) error {
 		if n < 1 {

@@ -54,6 +54,11 @@ type probeVariant struct {
 	atomic     bool
 }
 
+// newDesignCalls is the variant that makes the dispatcher's present calls
+// (the P2 bench's third side): saga.WithReceiveBatch's default, the record
+// cache, CompleteNoWait.
+var newDesignCalls = probeVariant{name: "new design's calls", batch: 8, cache: true, ackAsync: true}
+
 var probeVariants = []probeVariant{
 	{name: "today", batch: 1},
 	{name: "fetchN", batch: probeBatch},
