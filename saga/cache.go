@@ -1,6 +1,10 @@
 package saga
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/jetsaga/jetsaga/timeout"
+)
 
 // DefaultRecordCache is how many records a dispatcher caches by default
 // (see WithRecordCache).
@@ -28,6 +32,10 @@ type recordCache struct {
 type cachedRecord struct {
 	raw []byte // as encoded for the store; decoded afresh for each step
 	rev uint64
+	// carried: raw's outbox (timeouts only) was carried out, with these
+	// refs; a step from this entry starts without it (see carryOutKept).
+	carried bool
+	refs    map[string]timeout.Ref
 }
 
 func newRecordCache(max int) *recordCache {
@@ -60,6 +68,42 @@ func (c *recordCache) set(key string, raw []byte, rev uint64) {
 		}
 	}
 	c.m[key] = cachedRecord{raw: raw, rev: rev}
+}
+
+// carried notes that the outbox of the record cached under key at rev has
+// been carried out, rec being that record without it.
+func (c *recordCache) carried(key string, rev uint64, rec *record) {
+	if c == nil {
+		return
+	}
+	refs := make(map[string]timeout.Ref, len(rec.Timeouts))
+	for tok, te := range rec.Timeouts {
+		if te.Ref != "" {
+			refs[tok] = te.Ref
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.m[key]; ok && e.rev == rev {
+		e.carried, e.refs = true, refs
+		c.m[key] = e
+	}
+}
+
+// record decodes a cached entry as a step starts from it.
+func (e cachedRecord) record() (*record, error) {
+	rec, err := decodeRecord(e.raw)
+	if err != nil || !e.carried {
+		return rec, err
+	}
+	rec.Outbox = nil
+	for tok, ref := range e.refs {
+		if te, ok := rec.Timeouts[tok]; ok {
+			te.Ref = ref
+			rec.Timeouts[tok] = te
+		}
+	}
+	return rec, nil
 }
 
 func (c *recordCache) forget(key string) {

@@ -572,7 +572,7 @@ func (d *Dispatcher) put(ctx context.Context, key string, rec *record, rev uint6
 func (d *Dispatcher) loadStep(ctx context.Context, key string, useCache bool) (rec *record, rev uint64, cached bool, err error) {
 	if useCache {
 		if c, ok := d.cache.get(key); ok {
-			if rec, err = decodeRecord(c.raw); err == nil {
+			if rec, err = c.record(); err == nil {
 				return rec, c.rev, true, nil
 			}
 			d.cache.forget(key)
@@ -609,14 +609,27 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			if cached {
 				return fresh("", nil)
 			}
-			if patient && now.Sub(rec.Updated) < outboxGrace {
-				return "", errOutboxBusy
-			}
-			if rev, err = d.flush(ctx, key, rec, rev); err != nil {
-				if rec.seen(identity) && !errors.Is(err, ErrConflict) {
-					return EffectsPending, err // this message's own step
+			if !rec.hasSends() {
+				// Timeouts to schedule or cancel only: carrying them out
+				// again is harmless at any time (see carryOutKept), and
+				// this step's commit, if it makes one, stores the record
+				// without them.
+				if err = d.carryOutKept(ctx, key, rec); err != nil {
+					if rec.seen(identity) {
+						return EffectsPending, err // this message's own step
+					}
+					return "", err
 				}
-				return "", err
+			} else {
+				if patient && now.Sub(rec.Updated) < outboxGrace {
+					return "", errOutboxBusy
+				}
+				if rev, err = d.flush(ctx, key, rec, rev); err != nil {
+					if rec.seen(identity) && !errors.Is(err, ErrConflict) {
+						return EffectsPending, err // this message's own step
+					}
+					return "", err
+				}
 			}
 		}
 		if rec.seen(identity) {
@@ -671,13 +684,55 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		}
 		return "", err
 	}
-	if len(rec.Outbox) > 0 {
+	switch {
+	case len(rec.Outbox) == 0:
+	case rec.hasSends():
 		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
 			d.cache.forget(key)
 			return EffectsPending, err
 		}
+	default:
+		// Timeouts only: the outbox stays in the stored record until the
+		// next commit on the instance (see carryOutKept); this
+		// dispatcher's cache knows it was carried out.
+		if err := d.carryOutKept(ctx, key, rec); err != nil {
+			d.cache.forget(key)
+			return EffectsPending, err
+		}
+		d.cache.carried(key, rev, rec)
 	}
 	return Handled, nil
+}
+
+// hasSends reports whether the outbox holds messages to send: only those
+// must be cleared from the record once carried out, because sending them
+// again after the queue's DuplicateWindow would deliver them twice.
+func (r *record) hasSends() bool {
+	return slices.ContainsFunc(r.Outbox, func(e effect) bool { return e.Kind == effectSend })
+}
+
+// carryOutKept carries out an outbox of timeouts to schedule and cancel
+// and empties rec.Outbox (with the refs of the scheduled timeouts in
+// rec.Timeouts) in memory only: the stored record keeps the outbox until
+// the next commit on the instance writes the record without it. That
+// saves the Put that would clear it, and is safe because carrying such an
+// outbox out again, at any time, changes nothing: Schedule is idempotent
+// on the timeout's ID and returns its ref while it is pending
+// (timeout.Scheduler), and once it fired its token is no longer pending
+// in a record that dropped the outbox — a schedule made again after the
+// engine forgot the ID could only deliver a timeout that the token check
+// drops; Cancel of what is no longer pending reports ErrNotFound or
+// ErrAlreadyFired, which are ignored. A step that loads the record from
+// the store carries such an outbox out again before it runs, which also
+// finishes the work of a dispatcher that crashed before carrying it out.
+func (d *Dispatcher) carryOutKept(ctx context.Context, key string, rec *record) error {
+	for _, e := range rec.Outbox {
+		if err := d.carryOut(ctx, key, rec, e); err != nil {
+			return err
+		}
+	}
+	rec.Outbox = nil
+	return nil
 }
 
 func runHandler(ctx context.Context, rt sagaRuntime, s *step, typ string, m any) (err error) {

@@ -123,7 +123,9 @@ func benchSaga(ctx context.Context, e *env) ([]Result, error) {
 	sides := []sagaSide{
 		{"jetsaga", func(ctx context.Context, n, k int) (sagaRound, error) { return e.sagaJetRound(ctx, def, n, k) }},
 		{"raw", e.sagaRawRound},
-		{"raw-new", func(ctx context.Context, n, k int) (sagaRound, error) { return e.sagaProbeRound(ctx, newDesignCalls, n, k) }},
+		{"raw-new", func(ctx context.Context, n, k int) (sagaRound, error) {
+			return e.sagaProbeRound(ctx, newDesignCalls, n, k)
+		}},
 	}
 	run := func(s sagaSide, n int) (r sagaRound, err error) {
 		pprof.Do(ctx, pprof.Labels("side", s.label), func(ctx context.Context) {
@@ -179,8 +181,8 @@ func benchSaga(ctx context.Context, e *env) ([]Result, error) {
 	p2new.Target += " (P2)"
 	p2new.RawName = "raw new loop"
 	p2new.RawDesc = fmt.Sprintf("the raw loop making the dispatcher's present calls: Fetch(%d) and the steps one after the other, no KV Get while"+
-		" a record cache of its own (shared by the goroutines) holds the record at the revision it wrote, KV Create/Update(rev), PublishMsg of the schedule,"+
-		" KV Update(rev), Ack without waiting", newDesignCalls.batch)
+		" a record cache of its own (shared by the goroutines) holds the record at the revision it wrote, KV Create/Update(rev), PublishMsg of the schedule"+
+		" (no second KV Update: the outbox of a timeout stays until the next commit), Ack without waiting", newDesignCalls.batch)
 	cpuCell := func(i int) *Figure {
 		if cpu[i][0] == 0 {
 			return &Figure{Text: "n/a"}
