@@ -1,9 +1,9 @@
 package saga
 
 import (
+	"maps"
+	"slices"
 	"sync"
-
-	"github.com/jetsaga/jetsaga/timeout"
 )
 
 // DefaultRecordCache is how many records a dispatcher caches by default
@@ -30,12 +30,8 @@ type recordCache struct {
 }
 
 type cachedRecord struct {
-	raw []byte // as encoded for the store; decoded afresh for each step
+	rec *record // never changed once cached: each step gets a clone
 	rev uint64
-	// carried: raw's outbox (timeouts only) was carried out, with these
-	// refs; a step from this entry starts without it (see carryOutKept).
-	carried bool
-	refs    map[string]timeout.Ref
 }
 
 func newRecordCache(max int) *recordCache {
@@ -45,20 +41,26 @@ func newRecordCache(max int) *recordCache {
 	return &recordCache{max: max, m: make(map[string]cachedRecord)}
 }
 
-func (c *recordCache) get(key string) (cachedRecord, bool) {
+// get returns a copy of the record cached under key, for a step to change.
+func (c *recordCache) get(key string) (*record, uint64, bool) {
 	if c == nil {
-		return cachedRecord{}, false
+		return nil, 0, false
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, ok := c.m[key]
-	return r, ok
+	e, ok := c.m[key]
+	c.mu.Unlock()
+	if !ok {
+		return nil, 0, false
+	}
+	return e.rec.clone(), e.rev, true
 }
 
-func (c *recordCache) set(key string, raw []byte, rev uint64) {
+// set caches a copy of rec, stored at rev.
+func (c *recordCache) set(key string, rec *record, rev uint64) {
 	if c == nil {
 		return
 	}
+	e := cachedRecord{rec: rec.clone(), rev: rev}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
@@ -67,43 +69,22 @@ func (c *recordCache) set(key string, raw []byte, rev uint64) {
 			break
 		}
 	}
-	c.m[key] = cachedRecord{raw: raw, rev: rev}
+	c.m[key] = e
 }
 
 // carried notes that the outbox of the record cached under key at rev has
-// been carried out, rec being that record without it.
+// been carried out: rec is that record without it, with the refs of the
+// timeouts it scheduled (see carryOutKept).
 func (c *recordCache) carried(key string, rev uint64, rec *record) {
 	if c == nil {
 		return
 	}
-	refs := make(map[string]timeout.Ref, len(rec.Timeouts))
-	for tok, te := range rec.Timeouts {
-		if te.Ref != "" {
-			refs[tok] = te.Ref
-		}
-	}
+	cp := rec.clone()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.m[key]; ok && e.rev == rev {
-		e.carried, e.refs = true, refs
-		c.m[key] = e
+		c.m[key] = cachedRecord{rec: cp, rev: rev}
 	}
-}
-
-// record decodes a cached entry as a step starts from it.
-func (e cachedRecord) record() (*record, error) {
-	rec, err := decodeRecord(e.raw)
-	if err != nil || !e.carried {
-		return rec, err
-	}
-	rec.Outbox = nil
-	for tok, ref := range e.refs {
-		if te, ok := rec.Timeouts[tok]; ok {
-			te.Ref = ref
-			rec.Timeouts[tok] = te
-		}
-	}
-	return rec, nil
 }
 
 func (c *recordCache) forget(key string) {
@@ -122,4 +103,31 @@ func (c *recordCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.m)
+}
+
+// clone returns a copy of r that shares nothing it could change: a
+// step changes its record's maps and slices in place.
+func (r *record) clone() *record {
+	c := *r
+	c.JSONData = slices.Clone(r.JSONData)
+	c.BinData = slices.Clone(r.BinData)
+	c.Timeouts = maps.Clone(r.Timeouts)
+	c.Inbox = slices.Clone(r.Inbox)
+	if r.Outbox != nil {
+		c.Outbox = make([]effect, len(r.Outbox))
+		for i, e := range r.Outbox {
+			if e.Msg != nil {
+				m := *e.Msg
+				m.Body = slices.Clone(m.Body)
+				m.Properties = maps.Clone(m.Properties)
+				e.Msg = &m
+			}
+			c.Outbox[i] = e
+		}
+	}
+	if r.Originator != nil {
+		o := *r.Originator
+		c.Originator = &o
+	}
+	return &c
 }

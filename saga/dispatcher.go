@@ -562,7 +562,7 @@ func (d *Dispatcher) put(ctx context.Context, key string, rec *record, rev uint6
 	if err != nil || rec.Completed {
 		d.cache.forget(key)
 	} else {
-		d.cache.set(key, b, n)
+		d.cache.set(key, rec, n)
 	}
 	return n, err
 }
@@ -571,11 +571,8 @@ func (d *Dispatcher) put(ctx context.Context, key string, rec *record, rev uint6
 // useCache and there is one (cached reports it), else the stored one.
 func (d *Dispatcher) loadStep(ctx context.Context, key string, useCache bool) (rec *record, rev uint64, cached bool, err error) {
 	if useCache {
-		if c, ok := d.cache.get(key); ok {
-			if rec, err = c.record(); err == nil {
-				return rec, c.rev, true, nil
-			}
-			d.cache.forget(key)
+		if rec, rev, ok := d.cache.get(key); ok {
+			return rec, rev, true, nil
 		}
 	}
 	rec, rev, err = d.load(ctx, key)
