@@ -317,6 +317,12 @@ func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int) (sagaRo
 	if err != nil {
 		return sagaRound{}, fmt.Errorf("pre-fill: %w", err)
 	}
+	// Send returns once a message is in the schedule stream; the queue
+	// stream sources it a moment later. Wait until all are there, as the
+	// raw sides' pre-fill (straight into their queue stream) has them.
+	if err := e.awaitQueued(ctx, benchPrefix+"_Q_"+sagaQueue+"_0", n); err != nil {
+		return sagaRound{}, err
+	}
 
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, 1)
@@ -336,6 +342,31 @@ func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int) (sagaRo
 		return sagaRound{}, err
 	}
 	return sagaRound{stats: st, cpu: cpu, conflicts: conflicts.Load(), recBytes: rec}, nil
+}
+
+// awaitQueued waits until stream holds n messages.
+func (e *env) awaitQueued(ctx context.Context, stream string, n int) error {
+	s, err := e.js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs >= uint64(n) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("stream %s holds %d messages after the pre-fill, want %d", stream, info.State.Msgs, n)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // firstErr keeps the first error set and closes failed then.
