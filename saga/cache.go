@@ -87,6 +87,15 @@ func (c *recordCache) carried(key string, rev uint64, rec *record) {
 	}
 }
 
+// holds reports whether the record cached under key is the one stored at
+// rev.
+func (c *recordCache) holds(key string, rev uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	return ok && e.rev == rev
+}
+
 func (c *recordCache) forget(key string) {
 	if c == nil {
 		return
@@ -130,4 +139,42 @@ func (r *record) clone() *record {
 		c.Originator = &o
 	}
 	return &c
+}
+
+// hitRate estimates, over the last few hundred steps that found a record,
+// the share for which this dispatcher's cache held the record as stored.
+// While at least half did (or too few steps tell), steps start from the
+// cache, and a step leaves an outbox of timeouts in the stored record
+// (see carryOutKept), which saves the Put that clears it when the next
+// step on the instance starts from the cache. When other dispatchers take
+// most of the turns on the instances, a cached record is mostly stale (a
+// wasted conditional write each) and a kept outbox would cost the next
+// step, which loads the record, one schedule call per timeout: then steps
+// load, and outboxes are cleared, as in the first design. Steps that load
+// keep measuring (does the cache hold the revision loaded?), so the
+// dispatcher returns to the cache when the turns come back to it.
+type hitRate struct {
+	mu          sync.Mutex
+	hits, total float64 // decayed counts
+}
+
+const hitDecay = 1 - 1.0/256
+
+func (h *hitRate) note(hit bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.hits *= hitDecay
+	h.total = h.total*hitDecay + 1
+	if hit {
+		h.hits++
+	}
+}
+
+// likely reports whether the next step on an instance will probably start
+// from the cache: at least half of the recent ones did (or too few steps
+// found a record to tell).
+func (h *hitRate) likely() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.total < 16 || 2*h.hits >= h.total
 }

@@ -56,3 +56,30 @@ func TestRecordCloneSharesNothing(t *testing.T) {
 		t.Fatalf("cache holds %d records, bound 2", n)
 	}
 }
+
+// The hit rate starts optimistic, turns when most steps find the cache
+// stale, and turns back when they find it fresh again.
+func TestHitRateAdapts(t *testing.T) {
+	var h hitRate
+	if !h.likely() {
+		t.Fatal("a new dispatcher does not try its cache")
+	}
+	for range 64 {
+		h.note(false)
+	}
+	if h.likely() {
+		t.Fatal("still likely after 64 misses in a row")
+	}
+	for i := range 256 {
+		h.note(i%3 == 0) // one dispatcher of three
+	}
+	if h.likely() {
+		t.Fatal("likely at a third of hits")
+	}
+	for range 256 {
+		h.note(true)
+	}
+	if !h.likely() {
+		t.Fatal("not likely again after 256 hits in a row")
+	}
+}

@@ -78,6 +78,7 @@ type Dispatcher struct {
 	openErr  error
 
 	cache *recordCache // records this dispatcher wrote last; nil if off
+	hits  hitRate      // of the cache, by the steps that found a record
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga
@@ -478,10 +479,13 @@ func validateID(id string) error {
 func (d *Dispatcher) process(ctx context.Context, t *target, del *transport.Delivery, identity string) (Outcome, int, error) {
 	key := storeKey(t.rt.Name(), t.id)
 	waits := 0
-	useCache := true
+	// The first attempt starts from the cache while it mostly holds what
+	// the store holds (see hitRate), and tells how it went; a second
+	// attempt starts from a fresh load.
+	first, useCache := true, d.cache != nil && d.hits.likely()
 	for conflicts := 0; ; {
-		o, err := d.attempt(ctx, t, key, identity, del, waits < outboxWaits, useCache)
-		useCache = false // a second attempt starts from a fresh load
+		o, err := d.attempt(ctx, t, key, identity, del, waits < outboxWaits, useCache, first)
+		first, useCache = false, false
 		if errors.Is(err, errStaleCache) {
 			continue
 		}
@@ -569,22 +573,28 @@ func (d *Dispatcher) put(ctx context.Context, key string, rec *record, rev uint6
 
 // loadStep returns the record a step starts from: the cached one if
 // useCache and there is one (cached reports it), else the stored one.
-func (d *Dispatcher) loadStep(ctx context.Context, key string, useCache bool) (rec *record, rev uint64, cached bool, err error) {
+//
+// If note, it tells d.hits whether the cache held the stored record: at
+// once for a record loaded, at the commit (attempt) for a cached one.
+func (d *Dispatcher) loadStep(ctx context.Context, key string, useCache, note bool) (rec *record, rev uint64, cached bool, err error) {
 	if useCache {
 		if rec, rev, ok := d.cache.get(key); ok {
 			return rec, rev, true, nil
 		}
 	}
 	rec, rev, err = d.load(ctx, key)
+	if note && err == nil && d.cache != nil {
+		d.hits.note(d.cache.holds(key, rev))
+	}
 	return rec, rev, false, err
 }
 
 // attempt is one load → handle → commit → carry out effects round. It
 // returns EffectsPending with the error when the message's change is
 // committed but its effects could not all be carried out.
-func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient, useCache bool) (Outcome, error) {
+func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient, useCache, first bool) (Outcome, error) {
 	now := d.cfg.now()
-	rec, rev, cached, err := d.loadStep(ctx, key, useCache)
+	rec, rev, cached, err := d.loadStep(ctx, key, useCache, first)
 	// fresh is the way out of every decision but a commit: from a cached
 	// record, the step runs again on a fresh load.
 	fresh := func(o Outcome, err error) (Outcome, error) {
@@ -676,14 +686,20 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		s.complete()
 	}
 	if rev, err = d.put(ctx, key, rec, rev); err != nil {
+		if cached && errors.Is(err, ErrConflict) {
+			d.hits.note(false)
+		}
 		if cached && !errors.Is(err, ErrConflict) {
 			return fresh("", err)
 		}
 		return "", err
 	}
+	if cached {
+		d.hits.note(true)
+	}
 	switch {
 	case len(rec.Outbox) == 0:
-	case rec.hasSends():
+	case rec.hasSends() || d.cache == nil || !d.hits.likely():
 		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
 			d.cache.forget(key)
 			return EffectsPending, err

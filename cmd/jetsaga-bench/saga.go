@@ -260,7 +260,14 @@ func timed(ctx context.Context, start func(), done, failed <-chan struct{}) (lan
 
 // sagaJetRound runs one round through a Dispatcher on its own connection,
 // broker, store and a fresh queue and bucket.
-func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int) (sagaRound, error) {
+func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int, opts ...saga.Option) (sagaRound, error) {
+	return e.sagaJetRoundN(ctx, def, n, k, 1, opts...)
+}
+
+// sagaJetRoundN is sagaJetRound with m dispatchers, each on its own
+// connection, broker and store (as m processes would be), sharing the
+// concurrency.
+func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opts ...saga.Option) (sagaRound, error) {
 	nc, err := e.srv.Connect(nats.Name("jetsaga-bench-saga"))
 	if err != nil {
 		return sagaRound{}, err
@@ -302,10 +309,37 @@ func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int) (sagaRo
 			close(done)
 		}
 	}}
-	d, err := saga.NewDispatcher(b, store, sagaQueue, saga.WithSagas(def), saga.WithConcurrency(sagaConc),
-		saga.WithLogger(logger), saga.WithHooks(hooks))
+	dopts := append([]saga.Option{saga.WithSagas(def), saga.WithConcurrency(max(1, sagaConc/m)),
+		saga.WithLogger(logger), saga.WithHooks(hooks)}, opts...)
+	d, err := saga.NewDispatcher(b, store, sagaQueue, dopts...)
 	if err != nil {
 		return sagaRound{}, err
+	}
+	ds := []*saga.Dispatcher{d}
+	for range m - 1 {
+		nc, err := e.srv.Connect(nats.Name("jetsaga-bench-saga"))
+		if err != nil {
+			return sagaRound{}, err
+		}
+		defer nc.Close()
+		b, err := transport.NewJetStream(nc, transport.WithPrefix(benchPrefix), transport.WithLogger(logger))
+		if err != nil {
+			return sagaRound{}, err
+		}
+		defer b.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return sagaRound{}, err
+		}
+		store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: jetBucket})
+		if err != nil {
+			return sagaRound{}, err
+		}
+		d, err := saga.NewDispatcher(b, store, sagaQueue, dopts...)
+		if err != nil {
+			return sagaRound{}, err
+		}
+		ds = append(ds, d)
 	}
 	// Send opens the queue, so Run starts on an open one.
 	pprof.Do(ctx, pprof.Labels("phase", "prefill"), func(ctx context.Context) {
@@ -325,14 +359,20 @@ func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int) (sagaRo
 	}
 
 	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	st, cpu, err := timed(ctx, func() { go func() { ran <- d.Run(runCtx) }() }, done, fail.failed)
+	ran := make(chan error, len(ds))
+	st, cpu, err := timed(ctx, func() {
+		for _, d := range ds {
+			go func() { ran <- d.Run(runCtx) }()
+		}
+	}, done, fail.failed)
 	stop()
-	select {
-	case rerr := <-ran:
-		err = errors.Join(err, rerr)
-	case <-time.After(10 * time.Second):
-		err = errors.Join(err, errors.New("dispatcher Run did not return within 10s of its context's end"))
+	for range ds {
+		select {
+		case rerr := <-ran:
+			err = errors.Join(err, rerr)
+		case <-time.After(10 * time.Second):
+			err = errors.Join(err, errors.New("dispatcher Run did not return within 10s of its context's end"))
+		}
 	}
 	if err != nil {
 		return sagaRound{}, errors.Join(err, fail.get())

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -549,4 +550,65 @@ func init() {
 	optInBenches = append(optInBenches, bench{"saga-probe",
 		"raw loops of the P2 workload, one candidate saving at a time (fetch batches, record cache, async ack, async clear, atomic batch)",
 		benchSagaProbe})
+	optInBenches = append(optInBenches, bench{"saga-cache",
+		"the dispatcher with its record cache, without it (every step loads), receiving one message at a time, and as three dispatchers taking turns, beside the P2 raw loop",
+		benchSagaCache})
+}
+
+// benchSagaCache measures what the dispatcher's record cache and receive
+// batches are worth, and what a step costs when the cache misses: a load,
+// and carrying out again the timeout the previous step left in the
+// record's outbox (on the transport engine a duplicate schedule: a
+// refused guarded publish and a read of the pending schedule).
+func benchSagaCache(ctx context.Context, e *env) ([]Result, error) {
+	n := e.scaled(sagaSteps)
+	k := min(sagaInstances, n)
+	def := counterSaga()
+	defer e.sagaCleanup(ctx)
+	sides := []sagaSide{
+		{"raw", e.sagaRawRound},
+		{"jetsaga", func(ctx context.Context, n, k int) (sagaRound, error) { return e.sagaJetRound(ctx, def, n, k) }},
+		{"jetsaga-nocache", func(ctx context.Context, n, k int) (sagaRound, error) {
+			return e.sagaJetRound(ctx, def, n, k, saga.WithRecordCache(0))
+		}},
+		{"jetsaga-batch1", func(ctx context.Context, n, k int) (sagaRound, error) {
+			return e.sagaJetRound(ctx, def, n, k, saga.WithReceiveBatch(1))
+		}},
+		{"jetsaga-x3", func(ctx context.Context, n, k int) (sagaRound, error) {
+			return e.sagaJetRoundN(ctx, def, n, k, 3)
+		}},
+	}
+	for _, s := range sides {
+		if _, err := s.round(ctx, max(k, n/5), k); err != nil {
+			return nil, fmt.Errorf("warm-up: %s: %w", s.label, err)
+		}
+	}
+	res := make([]abResult, len(sides))
+	cpu := make([][]time.Duration, len(sides))
+	for r := range e.cfg.rounds {
+		msg := fmt.Sprintf("  round %d:", r+1)
+		for j := range sides {
+			i := (r + j) % len(sides)
+			var sr sagaRound
+			var err error
+			pprof.Do(ctx, pprof.Labels("side", sides[i].label), func(ctx context.Context) { sr, err = sides[i].round(ctx, n, k) })
+			if err != nil {
+				return nil, fmt.Errorf("round %d: %s: %w", r+1, sides[i].label, err)
+			}
+			res[i].add(sr.stats, n, e.cfg.rounds)
+			cpu[i] = append(cpu[i], sr.cpu/time.Duration(n))
+		}
+		for i, s := range sides {
+			msg += fmt.Sprintf(" %s %s;", s.label, fmtRate(res[i].rates[r]))
+		}
+		e.progress("%s", msg)
+	}
+	var out []Result
+	for i, s := range sides[1:] {
+		r := rateResult("saga-cache", fmt.Sprintf("%s (CPU/step %s)", s.label, fmtDur(medianDur(cpu[i+1]))), res[i+1], res[0], 0)
+		r.RawName = "raw loop"
+		r.RawDesc = fmt.Sprintf("the P2 raw loop of the first design's calls (CPU/step %s)", fmtDur(medianDur(cpu[0])))
+		out = append(out, r)
+	}
+	return out, nil
 }
