@@ -358,6 +358,7 @@ func (d *Dispatcher) correlate(ctx context.Context, del *transport.Delivery, t *
 func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, ts []*target, info *StepInfo) StepResult {
 	identity := cmp.Or(del.Properties[propOrigin], del.MessageID, anonymousIdentity(d.queueName, del.Message))
 	outcome, conflicts := Duplicate, 0
+	inInbox := true // every target has the message in its instance's inbox
 	var pending []*target
 	var pendingErr error
 	for _, t := range ts {
@@ -397,6 +398,9 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, ts []*
 			res.Conflicts = conflicts
 			return res
 		}
+		if o != Handled && o != Duplicate {
+			inInbox = false
+		}
 		if outcome != EffectsPending && (o == Handled || o == Dropped && outcome == Duplicate) {
 			outcome = o
 		}
@@ -415,7 +419,7 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, ts []*
 			slog.String("saga.id", info.ID), slog.Any("error", pendingErr))
 	}
 	complete := del.Complete
-	if outcome == Handled || outcome == Duplicate {
+	if inInbox && len(pending) == 0 {
 		// Every instance the message went to has its identity in its
 		// inbox: a redelivery, should the completion be lost, is a
 		// duplicate and has no effect. No need to wait for the broker.
