@@ -90,8 +90,9 @@
 //     until the next commit on the instance drops it; the dispatcher's
 //     cache remembers that it was carried out;
 //   - acknowledge: the message is completed without waiting for the
-//     broker's reply when the step committed or was a duplicate (its
-//     identity is in the inbox, so a lost acknowledgement only brings a
+//     broker's reply ([transport.Delivery.CompleteNoWait]) when every
+//     saga it went to committed it or found it a duplicate (its identity
+//     is in their inboxes, so a lost acknowledgement only brings a
 //     redelivery that is a duplicate); other outcomes wait for it.
 //
 // A step that requests one timeout therefore makes a commit, a schedule
