@@ -323,6 +323,12 @@ func (p *probeStep) cached(key string) (*probeCacheEntry, error) {
 		case ack := <-ce.clear.Ok():
 			ce.rev = ack.Sequence
 		case err := <-ce.clear.Err():
+			ce.clear = nil
+			if isKVConflict(err) {
+				// Another step on the key wrote first: no cache.
+				p.forget(ce.key)
+				return nil, nil
+			}
 			return nil, err
 		case <-time.After(5 * time.Second):
 			return nil, errors.New("async clear not acknowledged")
