@@ -28,23 +28,28 @@ import (
 )
 
 // P2: saga steps through a saga.Dispatcher (kvstore on JetStream KV, the
-// JetStream transport, the default timeout engine) against a hand-written
-// loop making the same NATS calls per message with nats.go.
+// JetStream transport, the default timeout engine) against two
+// hand-written nats.go loops: "raw" makes the calls of the first design
+// (Fetch(1), KV Get, KV Create/Update, schedule, KV Update clearing the
+// outbox, DoubleAck: the P2 target is 2× it), "raw-new" the calls the
+// dispatcher makes now (Fetch(8), no Get while its cache holds the record
+// at the revision it wrote, KV Create/Update, schedule, Ack without
+// waiting; the outbox of the timeout stays until the next commit: the
+// target is 0.9× it). saga-probe (sagaprobe.go) measures each of these
+// changes one at a time.
 //
 // Each round pre-fills a fresh queue, untimed, with n messages spread
 // round-robin over k instances (each instance's first message starts it),
 // then times how long sagaConc concurrent workers take to handle them all.
 // The handler increments a counter and requests one timeout an hour
-// ahead, so every step is: receive, load, handle, commit state and outbox,
-// schedule the timeout, clear the outbox, ack. Nothing fires during the
-// bench.
+// ahead. Nothing fires during the bench.
 //
 // The dispatcher runs as a whole (Run, timed from its start until the n-th
 // StepDone hook), so it cannot be sliced into the few-millisecond steps of
 // the other rate benches: the sides alternate by the round instead,
 // rotating which goes first, and each round's ratio compares neighbours.
 //
-// Both sides run under pprof labels side=jetsaga|raw, inherited by their
+// The sides run under pprof labels side=jetsaga|raw|raw-new, inherited by their
 // connection's and workers' goroutines, and phase=prefill on the untimed
 // pre-fill: with -cpuprofile, `go tool pprof -tagfocus side=raw
 // -tagignore phase=prefill` shows one side's client work. The embedded
@@ -55,9 +60,10 @@ import (
 const (
 	sagaSteps     = 10000 // messages per round and side, scaled by -n
 	sagaInstances = 1000
-	// sagaConc is both sides' concurrency (saga.WithConcurrency). A step
-	// waits on six server round trips in a row (pull, get, put, publish,
-	// put, ack), so 2 cores need a few dozen steps in flight to stay busy;
+	// sagaConc is every side's concurrency (saga.WithConcurrency). A step
+	// of the first design waits on six server round trips in a row (pull,
+	// get, put, publish, put, ack), the new one on two or three, so 2 cores
+	// need a few dozen steps in flight to stay busy;
 	// 32 keeps them busy and is still far below the instance count, so
 	// steps on one instance (1000 messages apart in the queue) practically
 	// never overlap.
