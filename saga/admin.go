@@ -128,7 +128,7 @@ func (d *Dispatcher) CancelTimeouts(ctx context.Context, sagaName, id string) (C
 			return res, err
 		}
 		if len(rec.Outbox) > 0 {
-			if waits < outboxWaits && now.Sub(rec.Updated) < outboxGrace {
+			if rec.hasSends() && waits < outboxWaits && now.Sub(rec.Updated) < outboxGrace {
 				waits++
 				if err := sleep(ctx, time.Millisecond<<waits); err != nil {
 					return res, err

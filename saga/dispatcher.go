@@ -76,6 +76,9 @@ type Dispatcher struct {
 	openOnce sync.Once
 	q        *transport.Queue
 	openErr  error
+
+	cache *recordCache // records this dispatcher wrote last; nil if off
+	hits  hitRate      // of the cache, by the steps that found a record
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga
@@ -97,6 +100,8 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 		subscribers: make(map[string][]string),
 		retention:   DefaultRetention,
 		now:         time.Now,
+		cacheSize:   DefaultRecordCache,
+		batch:       8,
 	}
 	c.queue.Name = queue
 	for _, o := range opts {
@@ -116,6 +121,7 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 	d := &Dispatcher{
 		cfg: c, broker: b, store: store, queueName: queue, subscribers: c.subscribers,
 		byType: make(map[string][]sagaRuntime), byName: make(map[string]sagaRuntime),
+		cache: newRecordCache(c.cacheSize),
 	}
 	if len(c.sagas) == 0 {
 		return nil, fmt.Errorf("%w: no sagas (use WithSagas)", ErrInvalidOption)
@@ -207,8 +213,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 
 func (d *Dispatcher) worker(ctx, work context.Context, q *transport.Queue) {
 	backoff := 10 * time.Millisecond
+	lock := q.Config().LockDuration
 	for ctx.Err() == nil {
-		ds, err := q.Receive(ctx, 1)
+		ds, err := q.Receive(ctx, d.cfg.batch)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
 				return
@@ -223,7 +230,24 @@ func (d *Dispatcher) worker(ctx, work context.Context, q *transport.Queue) {
 			continue
 		}
 		backoff = 10 * time.Millisecond
-		for _, del := range ds {
+		for i, del := range ds {
+			if i > 0 && ctx.Err() != nil {
+				// Stopping: the rest of the batch was not started, so it
+				// goes back to the queue at once rather than when its lock
+				// expires.
+				_ = del.Abandon(work)
+				continue
+			}
+			if i > 0 && lock > 0 {
+				// The rest of the batch waited behind slow steps: renew
+				// the locks that are half gone, so that each step starts
+				// with at least half a lock and none expires while it waits.
+				for _, next := range ds[i:] {
+					if time.Until(next.LockedUntil()) < lock/2 {
+						_ = next.RenewLock(work)
+					}
+				}
+			}
 			wctx, cancel := context.WithTimeout(work, d.cfg.drain)
 			d.Handle(wctx, del)
 			cancel()
@@ -334,6 +358,7 @@ func (d *Dispatcher) correlate(ctx context.Context, del *transport.Delivery, t *
 func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, ts []*target, info *StepInfo) StepResult {
 	identity := cmp.Or(del.Properties[propOrigin], del.MessageID, anonymousIdentity(d.queueName, del.Message))
 	outcome, conflicts := Duplicate, 0
+	inInbox := true // every target has the message in its instance's inbox
 	var pending []*target
 	var pendingErr error
 	for _, t := range ts {
@@ -373,6 +398,9 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, ts []*
 			res.Conflicts = conflicts
 			return res
 		}
+		if o != Handled && o != Duplicate {
+			inInbox = false
+		}
 		if outcome != EffectsPending && (o == Handled || o == Dropped && outcome == Duplicate) {
 			outcome = o
 		}
@@ -390,7 +418,14 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, ts []*
 			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("saga.type", info.Saga),
 			slog.String("saga.id", info.ID), slog.Any("error", pendingErr))
 	}
-	if cerr := del.Complete(ctx); cerr != nil {
+	complete := del.Complete
+	if inInbox && len(pending) == 0 {
+		// Every instance the message went to has its identity in its
+		// inbox: a redelivery, should the completion be lost, is a
+		// duplicate and has no effect. No need to wait for the broker.
+		complete = del.CompleteNoWait
+	}
+	if cerr := complete(ctx); cerr != nil {
 		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: completing message failed; it will be redelivered and deduplicated",
 			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", cerr))
 		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr), Conflicts: conflicts}
@@ -448,8 +483,16 @@ func validateID(id string) error {
 func (d *Dispatcher) process(ctx context.Context, t *target, del *transport.Delivery, identity string) (Outcome, int, error) {
 	key := storeKey(t.rt.Name(), t.id)
 	waits := 0
+	// The first attempt starts from the cache while it mostly holds what
+	// the store holds (see hitRate), and tells how it went; a second
+	// attempt starts from a fresh load.
+	first, useCache := true, d.cache != nil && d.hits.likely()
 	for conflicts := 0; ; {
-		o, err := d.attempt(ctx, t, key, identity, del, waits < outboxWaits)
+		o, err := d.attempt(ctx, t, key, identity, del, waits < outboxWaits, useCache, first)
+		first, useCache = false, false
+		if errors.Is(err, errStaleCache) {
+			continue
+		}
 		if errors.Is(err, errOutboxBusy) {
 			waits++
 			if err := sleep(ctx, time.Millisecond<<waits); err != nil {
@@ -488,6 +531,11 @@ const (
 
 var errOutboxBusy = errors.New("saga: outbox being carried out")
 
+// errStaleCache asks for a step started from a cached record to be run
+// again from a fresh load: it came to a decision other than a commit,
+// which the cache cannot vouch for.
+var errStaleCache = errors.New("saga: cached record needs a fresh load")
+
 // load returns the record stored under key and its revision, or
 // ErrNotFound.
 func (d *Dispatcher) load(ctx context.Context, key string) (*record, uint64, error) {
@@ -504,25 +552,62 @@ func (d *Dispatcher) load(ctx context.Context, key string) (*record, uint64, err
 
 // put stores rec under key if its revision is rev. A completed instance's
 // record expires after the retention, if the store can let it.
+//
+// It keeps the record cache in step: the record as written (if it is not
+// completed) after a successful write, nothing after a failed one.
 func (d *Dispatcher) put(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
 	b, err := encodeRecord(rec)
 	if err != nil {
+		d.cache.forget(key)
 		return 0, err
 	}
-	if rec.Completed {
-		if es, ok := d.store.(ExpiringStore); ok {
-			return es.PutTTL(ctx, key, b, rev, d.cfg.retention)
+	var n uint64
+	if es, ok := d.store.(ExpiringStore); ok && rec.Completed {
+		n, err = es.PutTTL(ctx, key, b, rev, d.cfg.retention)
+	} else {
+		n, err = d.store.Put(ctx, key, b, rev)
+	}
+	if err != nil || rec.Completed {
+		d.cache.forget(key)
+	} else {
+		d.cache.set(key, rec, n)
+	}
+	return n, err
+}
+
+// loadStep returns the record a step starts from: the cached one if
+// useCache and there is one (cached reports it), else the stored one.
+//
+// If note, it tells d.hits whether the cache held the stored record: at
+// once for a record loaded, at the commit (attempt) for a cached one.
+func (d *Dispatcher) loadStep(ctx context.Context, key string, useCache, note bool) (rec *record, rev uint64, cached bool, err error) {
+	if useCache {
+		if rec, rev, ok := d.cache.get(key); ok {
+			return rec, rev, true, nil
 		}
 	}
-	return d.store.Put(ctx, key, b, rev)
+	rec, rev, err = d.load(ctx, key)
+	if note && err == nil && d.cache != nil {
+		d.hits.note(d.cache.holds(key, rev))
+	}
+	return rec, rev, false, err
 }
 
 // attempt is one load → handle → commit → carry out effects round. It
 // returns EffectsPending with the error when the message's change is
 // committed but its effects could not all be carried out.
-func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient bool) (Outcome, error) {
+func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient, useCache, first bool) (Outcome, error) {
 	now := d.cfg.now()
-	rec, rev, err := d.load(ctx, key)
+	rec, rev, cached, err := d.loadStep(ctx, key, useCache, first)
+	// fresh is the way out of every decision but a commit: from a cached
+	// record, the step runs again on a fresh load.
+	fresh := func(o Outcome, err error) (Outcome, error) {
+		if cached {
+			d.cache.forget(key)
+			return "", errStaleCache
+		}
+		return o, err
+	}
 	var tombstone *record
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -532,25 +617,47 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		// Effects a step committed but did not carry out go first: the
 		// next commit would overwrite them.
 		if len(rec.Outbox) > 0 {
-			if patient && now.Sub(rec.Updated) < outboxGrace {
-				return "", errOutboxBusy
+			if cached {
+				return fresh("", nil)
 			}
-			if rev, err = d.flush(ctx, key, rec, rev); err != nil {
-				if rec.seen(identity) && !errors.Is(err, ErrConflict) {
-					return EffectsPending, err // this message's own step
+			if !rec.hasSends() {
+				// Timeouts to schedule or cancel only: carrying them out
+				// again is harmless at any time (see carryOutKept), and
+				// this step's commit, if it makes one, stores the record
+				// without them.
+				if err = d.carryOutKept(ctx, key, rec); err != nil {
+					if rec.seen(identity) {
+						return EffectsPending, err // this message's own step
+					}
+					return "", err
 				}
-				return "", err
+			} else {
+				if patient && now.Sub(rec.Updated) < outboxGrace {
+					return "", errOutboxBusy
+				}
+				if rev, err = d.flush(ctx, key, rec, rev); err != nil {
+					if rec.seen(identity) && !errors.Is(err, ErrConflict) {
+						return EffectsPending, err // this message's own step
+					}
+					return "", err
+				}
 			}
 		}
 		if rec.seen(identity) {
-			return Duplicate, nil
+			return fresh(Duplicate, nil)
 		}
 		if rec.Completed {
+			if cached {
+				return fresh("", nil)
+			}
 			tombstone = rec
 			rec = &record{Inbox: rec.Inbox} // a finished instance: as if not found
 		}
 	}
 	isNew := rec == nil || rec.Started.IsZero()
+	if isNew && cached {
+		return fresh("", nil)
+	}
 	if isNew && t.kind != routeTimeout && t.kind != routeStart {
 		return d.notFound(ctx, t, key, identity, del, tombstone)
 	}
@@ -568,7 +675,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 	if t.kind == routeTimeout {
 		token = del.Properties[propToken]
 		if _, ok := rec.Timeouts[token]; !ok {
-			return Dropped, nil // cancelled, rescheduled or already handled
+			return fresh(Dropped, nil) // cancelled, rescheduled or already handled
 		}
 		delete(rec.Timeouts, token)
 	}
@@ -576,21 +683,73 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token}
 	typ := del.Properties[propType]
 	if err := runHandler(ctx, t.rt, s, typ, t.m); err != nil {
-		return "", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err}
+		return fresh("", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
 	}
 	rec.remember(identity)
 	if rec.Completed {
 		s.complete()
 	}
 	if rev, err = d.put(ctx, key, rec, rev); err != nil {
+		if cached && errors.Is(err, ErrConflict) {
+			d.hits.note(false)
+		}
+		if cached && !errors.Is(err, ErrConflict) {
+			return fresh("", err)
+		}
 		return "", err
 	}
-	if len(rec.Outbox) > 0 {
+	if cached {
+		d.hits.note(true)
+	}
+	switch {
+	case len(rec.Outbox) == 0:
+	case rec.hasSends() || d.cache == nil || !d.hits.likely():
 		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
+			d.cache.forget(key)
 			return EffectsPending, err
 		}
+	default:
+		// Timeouts only: the outbox stays in the stored record until the
+		// next commit on the instance (see carryOutKept); this
+		// dispatcher's cache knows it was carried out.
+		if err := d.carryOutKept(ctx, key, rec); err != nil {
+			d.cache.forget(key)
+			return EffectsPending, err
+		}
+		d.cache.carried(key, rev, rec)
 	}
 	return Handled, nil
+}
+
+// hasSends reports whether the outbox holds messages to send: only those
+// must be cleared from the record once carried out, because sending them
+// again after the queue's DuplicateWindow would deliver them twice.
+func (r *record) hasSends() bool {
+	return slices.ContainsFunc(r.Outbox, func(e effect) bool { return e.Kind == effectSend })
+}
+
+// carryOutKept carries out an outbox of timeouts to schedule and cancel
+// and empties rec.Outbox (with the refs of the scheduled timeouts in
+// rec.Timeouts) in memory only: the stored record keeps the outbox until
+// the next commit on the instance writes the record without it. That
+// saves the Put that would clear it, and is safe because carrying such an
+// outbox out again, at any time, changes nothing: Schedule is idempotent
+// on the timeout's ID and returns its ref while it is pending
+// (timeout.Scheduler), and once it fired its token is no longer pending
+// in a record that dropped the outbox — a schedule made again after the
+// engine forgot the ID could only deliver a timeout that the token check
+// drops; Cancel of what is no longer pending reports ErrNotFound or
+// ErrAlreadyFired, which are ignored. A step that loads the record from
+// the store carries such an outbox out again before it runs, which also
+// finishes the work of a dispatcher that crashed before carrying it out.
+func (d *Dispatcher) carryOutKept(ctx context.Context, key string, rec *record) error {
+	for _, e := range rec.Outbox {
+		if err := d.carryOut(ctx, key, rec, e); err != nil {
+			return err
+		}
+	}
+	rec.Outbox = nil
+	return nil
 }
 
 func runHandler(ctx context.Context, rt sagaRuntime, s *step, typ string, m any) (err error) {

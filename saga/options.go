@@ -31,6 +31,8 @@ type config struct {
 	subscribers map[string][]string
 	retention   time.Duration
 	now         func() time.Time
+	cacheSize   int
+	batch       int
 }
 
 // RetryPolicy says how a failing message is retried before it is
@@ -161,6 +163,40 @@ func WithConcurrency(n int) Option {
 			return fmt.Errorf("%w: concurrency %d: must be at least 1", ErrInvalidOption, n)
 		}
 		c.concurrency = n
+		return nil
+	})
+}
+
+// WithRecordCache sets how many saga records a dispatcher keeps in memory
+// after writing them, so that the next step on an instance skips loading
+// it (see the package documentation, "All or nothing"). 0 turns the cache
+// off. Default: DefaultRecordCache. The cache needs a Store whose
+// revisions never come back for a key (a record deleted or expired and
+// written again must not reach a revision it had before): kvstore and
+// memstore qualify; turn it off for a store that reuses revisions.
+func WithRecordCache(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("%w: record cache %d: must not be negative", ErrInvalidOption, n)
+		}
+		c.cacheSize = n
+		return nil
+	})
+}
+
+// WithReceiveBatch sets how many messages each of the dispatcher's workers
+// receives at once. It handles them one after the other; before each step
+// it renews the locks of the batch's waiting messages that have less than
+// half their LockDuration left, so a step that takes longer than half the
+// LockDuration can still make the next one's lock expire (it is then
+// redelivered and, if it had been handled, deduplicated). Larger batches
+// save receive requests; 1 receives one message at a time. Default: 8.
+func WithReceiveBatch(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: receive batch %d: must be at least 1", ErrInvalidOption, n)
+		}
+		c.batch = n
 		return nil
 	})
 }

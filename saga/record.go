@@ -19,9 +19,11 @@ import (
 // and the incoming message's identity (Inbox) in one conditional Put.
 // Only then are the effects carried out, with IDs fixed in the record, so
 // that carrying them out again after a crash is deduplicated downstream;
-// a second Put clears the Outbox and records timeout refs. A redelivered
-// message whose identity is in the Inbox has no second effect: its Outbox,
-// if still there, is carried out, and it is acknowledged.
+// if the Outbox sends messages, a second Put clears it and records timeout
+// refs, else it stays until the next commit (see carryOutKept). A
+// redelivered message whose identity is in the Inbox has no second
+// effect: its Outbox, if still there, is carried out, and it is
+// acknowledged.
 type record struct {
 	JSONData json.RawMessage `json:"data,omitempty"` // data the codec made JSON, as is
 	BinData  []byte          `json:"bin,omitempty"`  // data in any other encoding, base64

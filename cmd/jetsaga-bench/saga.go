@@ -28,23 +28,28 @@ import (
 )
 
 // P2: saga steps through a saga.Dispatcher (kvstore on JetStream KV, the
-// JetStream transport, the default timeout engine) against a hand-written
-// loop making the same NATS calls per message with nats.go.
+// JetStream transport, the default timeout engine) against two
+// hand-written nats.go loops: "raw" makes the calls of the first design
+// (Fetch(1), KV Get, KV Create/Update, schedule, KV Update clearing the
+// outbox, DoubleAck: the P2 target is 2× it), "raw-new" the calls the
+// dispatcher makes now (Fetch(8), no Get while its cache holds the record
+// at the revision it wrote, KV Create/Update, schedule, Ack without
+// waiting; the outbox of the timeout stays until the next commit: the
+// target is 0.9× it). saga-probe (sagaprobe.go) measures each of these
+// changes one at a time.
 //
 // Each round pre-fills a fresh queue, untimed, with n messages spread
 // round-robin over k instances (each instance's first message starts it),
 // then times how long sagaConc concurrent workers take to handle them all.
 // The handler increments a counter and requests one timeout an hour
-// ahead, so every step is: receive, load, handle, commit state and outbox,
-// schedule the timeout, clear the outbox, ack. Nothing fires during the
-// bench.
+// ahead. Nothing fires during the bench.
 //
 // The dispatcher runs as a whole (Run, timed from its start until the n-th
 // StepDone hook), so it cannot be sliced into the few-millisecond steps of
 // the other rate benches: the sides alternate by the round instead,
 // rotating which goes first, and each round's ratio compares neighbours.
 //
-// Both sides run under pprof labels side=jetsaga|raw, inherited by their
+// The sides run under pprof labels side=jetsaga|raw|raw-new, inherited by their
 // connection's and workers' goroutines, and phase=prefill on the untimed
 // pre-fill: with -cpuprofile, `go tool pprof -tagfocus side=raw
 // -tagignore phase=prefill` shows one side's client work. The embedded
@@ -55,9 +60,10 @@ import (
 const (
 	sagaSteps     = 10000 // messages per round and side, scaled by -n
 	sagaInstances = 1000
-	// sagaConc is both sides' concurrency (saga.WithConcurrency). A step
-	// waits on six server round trips in a row (pull, get, put, publish,
-	// put, ack), so 2 cores need a few dozen steps in flight to stay busy;
+	// sagaConc is every side's concurrency (saga.WithConcurrency). A step
+	// of the first design waits on six server round trips in a row (pull,
+	// get, put, publish, put, ack), the new one on two or three, so 2 cores
+	// need a few dozen steps in flight to stay busy;
 	// 32 keeps them busy and is still far below the instance count, so
 	// steps on one instance (1000 messages apart in the queue) practically
 	// never overlap.
@@ -123,6 +129,9 @@ func benchSaga(ctx context.Context, e *env) ([]Result, error) {
 	sides := []sagaSide{
 		{"jetsaga", func(ctx context.Context, n, k int) (sagaRound, error) { return e.sagaJetRound(ctx, def, n, k) }},
 		{"raw", e.sagaRawRound},
+		{"raw-new", func(ctx context.Context, n, k int) (sagaRound, error) {
+			return e.sagaProbeRound(ctx, newDesignCalls, n, k)
+		}},
 	}
 	run := func(s sagaSide, n int) (r sagaRound, err error) {
 		pprof.Do(ctx, pprof.Labels("side", s.label), func(ctx context.Context) {
@@ -165,15 +174,21 @@ func benchSaga(ctx context.Context, e *env) ([]Result, error) {
 		}
 		e.progress("%s", msg)
 	}
-	e.progress("  mean KV entry: jetsaga %.0f B, raw %.0f B; jetsaga conflicts retried: %d",
-		last[0].recBytes, last[1].recBytes, conflicts)
+	e.progress("  mean KV entry: jetsaga %.0f B, raw %.0f B, raw-new %.0f B; jetsaga conflicts retried: %d",
+		last[0].recBytes, last[1].recBytes, last[2].recBytes, conflicts)
 
 	label := fmt.Sprintf("saga step (%d sagas, C=%d)", k, sagaConc)
-	p2 := rateResult("saga", label, res[0], res[1], 0.7)
+	p2 := rateResult("saga", label+" vs first design's calls", res[0], res[1], 2)
 	p2.Target += " (P2)"
 	p2.RawName = "raw loop"
 	p2.RawDesc = fmt.Sprintf("%d goroutines each looping Fetch(1), KV Get, KV Create/Update(rev), PublishMsg of the schedule, KV Update(rev), DoubleAck,"+
-		" on streams and a bucket configured as jetsaga's, storing the same JSON record", sagaConc)
+		" on streams and a bucket configured as jetsaga's, storing the same JSON record: the calls of the first design", sagaConc)
+	p2new := rateResult("saga", label+" vs its own calls", res[0], res[2], 0.9)
+	p2new.Target += " (P2)"
+	p2new.RawName = "raw new loop"
+	p2new.RawDesc = fmt.Sprintf("the raw loop making the dispatcher's present calls: Fetch(%d) and the steps one after the other, no KV Get while"+
+		" a record cache of its own (shared by the goroutines) holds the record at the revision it wrote, KV Create/Update(rev), PublishMsg of the schedule"+
+		" (no second KV Update: the outbox of a timeout stays until the next commit), Ack without waiting", newDesignCalls.batch)
 	cpuCell := func(i int) *Figure {
 		if cpu[i][0] == 0 {
 			return &Figure{Text: "n/a"}
@@ -196,7 +211,13 @@ func benchSaga(ctx context.Context, e *env) ([]Result, error) {
 		Target:  ">= 10,000/s (P2)",
 		Pass:    verdict(p2.Jetsaga.Rate >= minRate),
 	}
-	return []Result{p2, perStep, abs, benchThirtyDays(ctx, e)}, nil
+	perStepNew := Result{
+		Bench:   "saga-cpu",
+		Label:   "  CPU per step vs the raw new loop",
+		Jetsaga: *cpuCell(0),
+		Raw:     cpuCell(2),
+	}
+	return []Result{p2, p2new, perStep, perStepNew, abs, benchThirtyDays(ctx, e)}, nil
 }
 
 func medianDur(ds []time.Duration) time.Duration {
@@ -245,7 +266,14 @@ func timed(ctx context.Context, start func(), done, failed <-chan struct{}) (lan
 
 // sagaJetRound runs one round through a Dispatcher on its own connection,
 // broker, store and a fresh queue and bucket.
-func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int) (sagaRound, error) {
+func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int, opts ...saga.Option) (sagaRound, error) {
+	return e.sagaJetRoundN(ctx, def, n, k, 1, opts...)
+}
+
+// sagaJetRoundN is sagaJetRound with m dispatchers, each on its own
+// connection, broker and store (as m processes would be), sharing the
+// concurrency.
+func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opts ...saga.Option) (sagaRound, error) {
 	nc, err := e.srv.Connect(nats.Name("jetsaga-bench-saga"))
 	if err != nil {
 		return sagaRound{}, err
@@ -287,10 +315,37 @@ func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int) (sagaRo
 			close(done)
 		}
 	}}
-	d, err := saga.NewDispatcher(b, store, sagaQueue, saga.WithSagas(def), saga.WithConcurrency(sagaConc),
-		saga.WithLogger(logger), saga.WithHooks(hooks))
+	dopts := append([]saga.Option{saga.WithSagas(def), saga.WithConcurrency(max(1, sagaConc/m)),
+		saga.WithLogger(logger), saga.WithHooks(hooks)}, opts...)
+	d, err := saga.NewDispatcher(b, store, sagaQueue, dopts...)
 	if err != nil {
 		return sagaRound{}, err
+	}
+	ds := []*saga.Dispatcher{d}
+	for range m - 1 {
+		nc, err := e.srv.Connect(nats.Name("jetsaga-bench-saga"))
+		if err != nil {
+			return sagaRound{}, err
+		}
+		defer nc.Close()
+		b, err := transport.NewJetStream(nc, transport.WithPrefix(benchPrefix), transport.WithLogger(logger))
+		if err != nil {
+			return sagaRound{}, err
+		}
+		defer b.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return sagaRound{}, err
+		}
+		store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: jetBucket})
+		if err != nil {
+			return sagaRound{}, err
+		}
+		d, err := saga.NewDispatcher(b, store, sagaQueue, dopts...)
+		if err != nil {
+			return sagaRound{}, err
+		}
+		ds = append(ds, d)
 	}
 	// Send opens the queue, so Run starts on an open one.
 	pprof.Do(ctx, pprof.Labels("phase", "prefill"), func(ctx context.Context) {
@@ -302,16 +357,28 @@ func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int) (sagaRo
 	if err != nil {
 		return sagaRound{}, fmt.Errorf("pre-fill: %w", err)
 	}
+	// Send returns once a message is in the schedule stream; the queue
+	// stream sources it a moment later. Wait until all are there, as the
+	// raw sides' pre-fill (straight into their queue stream) has them.
+	if err := e.awaitQueued(ctx, benchPrefix+"_Q_"+sagaQueue+"_0", n); err != nil {
+		return sagaRound{}, err
+	}
 
 	runCtx, stop := context.WithCancel(ctx)
-	ran := make(chan error, 1)
-	st, cpu, err := timed(ctx, func() { go func() { ran <- d.Run(runCtx) }() }, done, fail.failed)
+	ran := make(chan error, len(ds))
+	st, cpu, err := timed(ctx, func() {
+		for _, d := range ds {
+			go func() { ran <- d.Run(runCtx) }()
+		}
+	}, done, fail.failed)
 	stop()
-	select {
-	case rerr := <-ran:
-		err = errors.Join(err, rerr)
-	case <-time.After(10 * time.Second):
-		err = errors.Join(err, errors.New("dispatcher Run did not return within 10s of its context's end"))
+	for range ds {
+		select {
+		case rerr := <-ran:
+			err = errors.Join(err, rerr)
+		case <-time.After(10 * time.Second):
+			err = errors.Join(err, errors.New("dispatcher Run did not return within 10s of its context's end"))
+		}
 	}
 	if err != nil {
 		return sagaRound{}, errors.Join(err, fail.get())
@@ -321,6 +388,31 @@ func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int) (sagaRo
 		return sagaRound{}, err
 	}
 	return sagaRound{stats: st, cpu: cpu, conflicts: conflicts.Load(), recBytes: rec}, nil
+}
+
+// awaitQueued waits until stream holds n messages.
+func (e *env) awaitQueued(ctx context.Context, stream string, n int) error {
+	s, err := e.js.Stream(ctx, stream)
+	if err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs >= uint64(n) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("stream %s holds %d messages after the pre-fill, want %d", stream, info.State.Msgs, n)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // firstErr keeps the first error set and closes failed then.
