@@ -46,15 +46,12 @@ func (c *Context[S]) Send(queue string, m any, opts ...SendOption) error {
 	return c.step.send(queue, m, opts)
 }
 
-// Publish sends m to every queue subscribed to its type on the
-// dispatcher (WithSubscribers). With no subscriber it does nothing.
+// Publish publishes event m: to the dispatcher's topic (WithTopic), where
+// every endpoint whose sagas start or handle m's type receives it, and to
+// the queues listed for its type with WithSubscribers. With neither it
+// does nothing. Like Send, it happens once the step commits.
 func (c *Context[S]) Publish(m any, opts ...SendOption) error {
-	for _, q := range c.step.subscribers(nameOf(m)) {
-		if err := c.step.send(q, m, opts); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.step.publish(m, opts)
 }
 
 // Reply sends m to the ReplyTo queue of the message being handled, with

@@ -142,6 +142,9 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 			d.byType[mt] = append(d.byType[mt], rt)
 		}
 	}
+	if types := d.eventTypes(); c.topic != nil && len(types) > maxEventTypes {
+		return nil, fmt.Errorf("%w: WithTopic: the sagas start or handle %d message types, a subscription filters on at most %d", ErrInvalidOption, len(types), maxEventTypes)
+	}
 	return d, nil
 }
 
@@ -202,18 +205,29 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	subs, err := d.subscribe(ctx)
+	if err != nil {
+		return err
+	}
 	work := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	for range d.cfg.concurrency {
-		wg.Go(func() { d.worker(ctx, work, q) })
+		wg.Go(func() { d.worker(ctx, work, q, q.Config().LockDuration) })
+	}
+	for _, s := range subs {
+		wg.Go(func() { d.runSubscription(ctx, work, s) })
 	}
 	wg.Wait()
 	return nil
 }
 
-func (d *Dispatcher) worker(ctx, work context.Context, q *transport.Queue) {
+// receiver is a queue or a subscription.
+type receiver interface {
+	Receive(ctx context.Context, max int) ([]*transport.Delivery, error)
+}
+
+func (d *Dispatcher) worker(ctx, work context.Context, q receiver, lock time.Duration) {
 	backoff := 10 * time.Millisecond
-	lock := q.Config().LockDuration
 	for ctx.Err() == nil {
 		ds, err := q.Receive(ctx, d.cfg.batch)
 		if err != nil {
@@ -725,7 +739,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 // must be cleared from the record once carried out, because sending them
 // again after the queue's DuplicateWindow would deliver them twice.
 func (r *record) hasSends() bool {
-	return slices.ContainsFunc(r.Outbox, func(e effect) bool { return e.Kind == effectSend })
+	return slices.ContainsFunc(r.Outbox, func(e effect) bool { return e.Kind == effectSend || e.Kind == effectPublish })
 }
 
 // carryOutKept carries out an outbox of timeouts to schedule and cancel
@@ -788,6 +802,16 @@ func (d *Dispatcher) carryOut(ctx context.Context, key string, rec *record, e ef
 			d.dropEffect(ctx, key, e, err)
 		} else if err != nil {
 			return fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
+		}
+	case effectPublish:
+		t, err := d.broker.Topic(ctx, e.Queue)
+		if err != nil {
+			return fmt.Errorf("saga: publishing %s to topic %s: %w", e.Msg.Type, e.Queue, err)
+		}
+		if _, err := t.Send(ctx, e.Msg.eventMessage()); errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
+			d.dropEffect(ctx, key, e, err)
+		} else if err != nil {
+			return fmt.Errorf("saga: publishing %s to topic %s: %w", e.Msg.Type, e.Queue, err)
 		}
 	case effectSchedule:
 		m := e.Msg.transportMessage()

@@ -52,15 +52,10 @@ func (c *NotFoundContext) Reply(m any, opts ...SendOption) error {
 	return c.step.reply(c.step.replyAddress(), m, opts)
 }
 
-// Publish sends m to every queue subscribed to its type
-// (WithSubscribers) once the handler returns nil.
+// Publish publishes m as Context.Publish does, once the handler returns
+// nil.
 func (c *NotFoundContext) Publish(m any, opts ...SendOption) error {
-	for _, q := range c.step.subscribers(nameOf(m)) {
-		if err := c.step.send(q, m, opts); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.step.publish(m, opts)
 }
 
 // notFound applies t's saga's NotFoundPolicy to a message for a missing

@@ -33,6 +33,7 @@ type config struct {
 	now         func() time.Time
 	cacheSize   int
 	batch       int
+	topic       *transport.TopicConfig // WithTopic
 }
 
 // RetryPolicy says how a failing message is retried before it is

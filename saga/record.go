@@ -106,6 +106,7 @@ type effectKind string
 
 const (
 	effectSend     effectKind = "send"
+	effectPublish  effectKind = "publish" // to the topic named by Queue
 	effectSchedule effectKind = "schedule"
 	effectCancel   effectKind = "cancel"
 )

@@ -106,7 +106,27 @@ func (s *step) send(queue string, m any, opts []SendOption) error {
 	return nil
 }
 
-func (s *step) subscribers(msgType string) []string { return s.d.subscribers[msgType] }
+// publish adds m's publication to the outbox: one effect for the topic,
+// if the dispatcher has one, and one send per WithSubscribers queue, all
+// with the same MessageID.
+func (s *step) publish(m any, opts []SendOption) error {
+	if t := s.d.cfg.topic; t != nil {
+		e, err := s.envelope(m, opts)
+		if err != nil {
+			return err
+		}
+		if err := s.check(e); err != nil {
+			return err
+		}
+		s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectPublish, Queue: t.Name, Msg: e})
+	}
+	for _, q := range s.d.subscribers[nameOf(m)] {
+		if err := s.send(q, m, opts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (s *step) replyAddress() *address {
 	return &address{ReplyTo: s.in.ReplyTo, CorrelationID: cmp.Or(s.in.CorrelationID, s.in.MessageID)}
@@ -194,6 +214,14 @@ func (s *step) complete() {
 }
 
 // transportMessage makes the transport message for an outgoing envelope.
+// eventMessage is the message published to a topic: the type is also
+// the message's Subject, which subscriptions filter on.
+func (e *envelope) eventMessage() *transport.Message {
+	m := e.transportMessage()
+	m.Subject = e.Type
+	return m
+}
+
 func (e *envelope) transportMessage() *transport.Message {
 	props := make(map[string]string, len(e.Properties)+1)
 	maps.Copy(props, e.Properties)
