@@ -45,6 +45,29 @@
 //	d, err := saga.NewDispatcher(broker, store, "auth", saga.WithSagas(TwoFactor))
 //	go d.Run(ctx) // returns after ctx ends and the messages in flight finish
 //
+// # Publish and subscribe
+//
+// With [WithTopic] a dispatcher is an endpoint of a transport topic:
+// [Context.Publish] (and [Dispatcher.Publish]) sends events to the topic,
+// the event's type as the message's Subject, and Run subscribes the
+// endpoint to the types its sagas start or handle. Every endpoint with
+// such a saga gets each event published after its subscription was
+// created, once per endpoint however many processes run it; an endpoint
+// added later needs no change to the publisher:
+//
+//	orders, _ := saga.NewDispatcher(b, store, "orders", saga.WithSagas(Ordering),
+//		saga.WithTopic(transport.TopicConfig{Name: "shop"}))
+//	billing, _ := saga.NewDispatcher(b, store, "billing", saga.WithSagas(Billing),
+//		saga.WithTopic(transport.TopicConfig{Name: "shop"}))
+//
+// The subscription is named after the queue and a hash of the set of
+// types (at most 16). A new version of an endpoint that handles other
+// types opens its own subscription first, then drains the old one and
+// deletes it, so no event of a type both versions handle is lost. Events
+// are deduplicated per endpoint by the sagas' inboxes, like any message.
+// [WithSubscribers], the static list of queues per event type, keeps
+// working beside a topic (Publish sends to both).
+//
 // # All or nothing
 //
 // A handler changes c.Data and asks for effects: [Context.Send],
