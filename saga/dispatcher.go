@@ -79,6 +79,14 @@ type Dispatcher struct {
 
 	cache *recordCache // records this dispatcher wrote last; nil if off
 	hits  hitRate      // of the cache, by the steps that found a record
+
+	// keepOutbox: outboxes of timeouts may stay in the stored record (see
+	// carryOutKept). Not with several timeout engines: another process
+	// (the jetsaga command, a dispatcher configured otherwise) that loads
+	// the record carries such an outbox out again with its own scheduler,
+	// which might route a timeout to another engine; there the refs are
+	// recorded at once instead.
+	keepOutbox bool
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga
@@ -122,6 +130,9 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 		cfg: c, broker: b, store: store, queueName: queue, subscribers: c.subscribers,
 		byType: make(map[string][]sagaRuntime), byName: make(map[string]sagaRuntime),
 		cache: newRecordCache(c.cacheSize),
+	}
+	if r, ok := c.timeouts.(*timeout.Router); !ok || len(r.Engines()) <= 1 {
+		d.keepOutbox = true
 	}
 	if len(c.sagas) == 0 {
 		return nil, fmt.Errorf("%w: no sagas (use WithSagas)", ErrInvalidOption)
@@ -717,7 +728,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 	}
 	switch {
 	case len(rec.Outbox) == 0:
-	case rec.hasSends() || d.cache == nil || !d.hits.likely():
+	case rec.hasSends() || d.cache == nil || !d.keepOutbox || !d.hits.likely():
 		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
 			d.cache.forget(key)
 			return EffectsPending, err

@@ -111,7 +111,11 @@
 //     sent messages, or the cache is not paying off (below). An outbox of
 //     timeouts only (schedules and cancels) stays in the stored record
 //     until the next commit on the instance drops it; the dispatcher's
-//     cache remembers that it was carried out;
+//     cache remembers that it was carried out. Not with a
+//     [timeout.Router] of several engines: a process that loads the
+//     record (the jetsaga command, say) carries such an outbox out again
+//     with its own scheduler, which could route a timeout elsewhere, so
+//     there the refs are recorded by the clear;
 //   - acknowledge: the message is completed without waiting for the
 //     broker's reply ([transport.Delivery.CompleteNoWait]) when every
 //     saga it went to committed it or found it a duplicate (its identity

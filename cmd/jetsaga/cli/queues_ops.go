@@ -27,13 +27,11 @@ type QueueInfo struct {
 	Name            string `json:"name"`
 	Partitions      int    `json:"partitions"`
 	RequiresSession bool   `json:"requires_session"`
-	// Active counts the messages in the queue streams (received ones
-	// still locked included), read from stream state.
-	Active uint64 `json:"active"`
-	// Scheduled is counted by browsing the scheduled messages (one read
-	// per message): the transport has no cheaper count yet.
-	Scheduled uint64 `json:"scheduled"`
-	// DeadLettered is the dead-letter stream's message count.
+	// Active, Scheduled and DeadLettered are the queue's transport.Counts:
+	// read from the server's bookkeeping, not by browsing messages.
+	// Active includes received messages still locked.
+	Active       uint64 `json:"active"`
+	Scheduled    uint64 `json:"scheduled"`
 	DeadLettered uint64 `json:"dead_lettered"`
 }
 
@@ -75,11 +73,11 @@ func (e *env) listQueues(ctx context.Context) ([]QueueInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		n, err := countScheduled(ctx, q)
+		c, err := q.Counts(ctx)
 		if err != nil {
 			return nil, err
 		}
-		qi.Scheduled = n
+		qi.Active, qi.Scheduled, qi.DeadLettered = uint64(c.Active), uint64(c.Scheduled), uint64(c.DeadLettered)
 		out = append(out, *qi)
 	}
 	slices.SortFunc(out, func(a, b QueueInfo) int { return strings.Compare(a.Name, b.Name) })
@@ -89,23 +87,6 @@ func (e *env) listQueues(ctx context.Context) ([]QueueInfo, error) {
 // scheduledStart is the first scheduled sequence number of partition p.
 func scheduledStart(p int) uint64 {
 	return uint64(p)<<transport.PartitionShift | transport.ScheduledBit | 1
-}
-
-// countScheduled counts a queue's scheduled messages by browsing them.
-func countScheduled(ctx context.Context, q *transport.Queue) (uint64, error) {
-	var n uint64
-	for p := range q.Config().Partitions {
-		for m, err := range q.Browse(ctx, scheduledStart(p)) {
-			if err != nil {
-				return 0, err
-			}
-			if transport.Partition(m.Seq) != p || m.State != transport.Scheduled {
-				break
-			}
-			n++
-		}
-	}
-	return n, nil
 }
 
 // MessageView is a browsed message as jetsaga shows it.

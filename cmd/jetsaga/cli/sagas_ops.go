@@ -87,7 +87,7 @@ type TimeoutView struct {
 	Handle string    `json:"handle"`
 	Type   string    `json:"type"`
 	At     time.Time `json:"due"`
-	Engine string    `json:"engine"` // "" until scheduled
+	Engine string    `json:"engine"` // "" until scheduled (or if its engine is not in this binary)
 	Ref    string    `json:"ref,omitempty"`
 	Queue  string    `json:"queue,omitempty"` // transport engine
 	Seq    uint64    `json:"seq,omitempty"`   // transport engine
@@ -167,7 +167,39 @@ func (e *env) instance(ctx context.Context, sagaType, id string) (InstanceView, 
 	if err != nil {
 		return InstanceView{}, err
 	}
-	return instanceView(sagaType, id, entry.Revision(), entry.Value())
+	v, err := instanceView(sagaType, id, entry.Revision(), entry.Value())
+	if err != nil {
+		return v, err
+	}
+	return v, e.locateTimeouts(ctx, &v)
+}
+
+// locateTimeouts fills the engine, ref and sequence number of v's
+// timeouts whose record has no ref: the dispatcher records a timeout's
+// ref only with the instance's next commit (it leaves an outbox of
+// timeouts in the record rather than clearing it with a second write),
+// so a just-requested timeout is found by listing the engines for the
+// instance, by its ID (the handle).
+func (e *env) locateTimeouts(ctx context.Context, v *InstanceView) error {
+	if !slices.ContainsFunc(v.Timeouts, func(t TimeoutView) bool { return t.Ref == "" }) {
+		return nil
+	}
+	ps, err := e.pendingTimeouts(ctx, "", v.Saga, v.ID)
+	if err != nil {
+		return err
+	}
+	for i, t := range v.Timeouts {
+		if t.Ref != "" {
+			continue
+		}
+		for _, p := range ps {
+			if p.TimeoutID == t.Handle {
+				v.Timeouts[i].Engine, v.Timeouts[i].Ref, v.Timeouts[i].Queue, v.Timeouts[i].Seq = p.Engine, p.Ref, p.Queue, p.Seq
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // InstancePage is a page of a saga type's instances, by ID.
