@@ -210,7 +210,11 @@ func WithMessageID(id string) SendOption { return func(e *envelope) { e.ID = id 
 
 // Run receives and handles messages until ctx ends, then stops receiving,
 // lets the messages in flight finish (for at most the drain timeout) and
-// returns nil. It returns an error if the queue cannot be opened.
+// returns nil. A step whose message is in its sagas' inboxes acknowledges
+// it without waiting for the server's reply, so that acknowledgement may
+// reach the server a moment after Run returned; if it is lost (the
+// process exits at once), the message is redelivered and handled as the
+// duplicate it is. It returns an error if the queue cannot be opened.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	q, err := d.open(ctx)
 	if err != nil {
