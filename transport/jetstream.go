@@ -228,6 +228,45 @@ func (d *jsDriver) leaderReads(ctx context.Context, s jetstream.Stream) (jetstre
 	return d.js.UpdateStream(ctx, cfg)
 }
 
+// ensureStream creates the stream cfg describes, or updates it if it
+// exists with another config, and makes its reads leader reads. An
+// existing stream with the same config is not touched: reopening a queue
+// sends no stream update. A stream update, even one that changes nothing,
+// rewrites the stream's file store config under the store's lock, and
+// nats-server (2.15) reads that config without the lock when it creates a
+// consumer (fileStore.ConsumerStore): processes that open one queue, topic
+// or subscription at once would race inside the server (the race detector
+// reports it on an in-process server). The
+// server answers a create with the existing stream when the configs are
+// equal, and refuses it ("stream name already in use") otherwise; only
+// then is the stream updated. On an existing replicated stream cfg asks
+// for leader reads from the start (see leaderReads), so that reopening it
+// neither counts as a change nor turns direct gets on for a moment.
+func (d *jsDriver) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	for attempt := 0; ; attempt++ {
+		old, err := d.js.Stream(ctx, cfg.Name)
+		switch {
+		case err == nil:
+			if old.CachedInfo().Config.Replicas > 1 {
+				cfg.AllowDirect = false
+			}
+		case !errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, err
+		}
+		s, err := d.js.CreateStream(ctx, cfg)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			if old == nil && attempt == 0 {
+				continue // created meanwhile by another process: look at it
+			}
+			s, err = d.js.UpdateStream(ctx, cfg)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return d.leaderReads(ctx, s)
+	}
+}
+
 // lookup finds the streams and consumer of an existing partition.
 func (d *jsDriver) lookup(ctx context.Context, cfg QueueConfig, n jsNames, p int) (*jsPartition, error) {
 	part := &jsPartition{idx: p, n: n}
@@ -356,10 +395,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		// The server refuses DiscardNew on a schedule stream; with no limit
 		// set, DiscardOld never discards anything either.
 		sc.Discard, sc.MaxBytes = jetstream.DiscardOld, -1
-		s, err := d.js.CreateOrUpdateStream(ctx, sc)
-		if err == nil {
-			s, err = d.leaderReads(ctx, s)
-		}
+		s, err := d.ensureStream(ctx, sc)
 		if err != nil {
 			return nil, d.mapErr(err)
 		}
@@ -385,10 +421,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		}
 		qc.Sources = []*jetstream.StreamSource{{Name: n.sched, SubjectTransforms: trs}}
 	}
-	s, err := d.js.CreateOrUpdateStream(ctx, qc)
-	if err == nil {
-		s, err = d.leaderReads(ctx, s)
-	}
+	s, err := d.ensureStream(ctx, qc)
 	if err != nil {
 		return nil, d.mapErr(err)
 	}
