@@ -16,8 +16,8 @@ import (
 
 // TestJetStreamCluster runs the conformance suite on the cluster. Its
 // restart feature stops (gracefully or with SIGKILL) the node that leads
-// the schedule stream of the queue under test, so that the restart tests
-// cover a leader change as well as a node's return.
+// the schedule stream of the queue or topic under test, so that the
+// restart tests cover a leader change as well as a node's return.
 func TestJetStreamCluster(t *testing.T) {
 	c := startCluster(t)
 	_, admin := clusterBroker(t, c)
@@ -36,10 +36,17 @@ func TestJetStreamCluster(t *testing.T) {
 		Restart: func(t *testing.T, abrupt bool, downtime time.Duration) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()
+			// Restart tests run one at a time and delete their queues and
+			// topics: the schedule streams found are the test's, a queue's
+			// (JETSAGA_S_<queue>_<p>) or a topic's (JETSAGA_TS_<topic>_<p>).
 			var sched []string
+			prefix := map[string]string{}
 			for name := range js.StreamNames(ctx).Name() {
-				if strings.HasPrefix(name, "JETSAGA_S_") {
-					sched = append(sched, name)
+				for _, p := range []string{"JETSAGA_S_", "JETSAGA_TS_"} {
+					if strings.HasPrefix(name, p) {
+						sched = append(sched, name)
+						prefix[name] = p
+					}
 				}
 			}
 			if len(sched) == 0 {
@@ -67,9 +74,13 @@ func TestJetStreamCluster(t *testing.T) {
 			// A user's retry loop would ride out the election; the suite's
 			// checks expect a queue that answers, as after a restart of one
 			// server.
-			queue := strings.TrimSuffix(strings.TrimPrefix(sched[0], "JETSAGA_S_"), "_0")
+			// Every stream of that queue or topic: its partitions' streams,
+			// its dead-letter queue, its subscriptions' dead-letter queues
+			// (JETSAGA_SD_<len>_<topic>_<sub>).
+			queue := strings.TrimPrefix(sched[0], prefix[sched[0]])
+			queue = queue[:strings.LastIndex(queue, "_")]
 			for name := range js.StreamNames(ctx).Name() {
-				if !strings.Contains(name, "_"+queue) {
+				if !strings.Contains(name, "_"+queue+"_") && !strings.HasSuffix(name, "_"+queue) {
 					continue // another test's queue
 				}
 				for {
