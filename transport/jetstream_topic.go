@@ -282,15 +282,15 @@ func (t *jsTopic) openSubscription(ctx context.Context, name string, cfg Subscri
 			AckWait:        serverAckWait(cfg.LockDuration),
 			MaxDeliver:     -1,
 			MaxAckPending:  -1,
-			DeliverPolicy:  jetstream.DeliverNewPolicy,
-			Metadata:       map[string]string{metaSubscription: string(meta)},
+			// After the topic stream's last message (see createSubConsumer).
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy,
+			Metadata:      map[string]string{metaSubscription: string(meta)},
 		}
 		if cfg.RequiresSession {
 			// The consumer holds the messages until they are handed over
 			// to their sessions' consumers, which start where it started.
 			cc.Description = "jetsaga session subscription " + name + ": hands messages over to session consumers"
 			cc.AckWait = handoverAckWait
-			cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		}
 		c, err := t.createSubConsumer(ctx, tp, cc, name, cfg)
 		if err != nil {
@@ -306,10 +306,15 @@ func (t *jsTopic) openSubscription(ctx context.Context, name string, cfg Subscri
 
 // createSubConsumer creates the consumer of subscription name on tp, or
 // updates it if it exists with the same Filter and RequiresSession (else
-// ErrInvalidConfig). A session subscription's consumer keeps its start; a
-// new one starts after the topic stream's last message. Processes that
-// open the subscription at once agree: creating fails for all but one,
-// which then find its consumer.
+// ErrInvalidConfig). An existing consumer keeps its start; a new one
+// starts after the topic stream's last message as the stream's leader
+// (which answers stream info) has it. Not DeliverNew: the server starts
+// such a consumer after the last message of its own replica of the
+// stream, and on a replicated stream the consumer's leader may be a
+// follower that has not stored the latest messages yet, so the
+// subscription would get messages that entered the topic before it was
+// opened. Processes that open the subscription at once agree: creating
+// fails for all but one, which then find its consumer.
 func (t *jsTopic) createSubConsumer(ctx context.Context, tp *jsPartition, cc jetstream.ConsumerConfig, name string, cfg SubscriptionConfig) (jetstream.Consumer, error) {
 	d := t.d
 	for {
@@ -321,6 +326,9 @@ func (t *jsTopic) createSubConsumer(ctx context.Context, tp *jsPartition, cc jet
 				return nil, fmt.Errorf("%w: subscription %q of topic %q exists with Filter %+v and RequiresSession %t",
 					ErrInvalidConfig, name, t.tcfg.Name, oc.Filter, oc.RequiresSession)
 			}
+			// The start cannot change (subscriptions made by older
+			// versions are DeliverNew).
+			cc.DeliverPolicy = old.CachedInfo().Config.DeliverPolicy
 			cc.OptStartSeq = old.CachedInfo().Config.OptStartSeq
 			c, err := tp.queue.UpdateConsumer(ctx, cc)
 			return c, d.mapErr(err)
@@ -328,13 +336,11 @@ func (t *jsTopic) createSubConsumer(ctx context.Context, tp *jsPartition, cc jet
 		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, d.mapErr(err)
 		}
-		if cc.DeliverPolicy == jetstream.DeliverByStartSequencePolicy {
-			info, err := tp.queue.Info(ctx)
-			if err != nil {
-				return nil, d.mapErr(err)
-			}
-			cc.OptStartSeq = info.State.LastSeq + 1
+		info, err := tp.queue.Info(ctx)
+		if err != nil {
+			return nil, d.mapErr(err)
 		}
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, info.State.LastSeq+1
 		c, err := tp.queue.CreateConsumer(ctx, cc)
 		if !errors.Is(err, jetstream.ErrConsumerExists) {
 			return c, d.mapErr(err)
@@ -475,7 +481,10 @@ func (s *jsSubscription) peek(ctx context.Context, from uint64, limit int) ([]*M
 		if err != nil {
 			return nil, s.d.mapErr(err)
 		}
-		start := info.AckFloor.Stream + 1
+		// The consumer delivers nothing below its start. Info of a
+		// replicated consumer just created may come from a replica that
+		// has no state yet (the server answers with zero floors then).
+		start := max(info.AckFloor.Stream+1, info.Config.OptStartSeq)
 		if s.cfg.RequiresSession {
 			// The subscription's consumer acknowledges what it hands over:
 			// start from the oldest session's ack floor instead.
@@ -485,7 +494,7 @@ func (s *jsSubscription) peek(ctx context.Context, from uint64, limit int) ([]*M
 			}
 			for _, ci := range cis {
 				if ci.NumPending+uint64(ci.NumAckPending) > 0 {
-					start = min(start, ci.AckFloor.Stream+1)
+					start = min(start, max(ci.AckFloor.Stream+1, ci.Config.OptStartSeq))
 				}
 			}
 		}
