@@ -297,6 +297,18 @@
 // backoff of tens of seconds, so a source silent for 4 s has the queue
 // stream's leader stepped down, which restarts it at once.
 //
+// Opening an existing queue, topic or subscription with an unchanged
+// config writes nothing: streams are opened with create requests, which
+// the server answers with the existing stream when the configs are equal,
+// and updated only when it reports another one (an update, even one that
+// changes nothing, rewrites the stream's store config). On a cluster,
+// processes that create one stream at once may get no answer before its
+// leader is elected; the broker asks again (2 s, then 4 s, ...). A
+// subscription's consumers start after the last message that the topic
+// stream's leader holds when OpenSubscription creates them, so that on
+// replicated streams too a subscription gets nothing that entered the
+// topic before it was opened.
+//
 // MaxBytes on JetStream: Send checks the queue stream's size as read at
 // most 100 ms before plus what this broker sent since, and the queue
 // stream enforces the cap itself; messages accepted while other brokers

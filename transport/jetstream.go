@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strconv"
 	"strings"
@@ -242,7 +243,30 @@ func (d *jsDriver) leaderReads(ctx context.Context, s jetstream.Stream) (jetstre
 // then is the stream updated. On an existing replicated stream cfg asks
 // for leader reads from the start (see leaderReads), so that reopening it
 // neither counts as a change nor turns direct gets on for a moment.
+//
+// Each attempt has a time limit (streamAttempt, doubling): on a cluster,
+// concurrent creates and updates of a stream whose leader is not elected
+// yet can go unanswered (nats-server 2.15 answers only the last request
+// of an assignment when the leader is elected), although they took
+// effect. Every request here is idempotent, so ensureStream asks again,
+// until ctx ends.
 func (d *jsDriver) ensureStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	for limit := streamAttempt; ; limit *= 2 {
+		actx, cancel := context.WithTimeout(ctx, limit)
+		s, err := d.ensureStreamOnce(actx, cfg)
+		cancel()
+		if err == nil || ctx.Err() != nil || actx.Err() == nil {
+			return s, err
+		}
+		d.o.logger.LogAttrs(ctx, slog.LevelDebug, "transport: stream create or update unanswered; asking again",
+			slog.String("stream", cfg.Name), slog.Duration("after", limit))
+	}
+}
+
+// streamAttempt is how long ensureStream's first attempt may take.
+const streamAttempt = 2 * time.Second
+
+func (d *jsDriver) ensureStreamOnce(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	for attempt := 0; ; attempt++ {
 		old, err := d.js.Stream(ctx, cfg.Name)
 		switch {
