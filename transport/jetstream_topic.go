@@ -349,11 +349,13 @@ func (t *jsTopic) createSubConsumer(ctx context.Context, tp *jsPartition, cc jet
 }
 
 // subPartition is a subscription's view of topic partition tp: the same
-// streams, read through consumer c.
+// streams, read through consumer c. It keeps tp's replicated: receivers
+// then watch the topic stream's sourcing (checkSourcing) and look cancel
+// records up on the leader (direct gets are off on replicated streams).
 func (t *jsTopic) subPartition(tp *jsPartition, name string, c jetstream.Consumer) *jsPartition {
 	n := tp.n
 	n.lock = n.sSubj + ".L.~" + name
-	return &jsPartition{idx: tp.idx, n: n, queue: tp.queue, sched: tp.sched, cons: c}
+	return &jsPartition{idx: tp.idx, n: n, queue: tp.queue, sched: tp.sched, cons: c, replicated: tp.replicated}
 }
 
 func (t *jsTopic) subDeadLetter(ctx context.Context, s *jsSubscription, name string, qc QueueConfig,
