@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -51,10 +52,11 @@ type Cluster struct {
 	monitor []int    // monitoring ports, fixed
 	proxy   *routeProxy
 
-	mu    sync.Mutex // guards nodes, which grows while the cluster starts
-	nodes []*Process
-	admin []*nats.Conn // per node, for JetStream API requests
-	http  *http.Client
+	mu      sync.Mutex // guards nodes, which grows while the cluster starts
+	nodes   []*Process
+	admin   []*nats.Conn // per node, for JetStream API requests
+	apiTurn atomic.Int64 // which node api asks first
+	http    *http.Client
 }
 
 // nodeName is the server name of node i.
@@ -380,9 +382,14 @@ type apiResponse struct {
 // api makes a JetStream API request through a node that runs, is
 // connected and is not isolated.
 func (c *Cluster) api(ctx context.Context, subject string) (*apiResponse, error) {
+	// Ask the nodes in turn: one node's answer can be stale for a while
+	// after a leader change (it may report no leader where the others
+	// know one), and polling the same node would wait that out.
 	var nc *nats.Conn
-	for i, a := range c.admin {
-		if c.Running(i) && a.IsConnected() && (c.proxy == nil || !c.proxy.isIsolated(i)) {
+	start := int(c.apiTurn.Add(1))
+	for k := range c.admin {
+		i := (start + k) % len(c.admin)
+		if a := c.admin[i]; c.Running(i) && a.IsConnected() && (c.proxy == nil || !c.proxy.isIsolated(i)) {
 			nc = a
 			break
 		}

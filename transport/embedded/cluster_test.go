@@ -76,11 +76,21 @@ func TestCluster(t *testing.T) {
 	checkStored := func(when string) {
 		t.Helper()
 		t.Logf("+%v %s", time.Since(began).Round(time.Millisecond), when)
-		s, err := js.Stream(ctx, stream)
-		if err != nil {
-			t.Fatalf("%s: stream info: %v", when, err)
+		// Right after a heal the node that was cut off may still answer as
+		// the leader it was, with its old state, until it learns of the
+		// new term: read until the count is right, for a while.
+		var n uint64
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			s, err := js.Stream(ctx, stream)
+			if err != nil {
+				t.Fatalf("%s: stream info: %v", when, err)
+			}
+			if n = s.CachedInfo().State.Msgs; n == uint64(published) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // polling the stream's state, which has no change feed
 		}
-		if n := s.CachedInfo().State.Msgs; n != uint64(published) {
+		if n != uint64(published) {
 			t.Errorf("%s: %d messages stored, want %d", when, n, published)
 		}
 	}
