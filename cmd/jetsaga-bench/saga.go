@@ -592,44 +592,51 @@ func rawTimeoutMsg(prefix string, env *rawEnvelope, at time.Time) *nats.Msg {
 
 // sagaRawRound runs one round of the hand-written loop on its own
 // connection, on fresh streams and a fresh bucket.
-func (e *env) sagaRawRound(ctx context.Context, n, k int) (sagaRound, error) {
-	nc, err := e.srv.Connect(nats.Name("jetsaga-bench-saga-raw"))
+// rawSaga is the raw side's set-up of a round: the two streams and the
+// consumer of a queue laid out as the transport lays it out, a fresh state
+// bucket, and the pre-filled ticks.
+type rawSaga struct {
+	js                       jetstream.JetStream
+	cons                     jetstream.Consumer
+	kv                       jetstream.KeyValue
+	schedStream, queueStream string
+	sPrefix, qPrefix         string
+}
+
+// setUpRawSaga prepares a raw round on nc: streams, consumer and bucket,
+// then (untimed, labelled phase=prefill) n ticks over k instances.
+func (e *env) setUpRawSaga(ctx context.Context, nc *nats.Conn, n, k int, opts ...jetstream.JetStreamOpt) (*rawSaga, error) {
+	js, err := jetstream.New(nc, opts...)
 	if err != nil {
-		return sagaRound{}, err
+		return nil, err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	r := &rawSaga{js: js}
+	r.schedStream, r.sPrefix = rawNames("S", sagaQueue)
+	r.queueStream, r.qPrefix = rawNames("Q", sagaQueue)
+	if _, err := e.rawScheduleStream(ctx, r.schedStream, r.sPrefix); err != nil {
+		return nil, err
+	}
+	if err := e.rawSourcingStream(ctx, r.queueStream, r.qPrefix, r.schedStream, r.sPrefix); err != nil {
+		return nil, err
+	}
+	s, err := js.Stream(ctx, r.queueStream)
 	if err != nil {
-		return sagaRound{}, err
+		return nil, err
 	}
-	schedStream, sPrefix := rawNames("S", sagaQueue)
-	queueStream, qPrefix := rawNames("Q", sagaQueue)
-	if _, err := e.rawScheduleStream(ctx, schedStream, sPrefix); err != nil {
-		return sagaRound{}, err
-	}
-	if err := e.rawSourcingStream(ctx, queueStream, qPrefix, schedStream, sPrefix); err != nil {
-		return sagaRound{}, err
-	}
-	s, err := js.Stream(ctx, queueStream)
-	if err != nil {
-		return sagaRound{}, err
-	}
-	cons, err := s.CreateOrUpdateConsumer(ctx, recvConsumer(qPrefix+".m"))
-	if err != nil {
-		return sagaRound{}, err
+	if r.cons, err = s.CreateOrUpdateConsumer(ctx, recvConsumer(r.qPrefix+".m")); err != nil {
+		return nil, err
 	}
 	if err := js.DeleteKeyValue(ctx, rawBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return sagaRound{}, err
+		return nil, err
 	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+	if r.kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket: rawBucket, Description: "raw saga state", History: 1, Storage: jetstream.FileStorage, Replicas: 1,
-	})
-	if err != nil {
-		return sagaRound{}, err
+	}); err != nil {
+		return nil, err
 	}
 	pprof.Do(ctx, pprof.Labels("phase", "prefill"), func(ctx context.Context) {
 		err = parallel(e.cfg.conc, n, func(i int) error {
-			msg, err := rawTickMsg(qPrefix+".m", i, k)
+			msg, err := rawTickMsg(r.qPrefix+".m", i, k)
 			if err == nil {
 				_, err = js.PublishMsg(ctx, msg)
 			}
@@ -637,8 +644,23 @@ func (e *env) sagaRawRound(ctx context.Context, n, k int) (sagaRound, error) {
 		})
 	})
 	if err != nil {
-		return sagaRound{}, fmt.Errorf("pre-fill: %w", err)
+		return nil, fmt.Errorf("pre-fill: %w", err)
 	}
+	return r, nil
+}
+
+func (e *env) sagaRawRound(ctx context.Context, n, k int) (sagaRound, error) {
+	nc, err := e.srv.Connect(nats.Name("jetsaga-bench-saga-raw"))
+	if err != nil {
+		return sagaRound{}, err
+	}
+	defer nc.Close()
+	r, err := e.setUpRawSaga(ctx, nc, n, k)
+	if err != nil {
+		return sagaRound{}, err
+	}
+	js, cons, kv, sPrefix := r.js, r.cons, r.kv, r.sPrefix
+	schedStream, queueStream := r.schedStream, r.queueStream
 
 	var (
 		claimed, count, conflicts atomic.Int64

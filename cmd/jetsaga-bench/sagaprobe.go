@@ -153,35 +153,6 @@ func (e *env) sagaProbeRound(ctx context.Context, v probeVariant, n, k int) (sag
 		return sagaRound{}, err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
-	if err != nil {
-		return sagaRound{}, err
-	}
-	schedStream, sPrefix := rawNames("S", sagaQueue)
-	queueStream, qPrefix := rawNames("Q", sagaQueue)
-	if _, err := e.rawScheduleStream(ctx, schedStream, sPrefix); err != nil {
-		return sagaRound{}, err
-	}
-	if err := e.rawSourcingStream(ctx, queueStream, qPrefix, schedStream, sPrefix); err != nil {
-		return sagaRound{}, err
-	}
-	s, err := js.Stream(ctx, queueStream)
-	if err != nil {
-		return sagaRound{}, err
-	}
-	cons, err := s.CreateOrUpdateConsumer(ctx, recvConsumer(qPrefix+".m"))
-	if err != nil {
-		return sagaRound{}, err
-	}
-	if err := js.DeleteKeyValue(ctx, rawBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return sagaRound{}, err
-	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: rawBucket, Description: "raw saga state", History: 1, Storage: jetstream.FileStorage, Replicas: 1,
-	})
-	if err != nil {
-		return sagaRound{}, err
-	}
 	if v.atomic {
 		e.dropStream(ctx, probeAtomicStream)
 		if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
@@ -193,18 +164,12 @@ func (e *env) sagaProbeRound(ctx context.Context, v probeVariant, n, k int) (sag
 			return sagaRound{}, err
 		}
 	}
-	pprof.Do(ctx, pprof.Labels("phase", "prefill"), func(ctx context.Context) {
-		err = parallel(e.cfg.conc, n, func(i int) error {
-			msg, err := rawTickMsg(qPrefix+".m", i, k)
-			if err == nil {
-				_, err = js.PublishMsg(ctx, msg)
-			}
-			return err
-		})
-	})
+	r, err := e.setUpRawSaga(ctx, nc, n, k, jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
-		return sagaRound{}, fmt.Errorf("pre-fill: %w", err)
+		return sagaRound{}, err
 	}
+	js, cons, kv, sPrefix := r.js, r.cons, r.kv, r.sPrefix
+	schedStream, queueStream := r.schedStream, r.queueStream
 
 	var (
 		count   atomic.Int64
