@@ -58,20 +58,8 @@ func get(t *testing.T, c *http.Client, u string, header ...string) (int, string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i+1 < len(header); i += 2 {
-		if header[i] == "Host" {
-			req.Host = header[i+1]
-			continue
-		}
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	code, _, body := do(t, c, req, header)
+	return code, body
 }
 
 func post(t *testing.T, c *http.Client, u string, form url.Values, header ...string) (int, string) {
@@ -81,6 +69,14 @@ func post(t *testing.T, c *http.Client, u string, form url.Values, header ...str
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	code, resp, body := do(t, c, req, header)
+	return code, resp.Get("Location") + body
+}
+
+// do sends req with header (name, value pairs; "Host" sets req.Host) and
+// returns the status, the response's header and its body.
+func do(t *testing.T, c *http.Client, req *http.Request, header []string) (int, http.Header, string) {
+	t.Helper()
 	for i := 0; i+1 < len(header); i += 2 {
 		if header[i] == "Host" {
 			req.Host = header[i+1]
@@ -94,7 +90,7 @@ func post(t *testing.T, c *http.Client, u string, form url.Values, header ...str
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header.Get("Location") + string(b)
+	return resp.StatusCode, resp.Header, string(b)
 }
 
 var csrfRe = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
