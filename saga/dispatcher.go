@@ -87,6 +87,9 @@ type Dispatcher struct {
 	// which might route a timeout to another engine; there the refs are
 	// recorded at once instead.
 	keepOutbox bool
+
+	topicMu sync.Mutex
+	topic   *transport.Topic // opened by openTopic
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga
@@ -819,7 +822,13 @@ func (d *Dispatcher) carryOut(ctx context.Context, key string, rec *record, e ef
 			return fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
 		}
 	case effectPublish:
-		t, err := d.broker.Topic(ctx, e.Queue)
+		var t *transport.Topic
+		var err error
+		if d.cfg.topic != nil && d.cfg.topic.Name == e.Queue {
+			t, err = d.openTopic(ctx)
+		} else {
+			t, err = d.broker.Topic(ctx, e.Queue) // committed under an earlier WithTopic
+		}
 		if err != nil {
 			return fmt.Errorf("saga: publishing %s to topic %s: %w", e.Msg.Type, e.Queue, err)
 		}

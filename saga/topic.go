@@ -56,10 +56,7 @@ func WithTopic(cfg transport.TopicConfig) Option {
 // events are, for code outside sagas. A MessageID option makes retries
 // of the same call idempotent within the topic's duplicate window.
 func (d *Dispatcher) Publish(ctx context.Context, m any, opts ...SendOption) (transport.SendResult, error) {
-	if d.cfg.topic == nil {
-		return transport.SendResult{}, ErrNoTopic
-	}
-	t, err := d.broker.OpenTopic(ctx, *d.cfg.topic)
+	t, err := d.openTopic(ctx)
 	if err != nil {
 		return transport.SendResult{}, err
 	}
@@ -72,6 +69,25 @@ func (d *Dispatcher) Publish(ctx context.Context, m any, opts ...SendOption) (tr
 		o(e)
 	}
 	return t.Send(ctx, e.eventMessage())
+}
+
+// openTopic opens the dispatcher's topic (creating it or updating it to
+// the WithTopic config) once; later calls return it. ErrNoTopic without
+// WithTopic.
+func (d *Dispatcher) openTopic(ctx context.Context) (*transport.Topic, error) {
+	if d.cfg.topic == nil {
+		return nil, ErrNoTopic
+	}
+	d.topicMu.Lock()
+	defer d.topicMu.Unlock()
+	if d.topic == nil {
+		t, err := d.broker.OpenTopic(ctx, *d.cfg.topic)
+		if err != nil {
+			return nil, err
+		}
+		d.topic = t
+	}
+	return d.topic, nil
 }
 
 // eventTypes lists the types the endpoint subscribes to: those its sagas
@@ -125,7 +141,7 @@ func (d *Dispatcher) subscribe(ctx context.Context) ([]endpointSub, error) {
 	if d.cfg.topic == nil {
 		return nil, nil
 	}
-	t, err := d.broker.OpenTopic(ctx, *d.cfg.topic)
+	t, err := d.openTopic(ctx)
 	if err != nil {
 		return nil, err
 	}
