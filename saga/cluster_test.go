@@ -17,7 +17,6 @@ package saga_test
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -227,24 +226,8 @@ func TestClusterSagas(t *testing.T) {
 		}
 	}
 	t.Logf("effects: %d stored %v after the last instance completed (at least %d expected)", len(stored), time.Since(completed).Round(time.Millisecond), want)
-	got := map[string]map[R1Effect]int{}
-	for _, m := range stored {
-		var e R1Effect
-		if err := json.Unmarshal(m.Body, &e); err != nil {
-			t.Errorf("effect seq %d: body %q: %v", m.Seq, m.Body, err)
-			continue
-		}
-		if got[e.ID] == nil {
-			got[e.ID] = map[R1Effect]int{}
-		}
-		got[e.ID][e]++
-	}
-	for _, id := range stuck[:min(len(stuck), 10)] {
-		t.Errorf("%s: not completed within %v: %s; effects %s", id, within, r1Describe(t, sender, id), r1Format(got[id]))
-	}
-	if len(stuck) > 10 {
-		t.Errorf("... and %d more not completed", len(stuck)-10)
-	}
+	got := r1Count(t, stored)
+	r1Stuck(t, sender, stuck, within, got)
 	bad := r1Verify(t, ids, got, q, effects)
 	counts := map[saga.Outcome]int{}
 	conflicts, redelivered := 0, 0

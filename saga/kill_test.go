@@ -275,25 +275,9 @@ func TestKillWorkers(t *testing.T) {
 		fleet.stop(w)
 	}
 
-	got := map[string]map[R1Effect]int{}
 	stored := peekAll(t, effects)
-	for _, m := range stored {
-		var e R1Effect
-		if err := json.Unmarshal(m.Body, &e); err != nil {
-			t.Errorf("effect seq %d: body %q: %v", m.Seq, m.Body, err)
-			continue
-		}
-		if got[e.ID] == nil {
-			got[e.ID] = map[R1Effect]int{}
-		}
-		got[e.ID][e]++
-	}
-	for _, id := range stuck[:min(len(stuck), 10)] {
-		t.Errorf("%s: not completed within %v: %s; effects %s", id, within, r1Describe(t, d, id), r1Format(got[id]))
-	}
-	if len(stuck) > 10 {
-		t.Errorf("... and %d more not completed: %v", len(stuck)-10, stuck[10:])
-	}
+	got := r1Count(t, stored)
+	r1Stuck(t, d, stuck, within, got)
 	r1Verify(t, ids, got, q, effects)
 	s := fleet.counts()
 	t.Logf("%d instances, %d effects, %d kills in %d cycles (kill phase %v), %d worker starts; total %v",
@@ -407,6 +391,36 @@ func r1Check(id string, got map[R1Effect]int) (dup, missing, extra []string) {
 	slices.Sort(missing)
 	slices.Sort(extra)
 	return dup, missing, extra
+}
+
+// r1Count counts the stored effects by instance.
+func r1Count(t *testing.T, stored []*transport.Message) map[string]map[R1Effect]int {
+	t.Helper()
+	got := map[string]map[R1Effect]int{}
+	for _, m := range stored {
+		var e R1Effect
+		if err := json.Unmarshal(m.Body, &e); err != nil {
+			t.Errorf("effect seq %d: body %q: %v", m.Seq, m.Body, err)
+			continue
+		}
+		if got[e.ID] == nil {
+			got[e.ID] = map[R1Effect]int{}
+		}
+		got[e.ID][e]++
+	}
+	return got
+}
+
+// r1Stuck reports the instances not completed within the wait (the first
+// ten in full), as d sees them, with their effects.
+func r1Stuck(t *testing.T, d *saga.Dispatcher, stuck []string, within time.Duration, got map[string]map[R1Effect]int) {
+	t.Helper()
+	for _, id := range stuck[:min(len(stuck), 10)] {
+		t.Errorf("%s: not completed within %v: %s; effects %s", id, within, r1Describe(t, d, id), r1Format(got[id]))
+	}
+	if len(stuck) > 10 {
+		t.Errorf("... and %d more not completed: %v", len(stuck)-10, stuck[10:])
+	}
 }
 
 func r1Format(es map[R1Effect]int) string {
