@@ -86,17 +86,12 @@ func run(ctx context.Context, out io.Writer, o options) (err error) {
 	p.Printf("e-mail confirmation demo: reminder after %v, release after %v, late links refused for %v", o.Reminder, o.Expiry, o.RefuseFor)
 	p.Printf("(production uses 30m, 1h and 7 days; set with -reminder, -expiry and -refuse-for)")
 
-	nc, closeNATS, err := demo.Connect(o.NATSURL, p)
-	if err != nil {
-		return err
-	}
-	defer closeNATS()
-	env, err := demo.Open(ctx, nc, demo.Config{Prefix: prefix, Bucket: bucket, Queues: []string{signupQueue, eventsQueue}, Logger: o.Logger})
+	env, stop, err := demo.Start(ctx, o.NATSURL, p, demo.Config{Prefix: prefix, Bucket: bucket, Queues: []string{signupQueue, eventsQueue}, Logger: o.Logger})
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := env.Close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
+		if cerr := stop(); cerr != nil && err == nil {
 			err = fmt.Errorf("cleaning up: %w", cerr)
 		}
 	}()

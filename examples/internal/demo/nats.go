@@ -95,6 +95,25 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Env, error) {
 	return e, nil
 }
 
+// Start connects as Connect does (url, or an embedded server if empty)
+// and opens the demo's broker and store as Open does. stop removes the
+// demo's queues and bucket, closes the broker and disconnects; it
+// returns the clean-up's error.
+func Start(ctx context.Context, url string, out io.Writer, cfg Config) (env *Env, stop func() error, err error) {
+	nc, closeNATS, err := Connect(url, out)
+	if err != nil {
+		return nil, nil, err
+	}
+	if env, err = Open(ctx, nc, cfg); err != nil {
+		closeNATS()
+		return nil, nil, err
+	}
+	return env, func() error {
+		defer closeNATS()
+		return env.Close(context.WithoutCancel(ctx))
+	}, nil
+}
+
 // Close removes the demo's queues and bucket from the server and closes
 // the broker. The connection stays open.
 func (e *Env) Close(ctx context.Context) error {

@@ -105,17 +105,12 @@ func run(ctx context.Context, out io.Writer, o options) (err error) {
 		o.Nudge, o.Reminder, o.Expiry, o.Beyond)
 	p.Printf("(production uses 10m, 7 days and 14 days; set with -nudge, -reminder, -expiry, -temporal-beyond)")
 
-	nc, closeNATS, err := demo.Connect(o.NATSURL, p)
-	if err != nil {
-		return err
-	}
-	defer closeNATS()
-	env, err := demo.Open(ctx, nc, demo.Config{Prefix: prefix, Bucket: bucket, Queues: []string{loansQueue, eventsQueue}, Logger: o.Logger})
+	env, stop, err := demo.Start(ctx, o.NATSURL, p, demo.Config{Prefix: prefix, Bucket: bucket, Queues: []string{loansQueue, eventsQueue}, Logger: o.Logger})
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := env.Close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
+		if cerr := stop(); cerr != nil && err == nil {
 			err = fmt.Errorf("cleaning up: %w", cerr)
 		}
 	}()

@@ -81,17 +81,12 @@ func run(ctx context.Context, out io.Writer, o options) (err error) {
 	p := demo.NewPrinter(out, len("carol"))
 	p.Printf("two-factor demo: codes live %v and allow 3 attempts (production uses %v; set with -ttl)", o.TTL, productionTTL)
 
-	nc, closeNATS, err := demo.Connect(o.NATSURL, p)
-	if err != nil {
-		return err
-	}
-	defer closeNATS()
-	env, err := demo.Open(ctx, nc, demo.Config{Prefix: prefix, Bucket: bucket, Queues: []string{authQueue, eventsQueue}, Logger: o.Logger})
+	env, stop, err := demo.Start(ctx, o.NATSURL, p, demo.Config{Prefix: prefix, Bucket: bucket, Queues: []string{authQueue, eventsQueue}, Logger: o.Logger})
 	if err != nil {
 		return err
 	}
 	defer func() {
-		if cerr := env.Close(context.WithoutCancel(ctx)); cerr != nil && err == nil {
+		if cerr := stop(); cerr != nil && err == nil {
 			err = fmt.Errorf("cleaning up: %w", cerr)
 		}
 	}()
