@@ -531,14 +531,10 @@ func (s *jsSettler) acked(ctx context.Context, err error) error {
 		// A topic's message stays until every subscription has settled it.
 		return s.q.d.mapErr(err)
 	}
-	md, err := s.msg.Metadata()
-	if err != nil {
-		return nil
-	}
 	deadline := time.Now().Add(removalWait)
 	backoff := time.Millisecond
 	for {
-		_, err := s.part.queue.GetMsg(ctx, md.Sequence.Stream)
+		_, err := s.part.queue.GetMsg(ctx, LocalSeq(s.m.Seq))
 		if isNotFound(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return nil
 		}
