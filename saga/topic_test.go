@@ -92,9 +92,27 @@ func TestPublishSubscribe(t *testing.T) {
 		return ""
 	}
 
-	// Before any subscriber: published to nobody.
+	// Before any subscriber: published to nobody. A probe subscription
+	// tells when the event has entered the topic (on JetStream a moment
+	// after it was sent), so that billing subscribes only after that.
+	tp, err := pub.broker.OpenTopic(ctxFor(t), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := tp.OpenSubscription(ctxFor(t), "probe", transport.SubscriptionConfig{Filter: transport.Filter{Subjects: []string{"shop.OrderPlaced"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	place("o-early")
-	eventually(t, 10*time.Second, func() string { return placed("o-early") })
+	eventually(t, 10*time.Second, func() string {
+		if why := placed("o-early"); why != "" {
+			return why
+		}
+		if c, err := probe.Counts(ctxFor(t)); err != nil || c.Active == 0 {
+			return fmt.Sprintf("o-early's event not in the topic yet (%+v, %v)", c, err)
+		}
+		return ""
+	})
 
 	// The billing endpoint arrives, in two processes.
 	subNames := func() []string {
