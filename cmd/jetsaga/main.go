@@ -1,4 +1,5 @@
-// Command jetsaga operates jetsaga on a NATS server: queues, scheduled
+// Command jetsaga operates jetsaga on a NATS server: queues, topics and
+// their subscriptions, scheduled
 // messages, dead letters, saga instances and their pending timeouts, from
 // the command line or a small web console (jetsaga console).
 //

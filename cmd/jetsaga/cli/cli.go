@@ -60,7 +60,7 @@ func exitCode(err error) int {
 	case errors.Is(err, transport.ErrAlreadyActivated):
 		return ExitAlreadyActivated
 	case errors.Is(err, ErrNotFound), errors.Is(err, transport.ErrNotFound),
-		errors.Is(err, transport.ErrQueueNotFound), errors.Is(err, saga.ErrNotFound):
+		errors.Is(err, transport.ErrQueueNotFound), errors.Is(err, transport.ErrTopicNotFound), errors.Is(err, saga.ErrNotFound):
 		return ExitNotFound
 	}
 	return ExitError

@@ -19,10 +19,10 @@ import (
 func init() {
 	commands = []*command{
 		{path: "queues list", maxArgs: 0, short: "list queues with their active, scheduled and dead-lettered counts",
-			long: `Active and dead-lettered counts come from the streams' state (cheap); the
-scheduled count browses every scheduled message (one read each): the
-transport has no cheaper count yet. Active counts include received messages
-that are still locked.`,
+			long: `The counts are the transport's (transport.Queue.Counts), read from the
+server's bookkeeping without browsing messages. Active counts include
+received messages that are still locked. Topics and their subscriptions:
+jetsaga topics list.`,
 			examples: []string{"jetsaga queues list", "jetsaga --server nats://n1:4222,nats://n2:4222 --creds ops.creds queues list --json"},
 			flags:    fJSON, run: cmdQueuesList},
 		{path: "queues browse", args: "QUEUE", minArgs: 1, maxArgs: 1,
@@ -30,15 +30,45 @@ that are still locked.`,
 			long: `Lists messages in sequence order without receiving them: state, sequence
 number (partition and local part), enqueued and scheduled times, type,
 MessageID and properties. QUEUE may be "orders/$DeadLetterQueue" for the
-dead-letter queue (see also dlq list). The last line names the --from of
-the next page.`,
+dead-letter queue (see also dlq list), a topic's subscription
+"events/Subscriptions/billing" (its active messages, with the topic's
+sequence numbers), or a subscription's dead-letter queue
+"events/Subscriptions/billing/$DeadLetterQueue". The last line names the
+--from of the next page.`,
 			examples: []string{"jetsaga queues browse orders", "jetsaga queues browse orders --state scheduled --max 20",
-				"jetsaga queues browse orders --from 0:s120 --json", "jetsaga queues browse 'orders/$DeadLetterQueue'"},
+				"jetsaga queues browse orders --from 0:s120 --json", "jetsaga queues browse 'orders/$DeadLetterQueue'",
+				"jetsaga queues browse events/Subscriptions/billing"},
 			flags: fJSON | fBrowse | fState | fFilter, defMax: 50, run: cmdQueuesBrowse},
 		{path: "queues peek", args: "QUEUE [SEQ]", minArgs: 1, maxArgs: 2,
 			short:    "show the message at or after SEQ in full, body included",
 			examples: []string{"jetsaga queues peek orders 42", "jetsaga queues peek orders 0:s7 --json"},
 			flags:    fJSON | fBrowse, defMax: 1, defBody: true, run: cmdQueuesPeek},
+		{path: "topics list", maxArgs: 0,
+			short: "list topics with their counts, and each subscription with its filter and counts",
+			long: `Per topic: partitions, FilterProperties, active messages (some
+subscription has not completed them) and scheduled ones. Per subscription
+(TOPIC/Subscriptions/NAME, the path the queues and dlq commands take):
+its filter, active messages, pending ones (not handed to a receiver yet)
+and dead-lettered ones. A saga endpoint's subscription is named
+<queue>-<8 hex digits>.`,
+			examples: []string{"jetsaga topics list", "jetsaga topics list --json"},
+			flags:    fJSON, run: cmdTopicsList},
+		{path: "topics browse", args: "TOPIC", minArgs: 1, maxArgs: 1,
+			short: "browse a topic's active and scheduled messages from a sequence number",
+			long: `As queues browse, on the topic itself: scheduled messages not activated yet,
+and active ones some subscription has not completed. A subscription's
+messages: jetsaga queues browse TOPIC/Subscriptions/NAME.`,
+			examples: []string{"jetsaga topics browse events", "jetsaga topics browse events --state scheduled --json"},
+			flags:    fJSON | fBrowse | fState | fFilter, defMax: 50, run: cmdTopicsBrowse},
+		{path: "topics peek", args: "TOPIC [SEQ]", minArgs: 1, maxArgs: 2,
+			short:    "show a topic's message at or after SEQ in full, body included",
+			examples: []string{"jetsaga topics peek events 0:s3"},
+			flags:    fJSON | fBrowse, defMax: 1, defBody: true, run: cmdTopicsPeek},
+		{path: "topics cancel", args: "TOPIC SEQ...", minArgs: 2, maxArgs: -1,
+			short:    "cancel scheduled messages of a topic by sequence number, with a definite outcome",
+			long:     `Outcomes and exit codes as for scheduled cancel.`,
+			examples: []string{"jetsaga topics cancel events 0:s3 --yes"},
+			flags:    fJSON | fYes, run: cmdTopicsCancel},
 		{path: "scheduled cancel", args: "QUEUE SEQ...", minArgs: 2, maxArgs: -1,
 			short: "cancel scheduled messages by sequence number, with a definite outcome",
 			long: `Each outcome is definite: cancelled (it will never be delivered),
@@ -50,9 +80,12 @@ saga waiting for it: prefer sagas cancel-timeouts.`,
 			examples: []string{"jetsaga scheduled cancel orders 140737488355329 --yes", "jetsaga scheduled cancel orders 0:s1 0:s2"},
 			flags:    fJSON | fYes, run: cmdScheduledCancel},
 		{path: "dlq list", args: "QUEUE", minArgs: 1, maxArgs: 1,
-			short:    "list a queue's dead letters with reason and description",
-			examples: []string{"jetsaga dlq list orders", "jetsaga dlq list orders --reason PermanentError --since 1h --json"},
-			flags:    fJSON | fBrowse | fFilter, defMax: 100, run: cmdDLQList},
+			short: "list a queue's dead letters with reason and description",
+			long: `QUEUE is a queue, or a topic's subscription (TOPIC/Subscriptions/NAME): each
+has its own dead-letter queue.`,
+			examples: []string{"jetsaga dlq list orders", "jetsaga dlq list orders --reason PermanentError --since 1h --json",
+				"jetsaga dlq list events/Subscriptions/billing"},
+			flags: fJSON | fBrowse | fFilter, defMax: 100, run: cmdDLQList},
 		{path: "dlq resubmit", args: "QUEUE [SEQ...]", minArgs: 1, maxArgs: -1,
 			short: "send dead letters back to their queue, keeping their MessageID",
 			long: `Select dead letters by sequence number, by --reason, --type, --since,
@@ -63,14 +96,22 @@ the dead letter, the same on every resubmit. It is removed from the
 dead-letter queue once sent. Outcomes: resubmitted; duplicate (the queue still
 remembers the MessageID because the message was first sent within its
 DuplicateWindow: nothing is sent, the dead letter stays; wait for the window
-or use --new-id; exit 6); gone (received by someone else meanwhile; exit 6).`,
+or use --new-id; exit 6); gone (received by someone else meanwhile; exit 6).
+
+QUEUE may be a topic's subscription (TOPIC/Subscriptions/NAME). Its dead
+letters need a destination: --to QUEUE, a queue whose receiver handles
+them (for a saga endpoint's subscription, <queue>-<8 hex digits>, the
+endpoint's queue: its dispatcher handles the same types there), or
+--to-topic TOPIC, which every subscription whose filter passes a message
+gets again. --to also sends a queue's dead letters to another queue.`,
 			examples: []string{"jetsaga dlq resubmit orders 17 --yes", "jetsaga dlq resubmit orders --reason RetriesExhausted --since 2h",
-				"jetsaga dlq resubmit orders --all --yes --json"},
+				"jetsaga dlq resubmit orders --all --yes --json", "jetsaga dlq resubmit events/Subscriptions/orders-1a2b3c4d --all --to orders --yes"},
 			flags: fJSON | fYes | fFilter | fNewID | fIdle, run: cmdDLQResubmit},
 		{path: "dlq purge", args: "QUEUE [SEQ...]", minArgs: 1, maxArgs: -1,
 			short: "remove dead letters for good",
 			long: `Select as for resubmit. --all alone purges the dead-letter stream at once;
-with filters each selected dead letter is received and removed.`,
+with filters each selected dead letter is received and removed. QUEUE may
+be a topic's subscription (TOPIC/Subscriptions/NAME).`,
 			examples: []string{"jetsaga dlq purge orders 3 4 --yes", "jetsaga dlq purge orders --all --yes"},
 			flags:    fJSON | fYes | fFilter | fIdle, run: cmdDLQPurge},
 		{path: "sagas list", args: "[SAGA]", maxArgs: 1,
@@ -244,15 +285,19 @@ type BrowsePage struct {
 	Next uint64 `json:"next,omitempty"`
 }
 
+// browse browses the queue, subscription or dead-letter queue the
+// argument names.
 func (c *call) browse(queueArgument string) (BrowsePage, error) {
-	name, dead := queueArg(queueArgument)
-	q, err := c.env.queue(c.ctx, name)
+	x, err := c.env.entity(c.ctx, queueArgument)
 	if err != nil {
 		return BrowsePage{}, err
 	}
-	if dead {
-		q = q.DeadLetterQueue()
-	}
+	b, name := x.browsed()
+	return c.browseOf(b, name, x.dead)
+}
+
+// browseOf browses b by the browse flags.
+func (c *call) browseOf(b browsable, name string, dead bool) (BrowsePage, error) {
 	from, err := parseSeq(c.o.from)
 	if err != nil {
 		return BrowsePage{}, err
@@ -264,8 +309,8 @@ func (c *call) browse(queueArgument string) (BrowsePage, error) {
 	if err != nil {
 		return BrowsePage{}, err
 	}
-	ms, next, err := browse(c.ctx, q, from, c.o.max, f, dead, c.o.body)
-	return BrowsePage{Queue: q.Name(), Messages: ms, Next: next}, err
+	ms, next, err := browse(c.ctx, b, name, from, c.o.max, f, dead, c.o.body)
+	return BrowsePage{Queue: name, Messages: ms, Next: next}, err
 }
 
 func cmdQueuesBrowse(c *call) error {
@@ -273,6 +318,11 @@ func cmdQueuesBrowse(c *call) error {
 	if err != nil {
 		return err
 	}
+	return c.outPage(page)
+}
+
+// outPage prints a page of browsed messages.
+func (c *call) outPage(page BrowsePage) error {
 	return c.out(page, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "SEQ\tPART:LOCAL\tSTATE\tENQUEUED\tSCHEDULED\tTYPE\tMESSAGE-ID\tPROPERTIES")
 		for _, m := range page.Messages {
@@ -319,6 +369,11 @@ func cmdQueuesPeek(c *call) error {
 	if err != nil {
 		return err
 	}
+	return c.outPeek(page)
+}
+
+// outPeek prints the messages of a page in full.
+func (c *call) outPeek(page BrowsePage) error {
 	if len(page.Messages) == 0 {
 		return fmt.Errorf("%w: no message at or after %s in %s", ErrNotFound, c.o.from, page.Queue)
 	}
@@ -363,11 +418,17 @@ func cmdScheduledCancel(c *call) error {
 	if err != nil {
 		return err
 	}
+	return c.cancel(q, q.Name())
+}
+
+// cancel cancels the scheduled messages the arguments after the first
+// name on q, a queue or a topic.
+func (c *call) cancel(q canceller, name string) error {
 	seqs, err := parseSeqs(c.args[1:])
 	if err != nil {
 		return err
 	}
-	if err := c.confirm(fmt.Sprintf("cancel %d scheduled message(s) on %s", len(seqs), q.Name())); err != nil {
+	if err := c.confirm(fmt.Sprintf("cancel %d scheduled message(s) on %s", len(seqs), name)); err != nil {
 		return err
 	}
 	var outs []CancelOutcome
@@ -470,7 +531,11 @@ func (c *call) deadOutcomes(outs []DeadLetterOutcome, done string) error {
 }
 
 func cmdDLQResubmit(c *call) error {
-	q, err := c.env.queue(c.ctx, c.args[0])
+	x, err := c.env.entity(c.ctx, c.args[0])
+	if err != nil {
+		return err
+	}
+	dst, err := c.destination(x)
 	if err != nil {
 		return err
 	}
@@ -478,18 +543,49 @@ func cmdDLQResubmit(c *call) error {
 	if err != nil {
 		return err
 	}
-	if err := c.confirm("resubmit the selected dead letters of " + q.Name()); err != nil {
+	if err := c.confirm("resubmit the selected dead letters of " + x.path + " to " + dst.name); err != nil {
 		return err
 	}
-	outs, err := resubmit(c.ctx, q, f, c.o.newID, c.o.idle)
+	outs, err := resubmit(c.ctx, x, dst, f, c.o.newID, c.o.idle)
 	if err != nil {
 		return err
 	}
 	return c.deadOutcomes(outs, "resubmitted")
 }
 
+// destination is where dlq resubmit sends the dead letters of x: --to,
+// --to-topic, or the queue they came from. A subscription's dead letters
+// need --to or --to-topic: no queue feeds that one subscription only.
+func (c *call) destination(x entity) (destination, error) {
+	switch {
+	case c.o.to != "" && c.o.toTopic != "":
+		return destination{}, fmt.Errorf("%w: --to and --to-topic exclude each other", ErrUsage)
+	case c.o.to != "":
+		q, err := c.env.queue(c.ctx, c.o.to)
+		if err != nil {
+			return destination{}, err
+		}
+		return queueDestination(q), nil
+	case c.o.toTopic != "":
+		t, err := c.env.topic(c.ctx, c.o.toTopic)
+		if err != nil {
+			return destination{}, err
+		}
+		return destination{s: t, name: "topic " + t.Name(), window: t.Config().DuplicateWindow}, nil
+	case x.sub != nil:
+		hint := ""
+		if q, ok := c.env.endpointQueue(c.ctx, x.sub.Name()); ok {
+			hint = fmt.Sprintf(" (%s is the subscription of saga endpoint %q: --to %s)", x.path, q, q)
+		}
+		return destination{}, fmt.Errorf("%w: a subscription's dead letters go back with --to QUEUE, to a queue whose "+
+			"receiver handles them%s, or with --to-topic %s, to every subscription whose filter passes them",
+			ErrUsage, hint, x.sub.Topic().Name())
+	}
+	return queueDestination(x.q), nil
+}
+
 func cmdDLQPurge(c *call) error {
-	q, err := c.env.queue(c.ctx, c.args[0])
+	x, err := c.env.entity(c.ctx, c.args[0])
 	if err != nil {
 		return err
 	}
@@ -497,22 +593,22 @@ func cmdDLQPurge(c *call) error {
 	if err != nil {
 		return err
 	}
-	if err := c.confirm("purge the selected dead letters of " + q.Name() + " for good"); err != nil {
+	if err := c.confirm("purge the selected dead letters of " + x.path + " for good"); err != nil {
 		return err
 	}
 	if f.all && len(f.seqs) == 0 && f.reason == "" && f.typ == "" && f.since.IsZero() && f.until.IsZero() {
 		// --all without other filters: one stream purge.
-		n, err := c.env.purgeAllDead(c.ctx, q.Name())
+		n, err := c.env.purgeAllDead(c.ctx, x)
 		if err != nil {
 			return err
 		}
 		res := struct {
 			Queue  string `json:"queue"`
 			Purged uint64 `json:"purged"`
-		}{q.Name(), n}
-		return c.out(res, func(w *tabwriter.Writer) { fmt.Fprintf(w, "purged %d dead letters of %s\n", n, q.Name()) })
+		}{x.path, n}
+		return c.out(res, func(w *tabwriter.Writer) { fmt.Fprintf(w, "purged %d dead letters of %s\n", n, x.path) })
 	}
-	outs, err := purgeDead(c.ctx, q, f, c.o.idle)
+	outs, err := purgeDead(c.ctx, x, f, c.o.idle)
 	if err != nil {
 		return err
 	}

@@ -11,25 +11,27 @@ import (
 
 // opts are every flag's value; each command registers the ones it takes.
 type opts struct {
-	conn   connOpts
-	json   bool
-	yes    bool
-	from   string
-	max    int
-	state  string
-	body   bool
-	reason string
-	typ    string
-	since  string
-	until  string
-	all    bool
-	newID  bool
-	limit  int
-	after  string
-	queue  string
-	saga   string
-	id     string
-	idle   time.Duration
+	conn    connOpts
+	json    bool
+	yes     bool
+	from    string
+	max     int
+	state   string
+	body    bool
+	reason  string
+	typ     string
+	since   string
+	until   string
+	all     bool
+	newID   bool
+	to      string
+	toTopic string
+	limit   int
+	after   string
+	queue   string
+	saga    string
+	id      string
+	idle    time.Duration
 
 	listen       string
 	token        string
@@ -126,6 +128,8 @@ func (o *opts) register(fs *flag.FlagSet, cmd *command) {
 	if k&fNewID != 0 {
 		fs.BoolVar(&o.all, "all", false, "every dead letter of the queue")
 		fs.BoolVar(&o.newID, "new-id", false, "send under a new MessageID derived from the dead letter (for one dead-lettered within its queue's DuplicateWindow)")
+		fs.StringVar(&o.to, "to", "", "send to this queue instead of the one the dead letters came from (required, or --to-topic, for a subscription's)")
+		fs.StringVar(&o.toTopic, "to-topic", "", "send to this topic: every subscription whose filter passes a message gets it again")
 	}
 	if k&fIdle != 0 {
 		if k&fNewID == 0 {
@@ -190,7 +194,7 @@ const exitCodes = `Exit codes:
 `
 
 func (c *call) usage(w io.Writer) {
-	fmt.Fprint(w, `jetsaga operates jetsaga queues, scheduled messages, dead letters, sagas and
+	fmt.Fprint(w, `jetsaga operates jetsaga queues, topics, scheduled messages, dead letters, sagas and
 their timeouts on a NATS server.
 
 Usage: jetsaga [connection flags] COMMAND [flags] [args]

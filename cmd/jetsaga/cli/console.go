@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -81,11 +82,15 @@ func (c *console) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.page(c.overview))
 	mux.HandleFunc("GET /queues/{queue}", c.page(c.queuePage))
+	mux.HandleFunc("GET /topics/{topic}", c.page(c.topicPage))
+	mux.HandleFunc("GET /topics/{topic}/subscriptions/{sub}", c.page(c.subscriptionPage))
 	mux.HandleFunc("GET /sagas/{saga}", c.page(c.sagaPage))
 	mux.HandleFunc("GET /sagas/{saga}/{id...}", c.page(c.instancePage))
 	mux.HandleFunc("GET /timeouts", c.page(c.timeoutsPage))
 	mux.HandleFunc("POST /queues/{queue}/cancel", c.action(c.cancelAction))
 	mux.HandleFunc("POST /queues/{queue}/resubmit", c.action(c.resubmitAction))
+	mux.HandleFunc("POST /topics/{topic}/cancel", c.action(c.topicCancelAction))
+	mux.HandleFunc("POST /topics/{topic}/subscriptions/{sub}/resubmit", c.action(c.subscriptionResubmitAction))
 	return c.guard(mux)
 }
 
@@ -318,49 +323,121 @@ func (c *console) overview(r *http.Request) (string, string, any, error) {
 	if err != nil {
 		return "jetsaga", "overview", nil, err
 	}
+	ts, err := c.env.listTopics(ctx)
+	if err != nil {
+		return "jetsaga", "overview", nil, err
+	}
 	late, err := c.lateness(ctx, qs)
 	return "jetsaga", "overview", struct {
 		Queues   []QueueInfo
+		Topics   []TopicInfo
 		Sagas    []SagaType
 		Lateness Lateness
 		Prefix   string
 		Bucket   string
-	}{qs, types, late, c.env.prefix, c.env.bucket}, err
+	}{qs, ts, types, late, c.env.prefix, c.env.bucket}, err
+}
+
+// messagesPage is the data of the messages page of a queue, a topic or a
+// subscription.
+type messagesPage struct {
+	Base     string // the page's URL path
+	Tabs     []tab
+	State    string
+	Messages []MessageView
+	Next     uint64
+	// CanCancel: scheduled messages can be cancelled (queue, topic);
+	// ResubmitTo names where dead letters are resubmitted ("" if not).
+	CanCancel  bool
+	ResubmitTo string
+	// Subscriptions are a topic's.
+	Subscriptions []SubscriptionInfo
+}
+
+type tab struct{ State, Label string }
+
+var (
+	tabAll    = tab{"all", "all"}
+	tabActive = tab{"active", "active"}
+	tabSched  = tab{"scheduled", "scheduled"}
+	tabDead   = tab{"dead", "dead-lettered"}
+)
+
+// messages fills p with the page of b (or dlq, on the dead tab) that
+// the request's state and from select.
+func (c *console) messages(r *http.Request, p *messagesPage, b browsable, name string, dlq func() *transport.Queue) error {
+	p.State = r.URL.Query().Get("state")
+	if p.State == "" {
+		p.State = "all"
+	}
+	from := uint64(0)
+	if s := r.URL.Query().Get("from"); s != "" {
+		var err error
+		if from, err = parseSeq(s); err != nil {
+			return err
+		}
+	}
+	if !slices.ContainsFunc(p.Tabs, func(t tab) bool { return t.State == p.State }) {
+		return fmt.Errorf("%w: state %q", ErrUsage, p.State)
+	}
+	f := browseFilter{}
+	dead := false
+	switch p.State {
+	case "active", "scheduled":
+		f.state = p.State
+	case "dead":
+		d := dlq()
+		dead, b, name = true, d, d.Name()
+	}
+	var err error
+	p.Messages, p.Next, err = browse(r.Context(), b, name, from, 100, f, dead, false)
+	return err
 }
 
 func (c *console) queuePage(r *http.Request) (string, string, any, error) {
 	name := r.PathValue("queue")
-	state := r.URL.Query().Get("state")
 	title := "queue " + name
 	q, err := c.env.queue(r.Context(), name)
 	if err != nil {
-		return title, "queue", nil, err
+		return title, "messages", nil, err
 	}
-	from := uint64(0)
-	if s := r.URL.Query().Get("from"); s != "" {
-		if from, err = parseSeq(s); err != nil {
-			return title, "queue", nil, err
-		}
+	p := &messagesPage{Base: "/queues/" + url.PathEscape(name), Tabs: []tab{tabAll, tabActive, tabSched, tabDead},
+		CanCancel: true, ResubmitTo: name}
+	err = c.messages(r, p, q, name, q.DeadLetterQueue)
+	return title, "messages", p, err
+}
+
+func (c *console) topicPage(r *http.Request) (string, string, any, error) {
+	name := r.PathValue("topic")
+	title := "topic " + name
+	t, err := c.env.topic(r.Context(), name)
+	if err != nil {
+		return title, "messages", nil, err
 	}
-	f := browseFilter{}
-	dead := false
-	switch state {
-	case "", "all":
-		state = "all"
-	case "active", "scheduled":
-		f.state = state
-	case "dead":
-		dead, q = true, q.DeadLetterQueue()
-	default:
-		return title, "queue", nil, fmt.Errorf("%w: state %q", ErrUsage, state)
+	ti, err := topicInfo(r.Context(), t)
+	if err != nil {
+		return title, "messages", nil, err
 	}
-	ms, next, err := browse(r.Context(), q, from, 100, f, dead, false)
-	return title, "queue", struct {
-		Queue    string
-		State    string
-		Messages []MessageView
-		Next     uint64
-	}{name, state, ms, next}, err
+	p := &messagesPage{Base: "/topics/" + url.PathEscape(name), Tabs: []tab{tabAll, tabActive, tabSched},
+		CanCancel: true, Subscriptions: ti.Subscriptions}
+	err = c.messages(r, p, t, name, nil)
+	return title, "messages", p, err
+}
+
+func (c *console) subscriptionPage(r *http.Request) (string, string, any, error) {
+	topic, name := r.PathValue("topic"), r.PathValue("sub")
+	title := "subscription " + topic + subscriptionsSegment + name
+	s, err := c.env.subscription(r.Context(), topic, name)
+	if err != nil {
+		return title, "messages", nil, err
+	}
+	p := &messagesPage{Base: "/topics/" + url.PathEscape(topic) + "/subscriptions/" + url.PathEscape(name),
+		Tabs: []tab{tabAll, tabDead}}
+	// A saga endpoint's dead letters go back to the endpoint's queue; a
+	// plain subscription's need the CLI's dlq resubmit --to.
+	p.ResubmitTo, _ = c.env.endpointQueue(r.Context(), name)
+	err = c.messages(r, p, s, s.Path(), s.DeadLetterQueue)
+	return title, "messages", p, err
 }
 
 func (c *console) sagaPage(r *http.Request) (string, string, any, error) {
@@ -408,37 +485,79 @@ func (c *console) cancelAction(r *http.Request) (string, string) {
 	if err != nil {
 		return back, err.Error()
 	}
+	return back, c.cancelSeq(r, q)
+}
+
+func (c *console) topicCancelAction(r *http.Request) (string, string) {
+	name := r.PathValue("topic")
+	back := "/topics/" + url.PathEscape(name) + "?state=scheduled"
+	t, err := c.env.topic(r.Context(), name)
+	if err != nil {
+		return back, err.Error()
+	}
+	return back, c.cancelSeq(r, t)
+}
+
+func (c *console) cancelSeq(r *http.Request, q canceller) string {
 	seq, err := strconv.ParseUint(r.PostFormValue("seq"), 10, 64)
 	if err != nil {
-		return back, "bad sequence number"
+		return "bad sequence number"
 	}
 	o := cancelScheduled(r.Context(), q, seq)
-	return back, fmt.Sprintf("scheduled message %s: %s", fmtSeq(seq), o.Outcome)
+	return fmt.Sprintf("scheduled message %s: %s", fmtSeq(seq), o.Outcome)
 }
 
 func (c *console) resubmitAction(r *http.Request) (string, string) {
 	name := r.PathValue("queue")
 	back := "/queues/" + url.PathEscape(name) + "?state=dead"
-	q, err := c.env.queue(r.Context(), name)
+	x, err := c.env.entity(r.Context(), name)
 	if err != nil {
 		return back, err.Error()
 	}
+	return back, c.resubmitSeq(r, x, queueDestination(x.q))
+}
+
+// subscriptionResubmitAction resubmits a dead letter of a saga endpoint's
+// subscription to the endpoint's queue; the destination is never taken
+// from the request.
+func (c *console) subscriptionResubmitAction(r *http.Request) (string, string) {
+	topic, name := r.PathValue("topic"), r.PathValue("sub")
+	back := "/topics/" + url.PathEscape(topic) + "/subscriptions/" + url.PathEscape(name) + "?state=dead"
+	x, err := c.env.entity(r.Context(), topic+subscriptionsSegment+name)
+	if err != nil {
+		return back, err.Error()
+	}
+	qn, ok := c.env.endpointQueue(r.Context(), name)
+	if !ok {
+		return back, "not a saga endpoint's subscription: resubmit with jetsaga dlq resubmit --to QUEUE"
+	}
+	q, err := c.env.queue(r.Context(), qn)
+	if err != nil {
+		return back, err.Error()
+	}
+	return back, c.resubmitSeq(r, x, queueDestination(q))
+}
+
+func (c *console) resubmitSeq(r *http.Request, x entity, dst destination) string {
 	seq, err := strconv.ParseUint(r.PostFormValue("seq"), 10, 64)
 	if err != nil {
-		return back, "bad sequence number"
+		return "bad sequence number"
 	}
-	outs, err := resubmit(r.Context(), q, deadFilter{seqs: []uint64{seq}}, false, 2*time.Second)
+	outs, err := resubmit(r.Context(), x, dst, deadFilter{seqs: []uint64{seq}}, false, 2*time.Second)
 	if err != nil {
-		return back, err.Error()
+		return err.Error()
 	}
 	if len(outs) != 1 {
-		return back, "nothing resubmitted"
+		return "nothing resubmitted"
 	}
 	msg := fmt.Sprintf("dead letter %d: %s", seq, outs[0].Outcome)
+	if outs[0].Outcome == "resubmitted" && dst.name != x.path {
+		msg += " to " + dst.name
+	}
 	if outs[0].Error != "" {
 		msg += " (" + outs[0].Error + ")"
 	}
-	return back, msg
+	return msg
 }
 
 func cmdConsole(c *call) error {

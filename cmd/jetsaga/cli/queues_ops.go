@@ -161,7 +161,7 @@ func (f browseFilter) match(m *transport.Message) bool {
 
 // browse returns up to max messages of q from sequence number from that f
 // selects, and the sequence number to continue from (0 at the end).
-func browse(ctx context.Context, q *transport.Queue, from uint64, max int, f browseFilter, dead, body bool) ([]MessageView, uint64, error) {
+func browse(ctx context.Context, q browsable, name string, from uint64, max int, f browseFilter, dead, body bool) ([]MessageView, uint64, error) {
 	out := []MessageView{}
 	for m, err := range q.Browse(ctx, from) {
 		if err != nil {
@@ -171,7 +171,7 @@ func browse(ctx context.Context, q *transport.Queue, from uint64, max int, f bro
 			return out, m.Seq, nil
 		}
 		if f.match(m) {
-			out = append(out, viewOf(q.Name(), m, dead, body))
+			out = append(out, viewOf(name, m, dead, body))
 		}
 	}
 	return out, 0, nil
@@ -186,7 +186,12 @@ type CancelOutcome struct {
 	err     error
 }
 
-func cancelScheduled(ctx context.Context, q *transport.Queue, seq uint64) CancelOutcome {
+// canceller cancels scheduled messages: a queue or a topic.
+type canceller interface {
+	Cancel(ctx context.Context, seq uint64) error
+}
+
+func cancelScheduled(ctx context.Context, q canceller, seq uint64) CancelOutcome {
 	err := q.Cancel(ctx, seq)
 	o := CancelOutcome{Seq: seq, Outcome: "cancelled", err: err}
 	switch {
@@ -228,8 +233,11 @@ type DeadLetterOutcome struct {
 	Seq       uint64 `json:"seq"`
 	MessageID string `json:"message_id,omitempty"`
 	// SentAs is the MessageID of the message sent back (resubmit).
-	SentAs  string `json:"sent_as,omitempty"`
-	Queue   string `json:"queue"`
+	SentAs string `json:"sent_as,omitempty"`
+	// Queue is the queue or subscription the dead letter belonged to.
+	Queue string `json:"queue"`
+	// SentTo is the queue or topic it was sent to (resubmit).
+	SentTo  string `json:"sent_to,omitempty"`
 	Outcome string `json:"outcome"` // resubmitted, duplicate, purged, gone, error
 	Error   string `json:"error,omitempty"`
 }
@@ -267,12 +275,12 @@ func resubmitMessage(m *transport.Message, newID bool) *transport.Message {
 	return c
 }
 
-// settleDead receives the dead letters of q that f selects and does act
-// with each (it settles the delivery); others received meanwhile stay
-// locked until the end and are then released. It stops when every dead
-// letter it browsed is done, or when nothing more arrives within idle.
-func settleDead(ctx context.Context, q *transport.Queue, f deadFilter, idle time.Duration, act func(*transport.Delivery) DeadLetterOutcome) ([]DeadLetterOutcome, error) {
-	dlq := q.DeadLetterQueue()
+// settleDead receives the dead letters of dlq (the dead-letter queue of
+// the queue or subscription name) that f selects and does act with each
+// (it settles the delivery); others received meanwhile stay locked until
+// the end and are then released. It stops when every dead letter it
+// browsed is done, or when nothing more arrives within idle.
+func settleDead(ctx context.Context, dlq *transport.Queue, name string, f deadFilter, idle time.Duration, act func(*transport.Delivery) DeadLetterOutcome) ([]DeadLetterOutcome, error) {
 	want := map[uint64]bool{}
 	for m, err := range dlq.Browse(ctx, 0) {
 		if err != nil {
@@ -285,7 +293,7 @@ func settleDead(ctx context.Context, q *transport.Queue, f deadFilter, idle time
 	var out []DeadLetterOutcome
 	for _, s := range f.seqs {
 		if !want[s] {
-			out = append(out, DeadLetterOutcome{Seq: s, Queue: q.Name(), Outcome: "not-found"})
+			out = append(out, DeadLetterOutcome{Seq: s, Queue: name, Outcome: "not-found"})
 		}
 	}
 	var held []*transport.Delivery
@@ -318,32 +326,44 @@ func settleDead(ctx context.Context, q *transport.Queue, f deadFilter, idle time
 	}
 	for _, s := range slices.Sorted(maps.Keys(want)) {
 		// Browsed, but received by someone else meanwhile (or locked).
-		out = append(out, DeadLetterOutcome{Seq: s, Queue: q.Name(), Outcome: "gone",
+		out = append(out, DeadLetterOutcome{Seq: s, Queue: name, Outcome: "gone",
 			Error: "no longer receivable: received by another consumer, or locked"})
 	}
 	slices.SortStableFunc(out, func(a, b DeadLetterOutcome) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out, nil
 }
 
-// resubmit sends the selected dead letters of q back to q, keeping their
+// destination is where resubmit sends dead letters: a queue (by default
+// the one they were dead-lettered from), or a topic.
+type destination struct {
+	s      sender
+	name   string
+	window time.Duration // its DuplicateWindow
+}
+
+func queueDestination(q *transport.Queue) destination {
+	return destination{s: q, name: q.Name(), window: q.Config().DuplicateWindow}
+}
+
+// resubmit sends the selected dead letters of x to dst, keeping their
 // MessageID, and removes each from the dead-letter queue once sent. A
-// dead letter whose MessageID the queue still remembers (its
-// DuplicateWindow since it was first sent has not passed) is not sent:
-// the outcome is "duplicate" and it stays in the dead-letter queue.
-func resubmit(ctx context.Context, q *transport.Queue, f deadFilter, newID bool, idle time.Duration) ([]DeadLetterOutcome, error) {
-	return settleDead(ctx, q, f, idle, func(d *transport.Delivery) DeadLetterOutcome {
+// dead letter whose MessageID dst still remembers (its DuplicateWindow
+// since it was first sent has not passed) is not sent: the outcome is
+// "duplicate" and it stays in the dead-letter queue.
+func resubmit(ctx context.Context, x entity, dst destination, f deadFilter, newID bool, idle time.Duration) ([]DeadLetterOutcome, error) {
+	return settleDead(ctx, x.deadLetters(), x.path, f, idle, func(d *transport.Delivery) DeadLetterOutcome {
 		m := resubmitMessage(d.Message, newID)
-		o := DeadLetterOutcome{Seq: d.Seq, MessageID: d.MessageID, SentAs: m.MessageID, Queue: q.Name()}
-		res, err := q.Send(ctx, m)
+		o := DeadLetterOutcome{Seq: d.Seq, MessageID: d.MessageID, SentAs: m.MessageID, Queue: x.path, SentTo: dst.name}
+		res, err := dst.s.Send(ctx, m)
 		switch {
 		case err != nil:
 			o.Outcome, o.Error = "error", err.Error()
 			_ = d.Abandon(ctx)
 		case res.Duplicate:
 			o.Outcome = "duplicate"
-			o.Error = fmt.Sprintf("queue %s still remembers MessageID %q (DuplicateWindow %v): nothing sent; "+
+			o.Error = fmt.Sprintf("%s still remembers MessageID %q (DuplicateWindow %v): nothing sent; "+
 				"it stays in the dead-letter queue; resubmit after the window, or with --new-id",
-				q.Name(), m.MessageID, q.Config().DuplicateWindow)
+				dst.name, m.MessageID, dst.window)
 			_ = d.Abandon(ctx)
 		default:
 			o.Outcome = "resubmitted"
@@ -356,9 +376,9 @@ func resubmit(ctx context.Context, q *transport.Queue, f deadFilter, newID bool,
 }
 
 // purgeDead removes the selected dead letters.
-func purgeDead(ctx context.Context, q *transport.Queue, f deadFilter, idle time.Duration) ([]DeadLetterOutcome, error) {
-	return settleDead(ctx, q, f, idle, func(d *transport.Delivery) DeadLetterOutcome {
-		o := DeadLetterOutcome{Seq: d.Seq, MessageID: d.MessageID, Queue: q.Name(), Outcome: "purged"}
+func purgeDead(ctx context.Context, x entity, f deadFilter, idle time.Duration) ([]DeadLetterOutcome, error) {
+	return settleDead(ctx, x.deadLetters(), x.path, f, idle, func(d *transport.Delivery) DeadLetterOutcome {
+		o := DeadLetterOutcome{Seq: d.Seq, MessageID: d.MessageID, Queue: x.path, Outcome: "purged"}
 		if err := d.Complete(ctx); err != nil {
 			o.Outcome, o.Error = "error", err.Error()
 		}
@@ -366,11 +386,11 @@ func purgeDead(ctx context.Context, q *transport.Queue, f deadFilter, idle time.
 	})
 }
 
-// purgeAllDead empties a dead-letter queue with one stream purge.
-func (e *env) purgeAllDead(ctx context.Context, queue string) (uint64, error) {
-	s, err := e.js.Stream(ctx, e.deadLetterStream(queue))
+// purgeAllDead empties the dead-letter queue of x with one stream purge.
+func (e *env) purgeAllDead(ctx context.Context, x entity) (uint64, error) {
+	s, err := e.js.Stream(ctx, e.entityDeadLetterStream(x))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, fmt.Errorf("%w: dead-letter queue of %q", ErrNotFound, queue)
+		return 0, fmt.Errorf("%w: dead-letter queue of %q", ErrNotFound, x.path)
 	}
 	if err != nil {
 		return 0, err
