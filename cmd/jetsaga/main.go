@@ -1,7 +1,7 @@
 // Command jetsaga operates jetsaga on a NATS server: queues, topics and
-// their subscriptions, scheduled
-// messages, dead letters, saga instances and their pending timeouts, from
-// the command line or a small web console (jetsaga console).
+// their subscriptions, scheduled messages, dead letters, saga instances
+// and their pending timeouts, from the command line or a small web console
+// (jetsaga console).
 //
 //	jetsaga queues list
 //	jetsaga --server nats://a:4222,nats://b:4222 --creds ops.creds dlq list orders
