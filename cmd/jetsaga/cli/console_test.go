@@ -256,6 +256,23 @@ func TestConsoleBrowser(t *testing.T) {
 		ms, err := mail.Peek(context.Background(), 0, 1)
 		return err == nil && len(ms) == 1 && ms[0].State == transport.Active
 	})
+	// A topic with one subscription and one message for it.
+	ctx := context.Background()
+	events, err := w.broker.OpenTopic(ctx, transport.TopicConfig{Name: "events"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	billing, err := events.OpenSubscription(ctx, "billing", transport.SubscriptionConfig{Filter: transport.Filter{Subjects: []string{"shop.Invoice"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := events.Send(ctx, &transport.Message{Subject: "shop.Invoice", MessageID: "inv-1", Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	await(t, "the invoice in billing", func() bool {
+		c, err := billing.Counts(ctx)
+		return err == nil && c.Active == 1
+	})
 	srv := w.console("s3cret", true)
 	b := startBrowser(t)
 	is := func(path string) func(string) bool {
@@ -265,6 +282,9 @@ func TestConsoleBrowser(t *testing.T) {
 	b.navigate(srv.URL+"/?token=s3cret", is("/")) // the token becomes a cookie
 	if got := b.evalString(`document.querySelector("#queues").innerText`); !regexp.MustCompile(`orders\s+1\s+0\s+4\s+3`).MatchString(got) {
 		t.Fatalf("queues table:\n%s", got)
+	}
+	if got := b.evalString(`document.querySelector("#topics").innerText`); !regexp.MustCompile(`billing\s+Subject=shop.Invoice\s+1\s+1\s+0`).MatchString(got) {
+		t.Fatalf("topics table:\n%s", got)
 	}
 	if got := b.evalString(`document.querySelector("#lateness-total").innerText`); got != "1" {
 		t.Fatalf("lateness total %q", got)
@@ -287,6 +307,8 @@ func TestConsoleBrowser(t *testing.T) {
 		{"/queues/orders?state=dead", "tr.msg", 3},
 		{"/queues/orders?state=active", "tr.msg", 0},
 		{"/queues/orders", "tr.msg", 4},
+		{"/topics/events", "tr.sub", 1},
+		{"/topics/events/subscriptions/billing", "tr.msg", 1},
 		{"/sagas/order", "tr.inst", 3},
 		{"/sagas/order/o1", "tr.timeout", 2},
 		{"/timeouts?saga=order", "tr.pending", 4},
