@@ -128,7 +128,7 @@ func (s *Transport) Cancel(ctx context.Context, ref Ref) error {
 	if seq == 0 {
 		// Scheduled again after it had fired or been cancelled: it fired
 		// if its activation time has passed.
-		if !due.IsZero() && time.Now().After(due.Add(-s.lead)) {
+		if !due.IsZero() && !time.Now().Before(due.Add(-s.lead)) {
 			return fmt.Errorf("%w: %s: due %s", ErrAlreadyFired, ref, due.Format(time.RFC3339Nano))
 		}
 		return fmt.Errorf("%w: %s", ErrNotFound, ref)
