@@ -94,6 +94,8 @@ type Dispatcher struct {
 
 	topicMu sync.Mutex
 	topic   *transport.Topic // opened by openTopic
+
+	onHold func(*transport.Delivery) // tests: called as a hold begins
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga
@@ -217,7 +219,9 @@ func WithMessageID(id string) SendOption { return func(e *envelope) { e.ID = id 
 
 // Run receives and handles messages until ctx ends, then stops receiving,
 // lets the messages in flight finish (for at most the drain timeout) and
-// returns nil. A step whose message is in its sagas' inboxes acknowledges
+// returns nil. Timeouts activated early that it holds until their due
+// time are in flight: it waits for them to come due (the engine's lead
+// plus at most a second) and handles them. A step whose message is in its sagas' inboxes acknowledges
 // it without waiting for the server's reply, so that acknowledgement may
 // reach the server a moment after Run returned; if it is lost (the
 // process exits at once), the message is redelivered and handled as the
@@ -232,7 +236,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return err
 	}
 	work := context.WithoutCancel(ctx)
-	r := newRunner(d, ctx, work)
+	r := newRunner(d, work)
 	var wg sync.WaitGroup
 	for range d.cfg.concurrency {
 		wg.Go(func() { d.worker(ctx, r, r.slots, q, q.Config().LockDuration) })
@@ -241,7 +245,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		wg.Go(func() { d.runSubscription(ctx, r, s) })
 	}
 	wg.Wait()
-	r.wg.Wait() // the timeouts held until their due time: abandoned or handled
+	r.wg.Wait() // the timeouts held until their due time
 	return nil
 }
 

@@ -220,9 +220,11 @@
 // worker holds any beyond that itself), so the worker goes on with other
 // messages, and handles it in a concurrency slot once due. A crash while
 // holding only delays the timeout: it is redelivered when its lock
-// expires (the lock is renewed during a hold that could outlast it);
-// stopping Run abandons held timeouts, which go back to the queue at
-// once. The hold is bounded: a timeout that arrives more than its lead
+// expires (the lock is renewed during a hold that could outlast it).
+// Stopping Run lets held timeouts come due and handles them, as it lets
+// steps in flight finish; [Dispatcher.Handle], in a receive loop of your
+// own, holds in place and abandons the timeout for redelivery if its
+// context ends first. The hold is bounded: a timeout that arrives more than its lead
 // plus one second ahead of its due time — the clocks of dispatcher and
 // server disagree by more than that, or its due property is not the one
 // its engine wrote — is neither held nor handled but dead-lettered with

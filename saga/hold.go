@@ -74,6 +74,9 @@ func (d *Dispatcher) holdUntil(del *transport.Delivery) (time.Time, error) {
 // renewal's if the lock cannot be renewed (the message is then
 // redelivered).
 func (d *Dispatcher) hold(ctx context.Context, del *transport.Delivery, due time.Time) error {
+	if d.onHold != nil {
+		d.onHold(del)
+	}
 	locked := !del.LockedUntil().IsZero()
 	// Renew when less than margin is left: half the lock as received, at
 	// most a second.
@@ -119,15 +122,14 @@ func (d *Dispatcher) holdInPlace(ctx context.Context, del *transport.Delivery, d
 // and the timeouts held until their due time.
 type runner struct {
 	d     *Dispatcher
-	ctx   context.Context // Run's: when it ends, holding ends
-	work  context.Context // for the steps, which outlive ctx
+	work  context.Context // for holds and steps, which outlive Run's context
 	slots chan struct{}   // one per message handled at once (WithConcurrency)
 	held  atomic.Int64
 	wg    sync.WaitGroup // the holding goroutines
 }
 
-func newRunner(d *Dispatcher, ctx, work context.Context) *runner {
-	return &runner{d: d, ctx: ctx, work: work, slots: make(chan struct{}, d.cfg.concurrency)}
+func newRunner(d *Dispatcher, work context.Context) *runner {
+	return &runner{d: d, work: work, slots: make(chan struct{}, d.cfg.concurrency)}
 }
 
 // handle runs del through the dispatcher in a concurrency slot, if slots
@@ -144,8 +146,15 @@ func (r *runner) handle(slots chan struct{}, del *transport.Delivery) {
 
 // holdLater takes del over if it is a timeout activated early to be held
 // and fewer than maxHeld are held: a goroutine holds it until its due
-// time, then handles it in a concurrency slot. When Run's context ends
-// first, it abandons del for redelivery. It reports whether it took del.
+// time, then handles it in a concurrency slot. It reports whether it took
+// del.
+//
+// Run's context ending does not end a hold: Run waits for its held
+// timeouts to come due and handles them, as it lets the steps in flight
+// finish; a hold lasts at most the engine's lead plus holdSlack. (Handing
+// them back at once would not be quicker for the timeout, and on
+// JetStream the pulls of the workers that are stopping would release each
+// such message again, raising its DeliveryCount once per worker.)
 func (r *runner) holdLater(del *transport.Delivery) bool {
 	due, err := r.d.holdUntil(del)
 	if err != nil || due.IsZero() {
@@ -157,24 +166,10 @@ func (r *runner) holdLater(del *transport.Delivery) bool {
 	}
 	r.wg.Go(func() {
 		defer r.held.Add(-1)
-		if err := r.d.hold(r.ctx, del, due); err != nil {
-			if r.ctx.Err() == nil {
-				r.d.cfg.logger.LogAttrs(r.ctx, slog.LevelWarn, "saga: stopped holding a timeout activated early; it will be redelivered",
-					slog.String("queue", r.d.queueName), slog.Uint64("seq", del.Seq), slog.Time("due", due), slog.Any("error", err))
-			}
-			_ = del.Abandon(r.work)
+		if !r.d.holdInPlace(r.work, del, due) {
 			return
 		}
-		select {
-		case r.slots <- struct{}{}:
-		case <-r.ctx.Done():
-			_ = del.Abandon(r.work) // stopping: not started, back to the queue
-			return
-		}
-		defer func() { <-r.slots }()
-		wctx, cancel := context.WithTimeout(r.work, r.d.cfg.drain)
-		defer cancel()
-		r.d.Handle(wctx, del)
+		r.handle(r.slots, del)
 	})
 	return true
 }
