@@ -214,8 +214,9 @@
 // A timeout activated early — its due time ([timeout.PropertyDue]) after
 // its ScheduledAt — is held, locked, until its due time by the
 // dispatcher's clock, then handled as any other: handlers see it within
-// milliseconds of its due time (p99 under 10 ms on a quiet machine,
-// `go run ./cmd/jetsaga-bench -only lateness`) and never before it. Run
+// milliseconds of its due time (10,000 timeouts over 10 s on a 2-core
+// machine: p99 ~10 ms, max ~22 ms; `go run ./cmd/jetsaga-bench -only
+// lateness`) and never before it. Run
 // holds it in a goroutine of its own (up to 4096 at once per Run; a
 // worker holds any beyond that itself), so the worker goes on with other
 // messages, and handles it in a concurrency slot once due. A crash while
