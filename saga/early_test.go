@@ -117,11 +117,12 @@ type earlyEnv struct {
 	q    *transport.Queue
 	runs *earlyRuns
 	log  *stepLog
+	lead time.Duration // of the dispatchers' engines
 }
 
 func newEarlyEnv(t *testing.T, qcfg transport.QueueConfig) *earlyEnv {
 	srv := startServer(t)
-	e := &earlyEnv{t: t, url: srv.ClientURL(), qcfg: qcfg, runs: &earlyRuns{}, log: &stepLog{}}
+	e := &earlyEnv{t: t, url: srv.ClientURL(), qcfg: qcfg, runs: &earlyRuns{}, log: &stepLog{}, lead: testLead}
 	e.q = newNode(t, e.url).openQueue(t, qcfg)
 	return e
 }
@@ -135,7 +136,7 @@ func (e *earlyEnv) dispatcher(cancels *cancelLog, opts ...saga.Option) (*node, *
 
 func (e *earlyEnv) dispatcherLogged(log *stepLog, cancels *cancelLog, opts ...saga.Option) (*node, *saga.Dispatcher) {
 	n := newNode(e.t, e.url)
-	var engine timeout.Scheduler = timeout.NewTransport(n.broker, timeout.WithEarlyActivation(testLead))
+	var engine timeout.Scheduler = timeout.NewTransport(n.broker, timeout.WithEarlyActivation(e.lead))
 	if cancels != nil {
 		cancels.Scheduler = engine
 		engine = cancels
@@ -376,6 +377,34 @@ func TestEarlyTimeoutStopWhileHolding(t *testing.T) {
 	// Completed without waiting for the broker: it may land after Run
 	// returned.
 	eventually(t, 10*time.Second, func() string { return queueEmpty(t, e.q) })
+}
+
+// TestEarlyTimeoutHoldOutlastsLock holds a timeout longer than the
+// queue's LockDuration: the lock is renewed, and the timeout is handled
+// on its first delivery, at its due time.
+func TestEarlyTimeoutHoldOutlastsLock(t *testing.T) {
+	t.Parallel()
+	e := newEarlyEnv(t, transport.QueueConfig{Name: "early-lock", LockDuration: time.Second})
+	e.lead = 3 * time.Second
+	_, d := e.dispatcher(nil)
+	run(t, d)
+	if _, err := d.Send(ctxFor(t), EarlyStart{ID: "l-1", Due: time.Now().Add(4 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, func() string {
+		if len(e.timeoutSteps("l-1")) == 0 {
+			return "timeout not handled yet"
+		}
+		return ""
+	})
+	e.checkRuns("l-1")
+	r := e.runs.all()[0]
+	if held := r.At.Sub(r.Enqueued); held < 2*e.qcfg.LockDuration {
+		t.Errorf("held %v, want more than twice the LockDuration %v: the test needs a longer lead", held, e.qcfg.LockDuration)
+	}
+	if ev := e.timeoutSteps("l-1"); len(ev) != 1 || ev[0].Info.DeliveryCount != 1 {
+		t.Errorf("timeout steps %+v, want one, on the first delivery (the lock renewed)", ev)
+	}
 }
 
 // TestEarlyTimeoutCrashWhileHolding crashes a dispatcher (its connection
