@@ -66,9 +66,10 @@ const MaxEarlyActivation = 5 * time.Second
 // milliseconds of its due time instead of up to the server's 250 ms tick
 // later, and never before it; a receiver that crashes while holding one
 // only delays it (it is redelivered when its lock expires). Every
-// dispatcher that receives from the queue must be one that holds (jetsaga
-// with this option or later); an older one would handle such timeouts up
-// to lead early. Pointless on the memory broker, which activates on time.
+// dispatcher that receives from the queue must hold such timeouts (a
+// jetsaga release that has this option, or later); an older one would
+// handle them up to lead early. Pointless on the memory broker, which
+// activates on time.
 //
 // What changes for Cancel: a timeout is activated, and Cancel returns
 // ErrAlreadyFired, from lead before its due time on (on JetStream from
