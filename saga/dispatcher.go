@@ -32,6 +32,10 @@ const (
 	// ReasonRetriesExhausted: the step failed on every immediate and
 	// delayed retry. Nothing of it was committed.
 	ReasonRetriesExhausted = "RetriesExhausted"
+	// ReasonTimeoutNotDue: a timeout activated early arrived further
+	// ahead of its due time, by the dispatcher's clock, than its engine's
+	// lead plus a second (ErrTimeoutNotDue). Nothing ran.
+	ReasonTimeoutNotDue = "TimeoutNotDue"
 )
 
 // Properties of a dead letter the dispatcher moved there after its step
@@ -90,6 +94,8 @@ type Dispatcher struct {
 
 	topicMu sync.Mutex
 	topic   *transport.Topic // opened by openTopic
+
+	onHold func(*transport.Delivery) // tests: called as a hold begins
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga
@@ -213,7 +219,9 @@ func WithMessageID(id string) SendOption { return func(e *envelope) { e.ID = id 
 
 // Run receives and handles messages until ctx ends, then stops receiving,
 // lets the messages in flight finish (for at most the drain timeout) and
-// returns nil. A step whose message is in its sagas' inboxes acknowledges
+// returns nil. Timeouts activated early that it holds until their due
+// time are in flight: it waits for them to come due (the engine's lead
+// plus at most a second) and handles them. A step whose message is in its sagas' inboxes acknowledges
 // it without waiting for the server's reply, so that acknowledgement may
 // reach the server a moment after Run returned; if it is lost (the
 // process exits at once), the message is redelivered and handled as the
@@ -228,14 +236,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return err
 	}
 	work := context.WithoutCancel(ctx)
+	r := newRunner(d, work)
 	var wg sync.WaitGroup
 	for range d.cfg.concurrency {
-		wg.Go(func() { d.worker(ctx, work, q, q.Config().LockDuration) })
+		wg.Go(func() { d.worker(ctx, r, r.slots, q, q.Config().LockDuration) })
 	}
 	for _, s := range subs {
-		wg.Go(func() { d.runSubscription(ctx, work, s) })
+		wg.Go(func() { d.runSubscription(ctx, r, s) })
 	}
 	wg.Wait()
+	r.wg.Wait() // the timeouts held until their due time
 	return nil
 }
 
@@ -244,7 +254,11 @@ type receiver interface {
 	Receive(ctx context.Context, max int) ([]*transport.Delivery, error)
 }
 
-func (d *Dispatcher) worker(ctx, work context.Context, q receiver, lock time.Duration) {
+// worker receives from q and handles what it receives, each message in
+// one of slots if slots is not nil; it hands timeouts activated early to
+// r to hold until their due time.
+func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{}, q receiver, lock time.Duration) {
+	work := r.work
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
 		ds, err := q.Receive(ctx, d.cfg.batch)
@@ -270,6 +284,9 @@ func (d *Dispatcher) worker(ctx, work context.Context, q receiver, lock time.Dur
 				_ = del.Abandon(work)
 				continue
 			}
+			if r.holdLater(del) {
+				continue
+			}
 			if i > 0 && lock > 0 {
 				// The rest of the batch waited behind slow steps: renew
 				// the locks that are half gone, so that each step starts
@@ -280,9 +297,7 @@ func (d *Dispatcher) worker(ctx, work context.Context, q receiver, lock time.Dur
 					}
 				}
 			}
-			wctx, cancel := context.WithTimeout(work, d.cfg.drain)
-			d.Handle(wctx, del)
-			cancel()
+			r.handle(slots, del)
 		}
 	}
 }
@@ -291,7 +306,18 @@ func (d *Dispatcher) worker(ctx, work context.Context, q receiver, lock time.Dur
 // complete, delayed retry or dead-letter. Run calls it; it is exported for
 // custom receive loops, such as one that shares a queue with other
 // consumers.
+//
+// A timeout activated early (timeout.WithEarlyActivation) that is not due
+// yet is held first, until its due time by the dispatcher's clock (see
+// "Timeouts" in the package documentation): Handle then takes up to the
+// engine's lead (plus a second of clock skew) to return, renewing the
+// message's lock as needed. If ctx ends meanwhile, the message is
+// abandoned for redelivery.
 func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
+	due, notDue := d.holdUntil(del)
+	if !due.IsZero() && !d.holdInPlace(ctx, del, due) {
+		return
+	}
 	start := d.cfg.now()
 	if _, err := d.open(ctx); err != nil {
 		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: cannot open queue; abandoning message", slog.String("queue", d.queueName), slog.Any("error", err))
@@ -304,6 +330,9 @@ func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
 		info.TimeoutDue = del.ScheduledAt
 		if due, err := time.Parse(time.RFC3339Nano, del.Properties[timeout.PropertyDue]); err == nil {
 			info.TimeoutDue = due
+		} else if raw, ok := del.Properties[timeout.PropertyDue]; ok {
+			d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: timeout with an unreadable due time; handling it on arrival",
+				slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("due", truncate(raw, 64)), slog.Any("error", err))
 		}
 	}
 	var res StepResult
@@ -316,9 +345,12 @@ func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
 		// instance when there is one.
 		ts, err := d.resolve(ctx, del, &info)
 		ctx = d.stepStarted(ctx, info)
-		if err != nil {
+		switch {
+		case err != nil:
 			res = d.deadLetter(ctx, del, ReasonUnknownType, err, nil)
-		} else {
+		case notDue != nil:
+			res = d.deadLetter(ctx, del, ReasonTimeoutNotDue, notDue, nil)
+		default:
 			res = d.handle(ctx, del, ts, &info)
 		}
 	}

@@ -48,6 +48,13 @@ var (
 	// out yet: they are kept with the instance and carried out later,
 	// exactly once (see EffectsPending). It is not a failure of the change.
 	ErrEffectsPending = errors.New("saga: committed; effects pending")
+	// ErrTimeoutNotDue is the reason (with ErrPermanent) a timeout
+	// activated early (timeout.WithEarlyActivation) is dead-lettered when
+	// it arrives further ahead of its due time than its engine's lead plus
+	// a second, by the dispatcher's clock: the clocks of the dispatcher
+	// and the server disagree, or the message's due time is not the one
+	// its engine wrote. Its handler did not run.
+	ErrTimeoutNotDue = errors.New("saga: timeout not due")
 )
 
 // Permanent marks err as not worth retrying: the dispatcher dead-letters

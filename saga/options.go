@@ -314,7 +314,11 @@ type StepInfo struct {
 	// EnqueuedAt is when the message became active on the queue.
 	EnqueuedAt time.Time
 	// TimeoutDue is the due time of a timeout, zero for other messages:
-	// EnqueuedAt (or now) minus TimeoutDue is how late it arrived.
+	// EnqueuedAt minus TimeoutDue is how late it was activated, and the
+	// step's start (StepStarted's call) minus TimeoutDue how late its
+	// handler got it. A timeout activated early
+	// (timeout.WithEarlyActivation) has an EnqueuedAt before TimeoutDue;
+	// it is held until TimeoutDue before StepStarted is called.
 	TimeoutDue time.Time
 	// Properties are the incoming message's properties. Read only.
 	Properties map[string]string

@@ -181,12 +181,12 @@ func (d *Dispatcher) subscribe(ctx context.Context) ([]endpointSub, error) {
 // runSubscription receives from s with a quarter of the dispatcher's
 // concurrency (at least one worker). An old subscription is received
 // from until it is empty, then deleted.
-func (d *Dispatcher) runSubscription(ctx, work context.Context, s endpointSub) {
+func (d *Dispatcher) runSubscription(ctx context.Context, r *runner, s endpointSub) {
 	n := max(1, d.cfg.concurrency/4)
 	if !s.old {
 		var wg sync.WaitGroup
 		for range n {
-			wg.Go(func() { d.worker(ctx, work, s.s, s.s.Config().LockDuration) })
+			wg.Go(func() { d.worker(ctx, r, nil, s.s, s.s.Config().LockDuration) })
 		}
 		wg.Wait()
 		return
@@ -201,7 +201,7 @@ func (d *Dispatcher) runSubscription(ctx, work context.Context, s endpointSub) {
 			}
 		}
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		d.worker(dctx, work, s.s, s.s.Config().LockDuration)
+		d.worker(dctx, r, nil, s.s, s.s.Config().LockDuration)
 		cancel()
 	}
 }

@@ -9,7 +9,11 @@
 // Engines:
 //   - [Transport], the default: a scheduled message on the transport queue
 //     (JetStream's message schedules, or the in-memory broker on a virtual
-//     clock in tests);
+//     clock in tests). On JetStream a timeout arrives up to ~250 ms late
+//     (nats-server's scheduler ticks every 250 ms); [WithEarlyActivation]
+//     has it arrive a little early instead, for a receiver that holds it
+//     until its due time, as the saga dispatcher does, so that handlers
+//     see it within milliseconds of its due time;
 //   - Temporal, in the nested module github.com/jetsaga/jetsaga/timeout/temporal
 //     (one small workflow per timeout), for timeouts days or months away,
 //     so that a service that never uses it does not depend on the Temporal

@@ -32,7 +32,10 @@ type Timeout struct {
 	ID string
 	// Queue is the transport queue the message is delivered to. Required.
 	Queue string
-	// At is the due time. The message is never delivered before it.
+	// At is the due time. The message is never delivered before it —
+	// except by a Transport engine with WithEarlyActivation, whose
+	// messages reach the queue up to its lead before At, for a receiver
+	// that holds them until At (as the saga dispatcher does).
 	At time.Time
 	// Message is what is delivered. Its MessageID is set to ID.
 	Message *transport.Message
@@ -54,7 +57,8 @@ const (
 	// PropertyInstance carries Timeout.Instance.
 	PropertyInstance = "jetsaga-saga-id"
 	// PropertyDue carries Timeout.At (RFC 3339 with nanoseconds), so that
-	// a receiver can tell how late a timeout arrived on any engine.
+	// a receiver can tell how late a timeout arrived on any engine, and
+	// until when to hold one activated early (WithEarlyActivation).
 	PropertyDue = "jetsaga-timeout-due"
 	// PropertyTimeout marks a scheduled message as a timeout, so that
 	// listings tell timeouts from other scheduled messages on a queue; its

@@ -20,9 +20,16 @@ const TransportEngine = "queue"
 // The timeout's ID becomes the message's MessageID, so a repeated
 // Schedule within the queue's DuplicateWindow is a no-op that returns the
 // first ref.
+//
+// By default a timeout's message becomes active on its queue at its due
+// time or after, never before: on JetStream up to ~250 ms after, since
+// nats-server activates due message schedules on a 250 ms tick. With
+// [WithEarlyActivation] it becomes active up to a lead before, and the
+// receiver holds it until the due time (see WithEarlyActivation).
 type Transport struct {
 	b    *transport.Broker
 	name string
+	lead time.Duration
 }
 
 // TransportOption configures a Transport.
@@ -35,6 +42,46 @@ func WithEngineName(name string) TransportOption {
 	return func(s *Transport) { s.name = name }
 }
 
+// DefaultEarlyActivation is the lead to give WithEarlyActivation on
+// JetStream: nats-server activates due message schedules on a 250 ms tick
+// (measured 0–270 ms after the scheduled time on a quiet machine), so a
+// message scheduled 300 ms before its due time is on the queue by then,
+// except under load that delays the server's tick by more than 30 ms.
+const DefaultEarlyActivation = 300 * time.Millisecond
+
+// MaxEarlyActivation bounds the lead of WithEarlyActivation, and so how
+// long a receiver may have to hold a timeout.
+const MaxEarlyActivation = 5 * time.Second
+
+// WithEarlyActivation has the engine schedule each timeout's message lead
+// before its due time (lead is clamped to [0, MaxEarlyActivation]; 0, the
+// default, turns it off). The message carries the due time in
+// PropertyDue, as every engine's does, and its ScheduledAt is the due time
+// less lead; refs, listings (Pending.At) and Cancel still speak of the due
+// time.
+//
+// It is for queues whose receivers hold a timeout until its due time: the
+// saga dispatcher (saga.Dispatcher) does, for every timeout whose due time
+// is after its ScheduledAt. Its handlers then see a timeout within
+// milliseconds of its due time instead of up to the server's 250 ms tick
+// later, and never before it; a receiver that crashes while holding one
+// only delays it (it is redelivered when its lock expires). Every
+// dispatcher that receives from the queue must hold such timeouts (a
+// jetsaga release that has this option, or later); an older one would
+// handle them up to lead early. Pointless on the memory broker, which
+// activates on time.
+//
+// What changes for Cancel: a timeout is activated, and Cancel returns
+// ErrAlreadyFired, from lead before its due time on (on JetStream from
+// lead + 500 ms before: the transport counts a message that close to its
+// activation as activated). The outcome stays definite — ErrAlreadyFired
+// means the message is delivered — but it may come before the due time.
+// Sagas do not mind: a timeout that arrives after its saga cancelled it
+// is dropped by its token, never handled.
+func WithEarlyActivation(lead time.Duration) TransportOption {
+	return func(s *Transport) { s.lead = min(max(lead, 0), MaxEarlyActivation) }
+}
+
 // NewTransport returns a scheduler on broker b. It schedules on queues as
 // they exist (Broker.Queue), creating missing ones with default settings.
 func NewTransport(b *transport.Broker, opts ...TransportOption) *Transport {
@@ -45,7 +92,8 @@ func NewTransport(b *transport.Broker, opts ...TransportOption) *Transport {
 	return s
 }
 
-// Schedule schedules t.Message on t.Queue for t.At.
+// Schedule schedules t.Message on t.Queue for t.At, less the lead of
+// WithEarlyActivation.
 func (s *Transport) Schedule(ctx context.Context, t Timeout) (Ref, error) {
 	if err := t.validate(); err != nil {
 		return "", err
@@ -56,7 +104,7 @@ func (s *Transport) Schedule(ctx context.Context, t Timeout) (Ref, error) {
 	}
 	m := t.DeliveryMessage()
 	m.Properties[PropertyTimeout] = s.name
-	m.ScheduledAt = t.At
+	m.ScheduledAt = t.At.Add(-s.lead)
 	r, err := q.Send(ctx, m)
 	if err != nil {
 		return "", err
@@ -69,15 +117,19 @@ func (s *Transport) Schedule(ctx context.Context, t Timeout) (Ref, error) {
 
 // Cancel cancels the scheduled message ref names, with the outcomes
 // Scheduler documents (see transport.Queue.Cancel for how long a
-// cancellation is remembered).
+// cancellation is remembered). With WithEarlyActivation, a timeout within
+// its lead of its due time has been activated: Cancel returns
+// ErrAlreadyFired, and the message is delivered (to be held until the due
+// time by its receiver).
 func (s *Transport) Cancel(ctx context.Context, ref Ref) error {
 	queue, seq, due, err := s.parseRef(ref)
 	if err != nil {
 		return err
 	}
 	if seq == 0 {
-		// Scheduled again after it had fired or been cancelled.
-		if !due.IsZero() && time.Now().After(due) {
+		// Scheduled again after it had fired or been cancelled: it fired
+		// if its activation time has passed.
+		if !due.IsZero() && !time.Now().Before(due.Add(-s.lead)) {
 			return fmt.Errorf("%w: %s: due %s", ErrAlreadyFired, ref, due.Format(time.RFC3339Nano))
 		}
 		return fmt.Errorf("%w: %s", ErrNotFound, ref)
@@ -99,7 +151,9 @@ func (s *Transport) Cancel(ctx context.Context, ref Ref) error {
 // Pending lists the timeouts scheduled on queue f.Queue (required: a
 // listing of every queue yields ErrNoListing), in sequence order. Other
 // scheduled messages on the queue (not scheduled by this engine) are not
-// listed.
+// listed. At is the due time the message carries (PropertyDue), else its
+// ScheduledAt; a timeout activated early (WithEarlyActivation) is no
+// longer listed.
 func (s *Transport) Pending(ctx context.Context, f Filter) iter.Seq2[Pending, error] {
 	return func(yield func(Pending, error) bool) {
 		if f.Queue == "" {
@@ -119,11 +173,15 @@ func (s *Transport) Pending(ctx context.Context, f Filter) iter.Seq2[Pending, er
 			if m.State != transport.Scheduled || m.Properties[PropertyTimeout] != s.name {
 				continue
 			}
+			at := m.ScheduledAt
+			if due, err := time.Parse(time.RFC3339Nano, m.Properties[PropertyDue]); err == nil {
+				at = due
+			}
 			p := Pending{
-				Ref:   s.ref(f.Queue, m.Seq, m.ScheduledAt),
+				Ref:   s.ref(f.Queue, m.Seq, at),
 				ID:    m.MessageID,
 				Queue: f.Queue, Saga: m.Properties[PropertySaga], Instance: m.Properties[PropertyInstance],
-				At: m.ScheduledAt, Properties: m.Properties, Seq: m.Seq,
+				At: at, Properties: m.Properties, Seq: m.Seq,
 			}
 			if f.match(p) && !yield(p, nil) {
 				return

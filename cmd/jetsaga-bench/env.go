@@ -30,6 +30,7 @@ type config struct {
 	rounds     int
 	conc       int
 	spread     time.Duration
+	lead       time.Duration // the lateness bench's early activation
 	only       []string
 	jsonPath   string
 	cpuProfile string

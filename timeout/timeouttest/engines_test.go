@@ -46,6 +46,28 @@ func TestTransportOnJetStream(t *testing.T) {
 	}, timeouttest.Features{Slack: time.Second})
 }
 
+// TestTransportEarlyOnJetStream runs the suite on a transport engine that
+// activates timeouts early (timeout.WithEarlyActivation).
+func TestTransportEarlyOnJetStream(t *testing.T) {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	timeouttest.Run(t, func(t *testing.T) timeouttest.Env {
+		nc, err := srv.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := transport.NewJetStream(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close(); nc.Close() })
+		return timeouttest.Env{Scheduler: timeout.NewTransport(b, timeout.WithEarlyActivation(timeout.DefaultEarlyActivation)), Broker: b}
+	}, timeouttest.Features{Slack: time.Second, EarlyActivation: timeout.DefaultEarlyActivation})
+}
+
 // TestRouter runs the suite on a router whose long route is a second
 // transport engine on the same broker, so both of its paths are covered.
 func TestRouter(t *testing.T) {

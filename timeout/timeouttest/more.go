@@ -30,7 +30,7 @@ func testMessage(t *testing.T, e Env, f Features) {
 	if err != nil {
 		t.Fatalf("Schedule: %v", err)
 	}
-	d := receiveOne(t, q, time.Until(at)+f.Slack+5*time.Second)
+	d := receiveOne(t, q, time.Until(at)+f.Slack+5*time.Second, f)
 	if d == nil {
 		t.Fatal("timeout did not fire")
 	}
@@ -75,7 +75,7 @@ func testHostileIDs(t *testing.T, e Env, f Features) {
 	got := map[string]int{}
 	deadline := time.Now().Add(time.Until(at) + f.Slack + 10*time.Second)
 	for len(got) < len(ids)-1 && time.Now().Before(deadline) {
-		d := receiveOne(t, q, time.Until(deadline))
+		d := receiveOne(t, q, time.Until(deadline), f)
 		if d == nil {
 			break
 		}
@@ -89,7 +89,7 @@ func testHostileIDs(t *testing.T, e Env, f Features) {
 			t.Errorf("timeout %q delivered %d times, want 1", id, got[id])
 		}
 	}
-	if d := receiveOne(t, q, f.Slack+500*time.Millisecond); d != nil {
+	if d := receiveOne(t, q, f.Slack+500*time.Millisecond, f); d != nil {
 		t.Errorf("unexpected delivery %q (the cancelled one is %q)", d.Body, cancelled)
 	}
 }
@@ -162,13 +162,14 @@ func testListing(t *testing.T, e Env, f Features) {
 	if err := e.Scheduler.Cancel(t.Context(), refs["l-cancel"]); err != nil {
 		t.Fatalf("Cancel: %v", err)
 	}
-	if receiveOne(t, q, time.Until(soon)+f.Slack+5*time.Second) == nil {
+	if receiveOne(t, q, time.Until(soon)+f.Slack+5*time.Second, f) == nil {
 		t.Fatal("l-fire did not fire")
 	}
 	await(timeout.Filter{Queue: q.Name(), Saga: "A"}, "l-a1", "l-a2")
 }
 
-// testCancelRace cancels timeouts right at their due time, many times:
+// testCancelRace cancels timeouts right at their activation time (their
+// due time, less the early activation), many times:
 // each Cancel's outcome must be true. nil: the timeout is never
 // delivered; ErrAlreadyFired: it is delivered exactly once; nothing else.
 func testCancelRace(t *testing.T, e Env, f Features) {
@@ -190,7 +191,7 @@ func testCancelRace(t *testing.T, e Env, f Features) {
 	for i := range n {
 		wg.Go(func() {
 			at := base.Add(time.Duration(i) * time.Second / time.Duration(n))
-			time.Sleep(time.Until(at))
+			time.Sleep(time.Until(at.Add(-f.EarlyActivation))) // when it activates
 			results[i].err = e.Scheduler.Cancel(t.Context(), results[i].ref)
 		})
 	}
@@ -210,13 +211,13 @@ func testCancelRace(t *testing.T, e Env, f Features) {
 	got := map[string]int{}
 	deadline := time.Now().Add(f.Slack + 10*time.Second)
 	for len(got) < len(want) && time.Now().Before(deadline) {
-		d := receiveOne(t, q, time.Until(deadline))
+		d := receiveOne(t, q, time.Until(deadline), f)
 		if d == nil {
 			break
 		}
 		got[string(d.Body)]++
 	}
-	if d := receiveOne(t, q, f.Slack+time.Second); d != nil {
+	if d := receiveOne(t, q, f.Slack+time.Second, f); d != nil {
 		got[string(d.Body)]++
 	}
 	for id := range want {

@@ -32,6 +32,13 @@ type Features struct {
 	// RaceRounds is how many timeouts the cancel-race test schedules at
 	// its due time. Default: 200.
 	RaceRounds int
+	// EarlyActivation is how long before its due time the engine may put
+	// a timeout's message on the queue, for a receiver that holds it
+	// until then (timeout.WithEarlyActivation). The suite's receiver
+	// checks that no message becomes active earlier than that and holds
+	// each until the due time its PropertyDue carries. Default: 0, never
+	// before the due time.
+	EarlyActivation time.Duration
 }
 
 // Run runs the suite; newEnv is called once per subtest.
@@ -85,13 +92,28 @@ func queueFor(t *testing.T, e Env) *transport.Queue {
 	return q
 }
 
-func receiveOne(t *testing.T, q *transport.Queue, within time.Duration) *transport.Delivery {
+// receiveOne receives one message within the given time, as a receiver
+// of the engine's timeouts would: one activated early (f.EarlyActivation)
+// is checked not to have become active more than that before its due time
+// and held until that due time.
+func receiveOne(t *testing.T, q *transport.Queue, within time.Duration, f Features) *transport.Delivery {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), within)
 	defer cancel()
 	ds, err := q.Receive(ctx, 1)
 	if err != nil {
 		return nil
+	}
+	if f.EarlyActivation > 0 {
+		due, err := time.Parse(time.RFC3339Nano, ds[0].Properties[timeout.PropertyDue])
+		if err != nil {
+			t.Fatalf("message %q: property %s: %v", ds[0].MessageID, timeout.PropertyDue, err)
+		}
+		if early := due.Sub(ds[0].EnqueuedAt); early > f.EarlyActivation {
+			t.Errorf("message %q became active at %v, %v before its due time %v: more than the early activation %v",
+				ds[0].MessageID, ds[0].EnqueuedAt, early, due, f.EarlyActivation)
+		}
+		time.Sleep(time.Until(due)) // the hold
 	}
 	if err := ds[0].Complete(t.Context()); err != nil {
 		t.Fatalf("Complete: %v", err)
@@ -114,9 +136,12 @@ func testFiresNotEarly(t *testing.T, e Env, f Features) {
 	q := queueFor(t, e)
 	due := time.Now().Add(500 * time.Millisecond)
 	schedule(t, e, q, "t1", due)
-	d := receiveOne(t, q, time.Until(due)+f.Slack+5*time.Second)
+	d := receiveOne(t, q, time.Until(due)+f.Slack+5*time.Second, f)
 	if d == nil {
 		t.Fatal("timeout did not fire")
+	}
+	if want := due.Add(-f.EarlyActivation); d.EnqueuedAt.Before(want) {
+		t.Errorf("active at %v, %v before %v (due time less early activation %v)", d.EnqueuedAt, want.Sub(d.EnqueuedAt), want, f.EarlyActivation)
 	}
 	if now := time.Now(); now.Before(due) {
 		t.Errorf("fired at %v, %v before its due time", now, due.Sub(now))
@@ -134,10 +159,10 @@ func testIdempotent(t *testing.T, e Env, f Features) {
 	if r1 != r2 {
 		t.Errorf("second Schedule of the same ID gave ref %q, want %q", r2, r1)
 	}
-	if receiveOne(t, q, time.Until(at)+f.Slack+5*time.Second) == nil {
+	if receiveOne(t, q, time.Until(at)+f.Slack+5*time.Second, f) == nil {
 		t.Fatal("timeout did not fire")
 	}
-	if d := receiveOne(t, q, f.Slack+500*time.Millisecond); d != nil {
+	if d := receiveOne(t, q, f.Slack+500*time.Millisecond, f); d != nil {
 		t.Errorf("timeout fired twice")
 	}
 }
@@ -149,7 +174,7 @@ func testCancelPending(t *testing.T, e Env, f Features) {
 	if err := e.Scheduler.Cancel(t.Context(), ref); err != nil {
 		t.Fatalf("Cancel: %v, want nil", err)
 	}
-	if d := receiveOne(t, q, time.Until(at)+f.Slack+500*time.Millisecond); d != nil {
+	if d := receiveOne(t, q, time.Until(at)+f.Slack+500*time.Millisecond, f); d != nil {
 		t.Errorf("cancelled timeout fired: %q", d.Body)
 	}
 	if err := e.Scheduler.Cancel(t.Context(), ref); !errors.Is(err, timeout.ErrNotFound) {
@@ -161,7 +186,7 @@ func testCancelAfterFire(t *testing.T, e Env, f Features) {
 	q := queueFor(t, e)
 	at := time.Now().Add(200 * time.Millisecond)
 	ref := schedule(t, e, q, "f1", at)
-	if receiveOne(t, q, time.Until(at)+f.Slack+5*time.Second) == nil {
+	if receiveOne(t, q, time.Until(at)+f.Slack+5*time.Second, f) == nil {
 		t.Fatal("timeout did not fire")
 	}
 	err := e.Scheduler.Cancel(t.Context(), ref)
@@ -202,7 +227,7 @@ func testScheduleAgain(t *testing.T, e Env, f Features) {
 	q := queueFor(t, e)
 	at := time.Now().Add(200 * time.Millisecond)
 	schedule(t, e, q, "again-fired", at)
-	if receiveOne(t, q, time.Until(at)+f.Slack+5*time.Second) == nil {
+	if receiveOne(t, q, time.Until(at)+f.Slack+5*time.Second, f) == nil {
 		t.Fatal("timeout did not fire")
 	}
 	later := time.Now().Add(time.Hour)
@@ -218,7 +243,7 @@ func testScheduleAgain(t *testing.T, e Env, f Features) {
 	if err := e.Scheduler.Cancel(t.Context(), cancelled); !errors.Is(err, timeout.ErrNotFound) {
 		t.Errorf("Cancel of a cancelled timeout scheduled again: %v, want ErrNotFound", err)
 	}
-	if d := receiveOne(t, q, f.Slack+time.Second); d != nil {
+	if d := receiveOne(t, q, f.Slack+time.Second, f); d != nil {
 		t.Errorf("received %q: a timeout scheduled again after it fired or was cancelled came back", d.Body)
 	}
 }

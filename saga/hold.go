@@ -1,0 +1,175 @@
+package saga
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// Timeouts activated early.
+//
+// A timeout engine with timeout.WithEarlyActivation puts a timeout's
+// message on the queue up to a lead before its due time, with the due
+// time in timeout.PropertyDue and ScheduledAt = due − lead. The
+// dispatcher holds such a message, locked, until its due time by the
+// dispatcher's clock, and then handles it as any other; Run hands it to a
+// goroutine of its own for the hold, so that the worker goes on with other
+// messages. A timeout is held only if it was activated early: its due
+// time is after its ScheduledAt. A crash while holding only delays it:
+// the lock expires and the message is redelivered.
+
+// holdSlack is how much further ahead of its due time than its lead a
+// timeout activated early may arrive and still be held: room for the
+// dispatcher's clock to be behind the server's.
+const holdSlack = time.Second
+
+// maxHeld bounds the timeouts one Run holds in goroutines of its own;
+// beyond it, a worker holds a timeout itself, which slows it down but
+// loses nothing.
+const maxHeld = 4096
+
+// holdUntil returns the due time until which del must be held before it is
+// handled: zero to handle it now. It returns an error matching
+// ErrTimeoutNotDue for a timeout activated early that arrived too far
+// ahead of its due time to be held.
+//
+// Only a timeout activated early is held: one with a readable
+// timeout.PropertyDue after its ScheduledAt. Others are handled on
+// arrival as they always were, among them a timeout whose PropertyDue is
+// missing or unreadable (engines always write it; Handle logs such a
+// timeout). One held may be held for at most its lead (at most
+// timeout.MaxEarlyActivation) plus holdSlack: one that arrives further
+// ahead of its due time, by the dispatcher's clock, is not held (nor
+// handled early) but dead-lettered, since either the clocks of the
+// dispatcher and the server disagree by more than holdSlack or its due
+// property is not the one its engine wrote.
+func (d *Dispatcher) holdUntil(del *transport.Delivery) (time.Time, error) {
+	if _, ok := del.Properties[propToken]; !ok || del.ScheduledAt.IsZero() {
+		return time.Time{}, nil
+	}
+	due, err := time.Parse(time.RFC3339Nano, del.Properties[timeout.PropertyDue])
+	if err != nil {
+		return time.Time{}, nil
+	}
+	lead := due.Sub(del.ScheduledAt)
+	wait := due.Sub(d.cfg.now())
+	if lead <= 0 || wait <= 0 {
+		return time.Time{}, nil
+	}
+	if bound := min(lead, timeout.MaxEarlyActivation) + holdSlack; wait > bound {
+		return time.Time{}, Permanent(fmt.Errorf("%w: due at %s, %v ahead of the dispatcher's clock; scheduled %v before its due time, so at most %v was expected",
+			ErrTimeoutNotDue, due.UTC().Format(time.RFC3339Nano), wait, lead, bound))
+	}
+	return due, nil
+}
+
+// hold waits until due by the dispatcher's clock, renewing del's lock
+// before it expires. It returns ctx's error if ctx ends first, or the
+// renewal's if the lock cannot be renewed (the message is then
+// redelivered).
+func (d *Dispatcher) hold(ctx context.Context, del *transport.Delivery, due time.Time) error {
+	if d.onHold != nil {
+		d.onHold(del)
+	}
+	locked := !del.LockedUntil().IsZero()
+	// Renew when less than margin is left: half the lock as received, at
+	// most a second.
+	margin := min(time.Until(del.LockedUntil())/2, time.Second)
+	for {
+		wait := due.Sub(d.cfg.now())
+		if wait <= 0 {
+			return nil
+		}
+		if left := time.Until(del.LockedUntil()); locked && left-margin < wait {
+			if left <= margin {
+				if err := del.RenewLock(ctx); err != nil {
+					return fmt.Errorf("saga: renewing the lock of a timeout held until its due time: %w", err)
+				}
+				continue
+			}
+			wait = left - margin
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// holdInPlace holds del until due in Handle, for a caller that does not
+// hand it over (a custom receive loop, or Run beyond maxHeld). It reports
+// whether del is to be handled; if not, it has been abandoned for
+// redelivery.
+func (d *Dispatcher) holdInPlace(ctx context.Context, del *transport.Delivery, due time.Time) bool {
+	err := d.hold(ctx, del, due)
+	if err == nil {
+		return true
+	}
+	d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: stopped holding a timeout activated early; it will be redelivered",
+		slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Time("due", due), slog.Any("error", err))
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = del.Abandon(actx)
+	return false
+}
+
+// runner is what one Run shares among its workers: the concurrency slots
+// and the timeouts held until their due time.
+type runner struct {
+	d     *Dispatcher
+	work  context.Context // for holds and steps, which outlive Run's context
+	slots chan struct{}   // one per message handled at once (WithConcurrency)
+	held  atomic.Int64
+	wg    sync.WaitGroup // the holding goroutines
+}
+
+func newRunner(d *Dispatcher, work context.Context) *runner {
+	return &runner{d: d, work: work, slots: make(chan struct{}, d.cfg.concurrency)}
+}
+
+// handle runs del through the dispatcher in a concurrency slot, if slots
+// (nil for a subscription's workers, which have their own).
+func (r *runner) handle(slots chan struct{}, del *transport.Delivery) {
+	if slots != nil {
+		slots <- struct{}{}
+		defer func() { <-slots }()
+	}
+	wctx, cancel := context.WithTimeout(r.work, r.d.cfg.drain)
+	defer cancel()
+	r.d.Handle(wctx, del)
+}
+
+// holdLater takes del over if it is a timeout activated early to be held
+// and fewer than maxHeld are held: a goroutine holds it until its due
+// time, then handles it in a concurrency slot. It reports whether it took
+// del.
+//
+// Run's context ending does not end a hold: Run waits for its held
+// timeouts to come due and handles them, as it lets the steps in flight
+// finish; a hold lasts at most the engine's lead plus holdSlack. (Handing
+// them back at once would not be quicker for the timeout, and on
+// JetStream the pulls of the workers that are stopping would release each
+// such message again, raising its DeliveryCount once per worker.)
+func (r *runner) holdLater(del *transport.Delivery) bool {
+	due, err := r.d.holdUntil(del)
+	if err != nil || due.IsZero() {
+		return false // Handle handles it now (or dead-letters it)
+	}
+	if r.held.Add(1) > maxHeld {
+		r.held.Add(-1)
+		return false // Handle holds it in place
+	}
+	r.wg.Go(func() {
+		defer r.held.Add(-1)
+		if !r.d.holdInPlace(r.work, del, due) {
+			return
+		}
+		r.handle(r.slots, del)
+	})
+	return true
+}
