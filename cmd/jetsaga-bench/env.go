@@ -34,7 +34,10 @@ type config struct {
 	jsonPath   string
 	cpuProfile string
 	memProfile string
-	svgDir     string
+	// burstProfile: the million bench's children write a CPU profile of
+	// the burst alone (from the end of the cancels to the last receipt).
+	burstProfile string
+	svgDir       string
 	// millionParts is the partition count of the million bench's queue.
 	millionParts int
 	// child names the work of a child process (-child million-raw,

@@ -13,6 +13,7 @@
 //	go run ./cmd/jetsaga-bench -only topic          # topic send with 1, 4, 16 subscriptions
 //	go run ./cmd/jetsaga-bench -only counts         # Counts with 100k schedules pending, opt-in
 //	go run ./cmd/jetsaga-bench -json out.json -cpuprofile cpu.out
+//	go run ./cmd/jetsaga-bench -only million -n 0.25 -burstprofile burst.out  # CPU profiles of the burst, each side
 //	go run ./cmd/jetsaga-bench -cluster 3            # one node beside a 3-node cluster (R3)
 package main
 
@@ -78,6 +79,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benches to this file (the million bench's child processes: to this file .raw and .jetsaga)")
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "million bench: write heap profiles of the child processes, with all pending and at the end, to this file .raw/.jetsaga .pending/.end")
+	fs.StringVar(&cfg.burstProfile, "burstprofile", "", "million bench: write CPU profiles of the child processes during the burst alone (from the end of the cancels to the last receipt) to this file .raw and .jetsaga")
 	fs.StringVar(&cfg.svgDir, "svg", "", "write SVG charts (lateness.svg: lateness distribution; burst.svg: the million bench's drain) to this directory")
 	fs.IntVar(&cfg.millionParts, "million-partitions", 1, "partitions of the million bench's jetsaga queue")
 	quick := fs.Bool("quick", false, "a quick run: -n 0.1 and 2 rounds unless set")

@@ -196,6 +196,9 @@ func runMillionChild(ctx context.Context, e *env, side string) (*millionReport, 
 	if e.cfg.memProfile != "" {
 		args = append(args, "-memprofile", e.cfg.memProfile+"."+side)
 	}
+	if e.cfg.burstProfile != "" {
+		args = append(args, "-burstprofile", e.cfg.burstProfile+"."+side)
+	}
 	cmd := exec.CommandContext(ctx, exe, args...)
 	var out bytes.Buffer
 	cmd.Stdout = &out

@@ -229,6 +229,11 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 
 	// (4) Receive the rest as they fire.
 	phase.Store("waiting")
+	stopProfile, err := startBurstProfile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProfile()
 	want := n - nCancel
 	last := due(n - 1)
 	buckets := int((last.Sub(first)+2*time.Minute+time.Duration(want)*200*time.Microsecond)/millionBucket) + 1
@@ -314,6 +319,7 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 	stop()
 	err = <-recvErr
 	stopRecvProgress()
+	stopProfile()
 	if err != nil && rctx.Err() == nil {
 		return nil, fmt.Errorf("receive: %w", err)
 	}
@@ -343,6 +349,33 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 	childProgress("drained %v after the first due, %v after the last; peak RSS %d MiB (%s)",
 		r.Drain.Round(time.Millisecond), r.LastAfterDue.Round(time.Millisecond), r.RSSPeak>>20, r.PeakPhase)
 	return r, nil
+}
+
+// startBurstProfile starts the CPU profile of the burst if -burstprofile
+// asks for one, and returns the function that stops it (more than once is
+// fine). -cpuprofile, which covers the whole child, takes precedence: the
+// runtime runs one CPU profile at a time.
+func startBurstProfile(cfg config) (func(), error) {
+	if cfg.burstProfile == "" || cfg.cpuProfile != "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(cfg.burstProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				childProgress("burst profile: %v", err)
+			}
+		})
+	}, nil
 }
 
 // every runs fn every d until the returned function is called (more than
