@@ -369,8 +369,16 @@ func (d *jsDriver) lastBySubjects(ctx context.Context, stream string, filters []
 	}
 	ctx, cancel := d.apiContext(ctx)
 	defer cancel()
+	// A channel of its own, sized for the longest answer: SubscribeSync
+	// would allocate one of the connection's SubChanLen (64k slots, 512 KiB)
+	// for every lookup, which in a burst was a quarter of the whole
+	// process's allocations. The server answers at most
+	// multiLastResponses messages and one status; should more arrive
+	// anyway, the overflow is dropped, and the lookup fails rather than
+	// miss a record.
+	ch := make(chan *nats.Msg, multiLastResponses+1)
 	inbox := d.nc.NewRespInbox()
-	sub, err := d.nc.SubscribeSync(inbox)
+	sub, err := d.nc.ChanSubscribe(inbox, ch)
 	if err != nil {
 		return nil, d.mapErr(err)
 	}
@@ -380,22 +388,30 @@ func (d *jsDriver) lastBySubjects(ctx context.Context, stream string, filters []
 	}
 	var found []string
 	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return nil, d.mapErr(err)
+		var m *nats.Msg
+		select {
+		case m = <-ch:
+		case <-ctx.Done():
+			return nil, d.mapErr(ctx.Err())
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
 			found = append(found, m.Header.Get(jetstream.SubjectHeader))
-		case "404":
-			return found, nil // no results
-		case "204":
-			return found, nil // end of batch
+			continue
+		case "404", "204": // no results; end of batch
 		default:
 			return nil, fmt.Errorf("transport: direct get of cancel records: status %s %s", status, m.Header.Get("Description"))
 		}
+		if n, err := sub.Dropped(); err != nil || n > 0 {
+			return nil, fmt.Errorf("transport: direct get of cancel records: %d answers dropped (%v)", n, err)
+		}
+		return found, nil
 	}
 }
+
+// multiLastResponses is the most messages nats-server (2.15) sends in
+// answer to one multi_last direct get.
+const multiLastResponses = 1024
 
 // dropCancelled reports whether the activation of the schedule on
 // subject sched (P.S.N.p.<key>.s) was cancelled in the instant it
@@ -423,11 +439,17 @@ func (q *jsQueue) dropCancelled(ctx context.Context, part *jsPartition, sched st
 // and the time it was enqueued there. Sourcing is in order, so every copy
 // below it has reached the queue too.
 func (p *jsPartition) noteSourced(src string, enqueued time.Time) {
-	f := strings.Fields(src)
-	if len(f) < 2 {
+	// The second field, without splitting the header (one allocation per
+	// delivered message otherwise).
+	_, rest, ok := strings.Cut(strings.TrimLeft(src, " "), " ")
+	if !ok {
 		return
 	}
-	seq, err := strconv.ParseUint(f[1], 10, 64)
+	rest = strings.TrimLeft(rest, " ")
+	if i := strings.IndexByte(rest, ' '); i >= 0 {
+		rest = rest[:i]
+	}
+	seq, err := strconv.ParseUint(rest, 10, 64)
 	if err != nil {
 		return
 	}

@@ -35,9 +35,18 @@ type config struct {
 	jsonPath   string
 	cpuProfile string
 	memProfile string
-	svgDir     string
+	// burstProfile: the million bench's children write a CPU profile of
+	// the burst alone (from the end of the cancels to the last receipt).
+	burstProfile string
+	svgDir       string
 	// millionParts is the partition count of the million bench's queue.
 	millionParts int
+	// millionNoWait: the million bench's receivers complete with
+	// CompleteNoWait instead of Complete.
+	millionNoWait bool
+	// millionLead, if set, is the time from the estimated end of the
+	// scheduling to the first due time (else 20 s × -n, at least 5 s).
+	millionLead time.Duration
 	// child names the work of a child process (-child million-raw,
 	// million-jetsaga): see runChild.
 	child string

@@ -14,6 +14,7 @@
 //	go run ./cmd/jetsaga-bench -only topic          # topic send with 1, 4, 16 subscriptions
 //	go run ./cmd/jetsaga-bench -only counts         # Counts with 100k schedules pending, opt-in
 //	go run ./cmd/jetsaga-bench -json out.json -cpuprofile cpu.out
+//	go run ./cmd/jetsaga-bench -only million -n 0.25 -burstprofile burst.out  # CPU profiles of the burst, each side
 //	go run ./cmd/jetsaga-bench -cluster 3            # one node beside a 3-node cluster (R3)
 package main
 
@@ -82,8 +83,11 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benches to this file (the million bench's child processes: to this file .raw and .jetsaga)")
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "million bench: write heap profiles of the child processes, with all pending and at the end, to this file .raw/.jetsaga .pending/.end")
+	fs.StringVar(&cfg.burstProfile, "burstprofile", "", "million bench: write CPU profiles of the child processes during the burst alone (from the end of the cancels to the last receipt) to this file .raw and .jetsaga")
 	fs.StringVar(&cfg.svgDir, "svg", "", "write SVG charts (lateness.svg: lateness distribution; burst.svg: the million bench's drain) to this directory")
 	fs.IntVar(&cfg.millionParts, "million-partitions", 1, "partitions of the million bench's jetsaga queue")
+	fs.DurationVar(&cfg.millionLead, "million-lead", 0, "million bench: time from the estimated end of the scheduling to the first due time (default 20s × -n, at least 5s); schedules older than 10s when they fire meet nats-server's cache expiry (BENCHMARKS.md)")
+	fs.BoolVar(&cfg.millionNoWait, "million-complete-nowait", false, "million bench: jetsaga's receivers complete with CompleteNoWait (an ack without reply, as raw's receiver and as the saga dispatcher mostly does) instead of Complete")
 	quick := fs.Bool("quick", false, "a quick run: -n 0.1 and 2 rounds unless set")
 	timeouts := fs.Bool("timeouts", false, "run the timeout benches of P3, P4 and P7: lateness, cancel, million")
 	fs.StringVar(&cfg.child, "child", "", "internal: run as a child process of the million bench")

@@ -39,7 +39,10 @@ import (
 // plain pull consumer (Messages iterator, Ack) on the activations.
 // jetsaga's side is Queue.Schedule, Queue.Cancel and Receive(100) with 8
 // goroutines, each completing its batch with up to 16 concurrent
-// Completes, on a queue with -million-partitions partitions.
+// Completes, on a queue with -million-partitions partitions. With
+// -million-complete-nowait they complete with CompleteNoWait instead (an
+// ack without reply, as raw's Ack, and as the saga dispatcher completes a
+// message every saga committed).
 
 const (
 	millionCount        = 1_000_000
@@ -80,6 +83,13 @@ type millionReport struct {
 	// LastAfterDue from the last due time to the last receipt.
 	Drain        time.Duration `json:"drain_ns"`
 	LastAfterDue time.Duration `json:"last_received_after_last_due_ns"`
+	// BurstCPU is the process's CPU time (server and client, user and
+	// system) from the end of the cancels to the end of receiving (the last
+	// receipt and a 2 s grace); BurstGC the GC cycles and BurstAlloc the
+	// bytes allocated meanwhile.
+	BurstCPU   time.Duration `json:"burst_cpu_ns"`
+	BurstGC    uint32        `json:"burst_gc_cycles"`
+	BurstAlloc uint64        `json:"burst_alloc_bytes"`
 
 	// Counts per Bucket from the first due time: due, activated
 	// (enqueued), received; RSS sampled at the start of each bucket (MiB).
@@ -116,6 +126,9 @@ func benchMillion(ctx context.Context, e *env) ([]Result, error) {
 	label := fmt.Sprintf("million: Schedule %d (%d goroutines", n, millionSchedConc)
 	if jet.Partitions > 1 {
 		label += fmt.Sprintf(", %d partitions", jet.Partitions)
+	}
+	if e.cfg.millionNoWait {
+		label += ", CompleteNoWait"
 	}
 	label += ")"
 	sched := func(r *millionReport) Figure {
@@ -154,6 +167,12 @@ func benchMillion(ctx context.Context, e *env) ([]Result, error) {
 			Target:  "<= 1.25x raw (P7)",
 			Pass:    verdict(drainRatio <= 1.25 && jet.Got == jet.N-jet.Cancelled),
 		},
+		{
+			Bench: "million", Label: "  burst: process CPU (server and client), GC",
+			Jetsaga: Figure{Text: burstCPU(jet)},
+			Raw:     &Figure{Text: burstCPU(raw)},
+			Ratio:   ratio(float64(jet.BurstCPU), float64(raw.BurstCPU)),
+		},
 		latencyResult("million", "  burst: lateness enqueued-due", jet.EnqLate, raw.EnqLate, 0, ""),
 		latencyResult("million", "  burst: lateness received-due", jet.Late, raw.Late, 0, ""),
 		{
@@ -173,6 +192,13 @@ func benchMillion(ctx context.Context, e *env) ([]Result, error) {
 	return res, nil
 }
 
+func burstCPU(r *millionReport) string {
+	if r.BurstCPU == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%s CPU, %d GC cycles, %d MiB allocated", fmtDur(r.BurstCPU), r.BurstGC, r.BurstAlloc>>20)
+}
+
 func millionCounts(r *millionReport) string {
 	want := r.N - r.Cancelled
 	return fmt.Sprintf("%d of %d, %d lost, %d dup, %d early, %d cancelled fired", r.Got, want, want-r.Got, r.Dups, r.Early, r.Resurrected)
@@ -190,11 +216,20 @@ func runMillionChild(ctx context.Context, e *env, side string) (*millionReport, 
 		"-spread", e.cfg.spread.String(),
 		"-million-partitions", strconv.Itoa(e.cfg.millionParts),
 	}
+	if e.cfg.millionNoWait {
+		args = append(args, "-million-complete-nowait")
+	}
+	if e.cfg.millionLead > 0 {
+		args = append(args, "-million-lead", e.cfg.millionLead.String())
+	}
 	if e.cfg.cpuProfile != "" {
 		args = append(args, "-cpuprofile", e.cfg.cpuProfile+"."+side)
 	}
 	if e.cfg.memProfile != "" {
 		args = append(args, "-memprofile", e.cfg.memProfile+"."+side)
+	}
+	if e.cfg.burstProfile != "" {
+		args = append(args, "-burstprofile", e.cfg.burstProfile+"."+side)
 	}
 	cmd := exec.CommandContext(ctx, exe, args...)
 	var out bytes.Buffer

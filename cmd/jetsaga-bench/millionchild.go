@@ -57,7 +57,7 @@ func runChild(ctx context.Context, cfg config) error {
 	case "raw":
 		s, err = newRawMillion(ctx, nc)
 	case "jetsaga":
-		s, err = newJetMillion(ctx, nc, cfg.millionParts)
+		s, err = newJetMillion(ctx, nc, cfg.millionParts, !cfg.millionNoWait)
 	default:
 		err = fmt.Errorf("unknown side %q", side)
 	}
@@ -158,6 +158,9 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 	// 20 s of lead at full scale, for the cancels and a margin; less on a
 	// quick run.
 	lead := max(5*time.Second, time.Duration(float64(millionLead)*min(1, cfg.scale)))
+	if cfg.millionLead > 0 {
+		lead = cfg.millionLead
+	}
 	first := time.Now().Add(estimate + lead)
 	spread := cfg.spread
 	due := func(i int) time.Time { return first.Add(time.Duration(i) * spread / time.Duration(n)) }
@@ -229,6 +232,14 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 
 	// (4) Receive the rest as they fire.
 	phase.Store("waiting")
+	stopProfile, err := startBurstProfile(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProfile()
+	var msBurst runtime.MemStats
+	runtime.ReadMemStats(&msBurst)
+	cpuBurst := processCPU()
 	want := n - nCancel
 	last := due(n - 1)
 	buckets := int((last.Sub(first)+2*time.Minute+time.Duration(want)*200*time.Microsecond)/millionBucket) + 1
@@ -314,6 +325,11 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 	stop()
 	err = <-recvErr
 	stopRecvProgress()
+	stopProfile()
+	r.BurstCPU = processCPU() - cpuBurst
+	runtime.ReadMemStats(&ms)
+	r.BurstGC, r.BurstAlloc = ms.NumGC-msBurst.NumGC, ms.TotalAlloc-msBurst.TotalAlloc
+	childProgress("burst: %s", burstCPU(r))
 	if err != nil && rctx.Err() == nil {
 		return nil, fmt.Errorf("receive: %w", err)
 	}
@@ -345,6 +361,33 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 	return r, nil
 }
 
+// startBurstProfile starts the CPU profile of the burst if -burstprofile
+// asks for one, and returns the function that stops it (more than once is
+// fine). -cpuprofile, which covers the whole child, takes precedence: the
+// runtime runs one CPU profile at a time.
+func startBurstProfile(cfg config) (func(), error) {
+	if cfg.burstProfile == "" || cfg.cpuProfile != "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(cfg.burstProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				childProgress("burst profile: %v", err)
+			}
+		})
+	}, nil
+}
+
 // every runs fn every d until the returned function is called (more than
 // once is fine).
 func every(d time.Duration, fn func()) func() {
@@ -369,9 +412,10 @@ type jetMillion struct {
 	b     *transport.Broker
 	q     *transport.Queue
 	parts int
+	wait  bool // Complete rather than CompleteNoWait
 }
 
-func newJetMillion(ctx context.Context, nc *nats.Conn, parts int) (*jetMillion, error) {
+func newJetMillion(ctx context.Context, nc *nats.Conn, parts int, wait bool) (*jetMillion, error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	b, err := transport.NewJetStream(nc, transport.WithPrefix(benchPrefix), transport.WithLogger(logger))
 	if err != nil {
@@ -381,7 +425,7 @@ func newJetMillion(ctx context.Context, nc *nats.Conn, parts int) (*jetMillion, 
 	if err != nil {
 		return nil, err
 	}
-	return &jetMillion{b: b, q: q, parts: parts}, nil
+	return &jetMillion{b: b, q: q, parts: parts, wait: wait}, nil
 }
 
 func (j *jetMillion) pilot(ctx context.Context, n int) error {
@@ -405,6 +449,12 @@ func (j *jetMillion) cancel(ctx context.Context, seq uint64) error { return j.q.
 
 func (j *jetMillion) receive(ctx context.Context, got func(string, time.Time) error) error {
 	var wg sync.WaitGroup
+	var receives, received atomic.Int64
+	defer func() {
+		if n := receives.Load(); n > 0 {
+			childProgress("%d receives, %.1f messages each", n, float64(received.Load())/float64(n))
+		}
+	}()
 	errc := make(chan error, millionRecvConc)
 	for range millionRecvConc {
 		wg.Go(func() {
@@ -413,6 +463,21 @@ func (j *jetMillion) receive(ctx context.Context, got func(string, time.Time) er
 				if err != nil {
 					errc <- err
 					return
+				}
+				receives.Add(1)
+				received.Add(int64(len(ds)))
+				if !j.wait {
+					for _, d := range ds {
+						if err := got(d.MessageID, d.EnqueuedAt); err != nil {
+							errc <- err
+							return
+						}
+						if err := d.CompleteNoWait(ctx); err != nil {
+							errc <- err
+							return
+						}
+					}
+					continue
 				}
 				// Complete waits for the server's confirmation; the batch's
 				// completions run concurrently, as a dispatcher's handlers do.
