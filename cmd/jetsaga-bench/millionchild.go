@@ -313,17 +313,30 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 			return nil
 		})
 	}()
+	// A receiver that returns before the deadline has failed (it returns
+	// only when its context ends otherwise): say so at once, rather than
+	// wait for the deadline and report the rest as lost without a cause.
+	stopped := false
 	select {
 	case <-allIn:
 		// A short grace for duplicates and cancelled ones that fire late.
 		select {
 		case <-time.After(2 * time.Second):
 		case <-rctx.Done():
+		case err = <-recvErr:
+			stopped = true
 		}
 	case <-rctx.Done():
+	case err = <-recvErr:
+		stopped = true
+	}
+	if stopped {
+		childProgress("the receiver stopped %v after the first due: %v", time.Since(first).Round(time.Millisecond), err)
 	}
 	stop()
-	err = <-recvErr
+	if !stopped {
+		err = <-recvErr
+	}
 	stopRecvProgress()
 	stopProfile()
 	r.BurstCPU = processCPU() - cpuBurst
