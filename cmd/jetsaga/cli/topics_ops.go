@@ -284,11 +284,7 @@ func cmdTopicsList(c *call) error {
 }
 
 func cmdTopicsBrowse(c *call) error {
-	t, err := c.env.topic(c.ctx, c.args[0])
-	if err != nil {
-		return err
-	}
-	page, err := c.browseOf(t, t.Name(), false)
+	page, err := c.browseTopic()
 	if err != nil {
 		return err
 	}
@@ -299,15 +295,20 @@ func cmdTopicsPeek(c *call) error {
 	if len(c.args) == 2 {
 		c.o.from = c.args[1]
 	}
-	t, err := c.env.topic(c.ctx, c.args[0])
-	if err != nil {
-		return err
-	}
-	page, err := c.browseOf(t, t.Name(), false)
+	page, err := c.browseTopic()
 	if err != nil {
 		return err
 	}
 	return c.outPeek(page)
+}
+
+// browseTopic browses the topic the first argument names.
+func (c *call) browseTopic() (BrowsePage, error) {
+	t, err := c.env.topic(c.ctx, c.args[0])
+	if err != nil {
+		return BrowsePage{}, err
+	}
+	return c.browseOf(t, t.Name(), false)
 }
 
 func cmdTopicsCancel(c *call) error {
