@@ -314,8 +314,13 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 // message's lock as needed. If ctx ends meanwhile, the message is
 // abandoned for redelivery.
 func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
-	due, notDue := d.holdUntil(del)
-	if !due.IsZero() && !d.holdInPlace(ctx, del, due) {
+	due, isTimeout, dueErr := timeoutDue(del)
+	var hold time.Time
+	var notDue error
+	if isTimeout {
+		hold, notDue = d.holdFor(del, due)
+	}
+	if !hold.IsZero() && !d.holdInPlace(ctx, del, hold) {
 		return
 	}
 	start := d.cfg.now()
@@ -326,13 +331,12 @@ func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
 	}
 	info := StepInfo{Queue: d.queueName, MessageType: del.Properties[propType], Seq: del.Seq, DeliveryCount: del.DeliveryCount,
 		MessageID: del.MessageID, EnqueuedAt: del.EnqueuedAt, Properties: del.Properties}
-	if _, ok := del.Properties[propToken]; ok {
-		info.TimeoutDue = del.ScheduledAt
-		if due, err := time.Parse(time.RFC3339Nano, del.Properties[timeout.PropertyDue]); err == nil {
-			info.TimeoutDue = due
-		} else if raw, ok := del.Properties[timeout.PropertyDue]; ok {
+	if isTimeout {
+		info.TimeoutDue = due
+		if dueErr != nil {
 			d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: timeout with an unreadable due time; handling it on arrival",
-				slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("due", truncate(raw, 64)), slog.Any("error", err))
+				slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq),
+				slog.String("due", truncate(del.Properties[timeout.PropertyDue], 64)), slog.Any("error", dueErr))
 		}
 	}
 	var res StepResult

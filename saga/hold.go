@@ -50,11 +50,33 @@ const maxHeld = 4096
 // dispatcher and the server disagree by more than holdSlack or its due
 // property is not the one its engine wrote.
 func (d *Dispatcher) holdUntil(del *transport.Delivery) (time.Time, error) {
-	if _, ok := del.Properties[propToken]; !ok || del.ScheduledAt.IsZero() {
+	due, ok, _ := timeoutDue(del)
+	if !ok {
 		return time.Time{}, nil
 	}
-	due, err := time.Parse(time.RFC3339Nano, del.Properties[timeout.PropertyDue])
-	if err != nil {
+	return d.holdFor(del, due)
+}
+
+// timeoutDue returns the due time of a timeout's message: its
+// timeout.PropertyDue, or its ScheduledAt if that property is missing or
+// cannot be read (err then says why). ok is false for other messages.
+func timeoutDue(del *transport.Delivery) (due time.Time, ok bool, err error) {
+	if _, ok := del.Properties[propToken]; !ok {
+		return time.Time{}, false, nil
+	}
+	raw, has := del.Properties[timeout.PropertyDue]
+	if !has {
+		return del.ScheduledAt, true, nil
+	}
+	if due, err = time.Parse(time.RFC3339Nano, raw); err != nil {
+		return del.ScheduledAt, true, err
+	}
+	return due, true, nil
+}
+
+// holdFor is holdUntil for a timeout due at due (see timeoutDue).
+func (d *Dispatcher) holdFor(del *transport.Delivery, due time.Time) (time.Time, error) {
+	if del.ScheduledAt.IsZero() {
 		return time.Time{}, nil
 	}
 	lead := due.Sub(del.ScheduledAt)
