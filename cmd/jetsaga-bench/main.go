@@ -24,7 +24,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"slices"
 	"strings"
 
@@ -150,15 +149,11 @@ func run(ctx context.Context, cfg config) error {
 	printHeader(os.Stdout, e)
 
 	if cfg.cpuProfile != "" {
-		f, err := os.Create(cfg.cpuProfile)
+		stop, err := startCPUProfile(cfg.cpuProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 
 	var results []Result

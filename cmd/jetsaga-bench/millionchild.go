@@ -66,15 +66,11 @@ func runChild(ctx context.Context, cfg config) error {
 	}
 	defer s.close()
 	if cfg.cpuProfile != "" {
-		f, err := os.Create(cfg.cpuProfile)
+		stop, err := startCPUProfile(cfg.cpuProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stop()
 	}
 	r, err := millionRun(ctx, cfg, s)
 	if err != nil {
@@ -382,7 +378,13 @@ func startBurstProfile(cfg config) (func(), error) {
 	if cfg.burstProfile == "" || cfg.cpuProfile != "" {
 		return func() {}, nil
 	}
-	f, err := os.Create(cfg.burstProfile)
+	return startCPUProfile(cfg.burstProfile)
+}
+
+// startCPUProfile writes a CPU profile to path until the returned function
+// is called (more than once is fine).
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
 	if err != nil {
 		return nil, err
 	}
@@ -395,7 +397,7 @@ func startBurstProfile(cfg config) (func(), error) {
 		once.Do(func() {
 			pprof.StopCPUProfile()
 			if err := f.Close(); err != nil {
-				childProgress("burst profile: %v", err)
+				childProgress("CPU profile %s: %v", path, err)
 			}
 		})
 	}, nil
