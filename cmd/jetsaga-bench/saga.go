@@ -264,6 +264,24 @@ func timed(ctx context.Context, start func(), done, failed <-chan struct{}) (lan
 	return laneStats{t: t, allocs: o1 - o0, bytes: b1 - b0}, cpu, err
 }
 
+// timedWorkers runs sagaConc workers and times them as timed does, until
+// done; it waits for them to return and reports the first failure.
+func timedWorkers(ctx context.Context, worker func() error, done <-chan struct{}, fail *firstErr) (laneStats, time.Duration, error) {
+	var wg sync.WaitGroup
+	start := func() {
+		for range sagaConc {
+			wg.Go(func() {
+				if err := worker(); err != nil {
+					fail.set(err)
+				}
+			})
+		}
+	}
+	st, cpu, err := timed(ctx, start, done, fail.failed)
+	wg.Wait()
+	return st, cpu, errors.Join(err, fail.get())
+}
+
 // sagaJetRound runs one round through a Dispatcher on its own connection,
 // broker, store and a fresh queue and bucket.
 func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int, opts ...saga.Option) (sagaRound, error) {
@@ -666,7 +684,6 @@ func (e *env) sagaRawRound(ctx context.Context, n, k int) (sagaRound, error) {
 		claimed, count, conflicts atomic.Int64
 		done                      = make(chan struct{})
 		fail                      = newFirstErr()
-		wg                        sync.WaitGroup
 	)
 	worker := func() error {
 		// Each worker claims a message before it pulls one, so that exactly
@@ -697,18 +714,8 @@ func (e *env) sagaRawRound(ctx context.Context, n, k int) (sagaRound, error) {
 		}
 		return nil
 	}
-	start := func() {
-		for range sagaConc {
-			wg.Go(func() {
-				if err := worker(); err != nil {
-					fail.set(err)
-				}
-			})
-		}
-	}
-	st, cpu, err := timed(ctx, start, done, fail.failed)
-	wg.Wait()
-	if err = errors.Join(err, fail.get()); err != nil {
+	st, cpu, err := timedWorkers(ctx, worker, done, fail)
+	if err != nil {
 		return sagaRound{}, err
 	}
 	rec, err := e.checkSagaRound(ctx, n, k, schedStream, sPrefix+".s.*", queueStream, rawBucket)

@@ -175,7 +175,6 @@ func (e *env) sagaProbeRound(ctx context.Context, v probeVariant, n, k int) (sag
 		count   atomic.Int64
 		done    = make(chan struct{})
 		fail    = newFirstErr()
-		wg      sync.WaitGroup
 		cacheMu sync.Mutex
 		cache   = make(map[string]*probeCacheEntry)
 	)
@@ -200,18 +199,8 @@ func (e *env) sagaProbeRound(ctx context.Context, v probeVariant, n, k int) (sag
 		}
 		return nil
 	}
-	start := func() {
-		for range sagaConc {
-			wg.Go(func() {
-				if err := worker(); err != nil {
-					fail.set(err)
-				}
-			})
-		}
-	}
-	st, cpu, err := timed(ctx, start, done, fail.failed)
-	wg.Wait()
-	if err = errors.Join(err, fail.get()); err != nil {
+	st, cpu, err := timedWorkers(ctx, worker, done, fail)
+	if err != nil {
 		return sagaRound{}, err
 	}
 	select {
