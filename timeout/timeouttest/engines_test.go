@@ -27,28 +27,19 @@ func TestTransportOnMemory(t *testing.T) {
 }
 
 func TestTransportOnJetStream(t *testing.T) {
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	timeouttest.Run(t, func(t *testing.T) timeouttest.Env {
-		nc, err := srv.Connect()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := transport.NewJetStream(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close(); nc.Close() })
-		return timeouttest.Env{Scheduler: timeout.NewTransport(b), Broker: b}
-	}, timeouttest.Features{Slack: time.Second})
+	runOnJetStream(t, timeouttest.Features{Slack: time.Second})
 }
 
 // TestTransportEarlyOnJetStream runs the suite on a transport engine that
 // activates timeouts early (timeout.WithEarlyActivation).
 func TestTransportEarlyOnJetStream(t *testing.T) {
+	runOnJetStream(t, timeouttest.Features{Slack: time.Second, EarlyActivation: timeout.DefaultEarlyActivation},
+		timeout.WithEarlyActivation(timeout.DefaultEarlyActivation))
+}
+
+// runOnJetStream runs the suite on transport engines made with opts, each
+// test on a connection of its own to one embedded server.
+func runOnJetStream(t *testing.T, f timeouttest.Features, opts ...timeout.TransportOption) {
 	srv, err := embedded.Start(embedded.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -64,8 +55,8 @@ func TestTransportEarlyOnJetStream(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close(); nc.Close() })
-		return timeouttest.Env{Scheduler: timeout.NewTransport(b, timeout.WithEarlyActivation(timeout.DefaultEarlyActivation)), Broker: b}
-	}, timeouttest.Features{Slack: time.Second, EarlyActivation: timeout.DefaultEarlyActivation})
+		return timeouttest.Env{Scheduler: timeout.NewTransport(b, opts...), Broker: b}
+	}, f)
 }
 
 // TestRouter runs the suite on a router whose long route is a second
