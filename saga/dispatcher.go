@@ -202,15 +202,24 @@ func (d *Dispatcher) SendTo(ctx context.Context, queue string, m any, opts ...Se
 	if err != nil {
 		return transport.SendResult{}, err
 	}
+	e, err := d.envelope(m, opts)
+	if err != nil {
+		return transport.SendResult{}, err
+	}
+	return q.Send(ctx, e.transportMessage())
+}
+
+// envelope encodes m, as sagas' messages are, with opts applied.
+func (d *Dispatcher) envelope(m any, opts []SendOption) (*envelope, error) {
 	body, err := d.cfg.codec.Marshal(m)
 	if err != nil {
-		return transport.SendResult{}, fmt.Errorf("saga: encoding %T: %w", m, err)
+		return nil, fmt.Errorf("saga: encoding %T: %w", m, err)
 	}
 	e := &envelope{Type: nameOf(m), Body: body, ContentType: d.cfg.codec.ContentType()}
 	for _, o := range opts {
 		o(e)
 	}
-	return q.Send(ctx, e.transportMessage())
+	return e, nil
 }
 
 // WithMessageID sets the outgoing message's MessageID (Dispatcher.Send

@@ -60,13 +60,9 @@ func (d *Dispatcher) Publish(ctx context.Context, m any, opts ...SendOption) (tr
 	if err != nil {
 		return transport.SendResult{}, err
 	}
-	body, err := d.cfg.codec.Marshal(m)
+	e, err := d.envelope(m, opts)
 	if err != nil {
-		return transport.SendResult{}, fmt.Errorf("saga: encoding %T: %w", m, err)
-	}
-	e := &envelope{Type: nameOf(m), Body: body, ContentType: d.cfg.codec.ContentType()}
-	for _, o := range opts {
-		o(e)
+		return transport.SendResult{}, err
 	}
 	return t.Send(ctx, e.eventMessage())
 }
