@@ -24,7 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
@@ -42,22 +41,7 @@ func clusterNode(t *testing.T, c *embedded.Cluster, i int) *node {
 	if err != nil {
 		t.Fatalf("connect to node %d: %v", i, err)
 	}
-	t.Cleanup(nc.Close)
-	b, err := transport.NewJetStream(nc, transport.WithLogger(testLogger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	st, err := kvstore.New(ctx, js, kvstore.Config{Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &node{nc: nc, broker: b, store: st}
+	return nodeOn(t, nc, kvstore.Config{Replicas: 3}, 30*time.Second)
 }
 
 func clusterR1QueueConfig() transport.QueueConfig {

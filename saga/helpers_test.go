@@ -66,6 +66,13 @@ func newNode(t *testing.T, url string) *node {
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
+	return nodeOn(t, nc, kvstore.Config{}, 10*time.Second)
+}
+
+// nodeOn builds a broker and a KV store (cfg, created within wait) on nc,
+// which it closes when the test ends.
+func nodeOn(t *testing.T, nc *nats.Conn, cfg kvstore.Config, wait time.Duration) *node {
+	t.Helper()
 	t.Cleanup(nc.Close)
 	b, err := transport.NewJetStream(nc, transport.WithLogger(testLogger()))
 	if err != nil {
@@ -75,9 +82,9 @@ func newNode(t *testing.T, url string) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), wait)
 	defer cancel()
-	st, err := kvstore.New(ctx, js, kvstore.Config{})
+	st, err := kvstore.New(ctx, js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
