@@ -24,7 +24,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/transport"

@@ -169,6 +169,18 @@ func (e *earlyEnv) checkRuns(ids ...string) {
 }
 
 // timeoutSteps returns the steps on timeouts of instance id.
+// awaitHandled waits until the timeout of instance id has been handled
+// and the queue is empty.
+func (e *earlyEnv) awaitHandled(id string, within time.Duration) {
+	e.t.Helper()
+	eventually(e.t, within, func() string {
+		if len(e.timeoutSteps(id)) == 0 {
+			return "timeout not handled yet"
+		}
+		return queueEmpty(e.t, e.q)
+	})
+}
+
 func (e *earlyEnv) timeoutSteps(id string) []stepEvent {
 	var out []stepEvent
 	for _, ev := range e.log.filter(saga.MessageName[EarlyDue]()) {
@@ -435,12 +447,7 @@ func TestEarlyTimeoutCrashWhileHolding(t *testing.T) {
 	}
 	_, db := e.dispatcher(nil)
 	run(t, db)
-	eventually(t, 20*time.Second, func() string {
-		if len(e.timeoutSteps("c-1")) == 0 {
-			return "timeout not handled yet"
-		}
-		return queueEmpty(t, e.q)
-	})
+	e.awaitHandled("c-1", 20*time.Second)
 	e.checkRuns("c-1")
 	if d, _, _ := data[earlyData](t, db, "early", "c-1"); d.Fired != 1 {
 		t.Errorf("Fired %d, want 1", d.Fired)
@@ -476,12 +483,7 @@ func TestEarlyTimeoutHandleContextEnds(t *testing.T) {
 		t.Fatalf("handled by a Handle whose context ended while it held the timeout: %+v", r)
 	}
 	run(t, d)
-	eventually(t, 10*time.Second, func() string {
-		if len(e.timeoutSteps("h-1")) == 0 {
-			return "timeout not handled yet"
-		}
-		return queueEmpty(t, e.q)
-	})
+	e.awaitHandled("h-1", 10*time.Second)
 	e.checkRuns("h-1")
 	if ev := e.timeoutSteps("h-1"); len(ev) != 1 || ev[0].Info.DeliveryCount != 2 {
 		t.Errorf("timeout steps %+v, want one, on the second delivery", ev)
