@@ -339,7 +339,7 @@ func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
 		return
 	}
 	info := StepInfo{Queue: d.queueName, MessageType: del.Properties[propType], Seq: del.Seq, DeliveryCount: del.DeliveryCount,
-		MessageID: del.MessageID, EnqueuedAt: del.EnqueuedAt, Properties: del.Properties}
+		MessageID: del.MessageID, EnqueuedAt: del.EnqueuedAt, StartedAt: start, Properties: del.Properties}
 	if isTimeout {
 		info.TimeoutDue = due
 		if dueErr != nil {

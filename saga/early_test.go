@@ -255,6 +255,12 @@ func TestEarlyTimeoutsNeverEarly(t *testing.T) {
 			if ev.Result.Outcome != saga.Handled || ev.Info.TimeoutDue.IsZero() {
 				t.Errorf("%s: timeout step %s, TimeoutDue %v; want handled, with its due time", id, ev.Result.Outcome, ev.Info.TimeoutDue)
 			}
+			// Activated ahead, started at or after the due time: what
+			// sagaotel's two lateness metrics tell apart.
+			if !ev.Info.EnqueuedAt.Before(ev.Info.TimeoutDue) || ev.Info.StartedAt.Before(ev.Info.TimeoutDue) {
+				t.Errorf("%s: timeout enqueued %v, step started %v, due %v; want enqueued before, started at or after the due time",
+					id, ev.Info.EnqueuedAt, ev.Info.StartedAt, ev.Info.TimeoutDue)
+			}
 		}
 	}
 }

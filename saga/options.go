@@ -314,12 +314,16 @@ type StepInfo struct {
 	// EnqueuedAt is when the message became active on the queue.
 	EnqueuedAt time.Time
 	// TimeoutDue is the due time of a timeout, zero for other messages:
-	// EnqueuedAt minus TimeoutDue is how late it was activated, and the
-	// step's start (StepStarted's call) minus TimeoutDue how late its
-	// handler got it. A timeout activated early
-	// (timeout.WithEarlyActivation) has an EnqueuedAt before TimeoutDue;
-	// it is held until TimeoutDue before StepStarted is called.
+	// EnqueuedAt minus TimeoutDue is how late it was activated, and
+	// StartedAt minus TimeoutDue how late its handler got it. A timeout
+	// activated early (timeout.WithEarlyActivation) has an EnqueuedAt
+	// before TimeoutDue; it is held until TimeoutDue before StepStarted
+	// is called.
 	TimeoutDue time.Time
+	// StartedAt is when the step began, by the dispatcher's clock (after
+	// any hold of an early-activated timeout): StartedAt minus TimeoutDue
+	// is how late the timeout's handler got it.
+	StartedAt time.Time
 	// Properties are the incoming message's properties. Read only.
 	Properties map[string]string
 }

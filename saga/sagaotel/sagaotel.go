@@ -38,8 +38,13 @@
 //     conflicts that made a step run again;
 //   - jetsaga.retries ({message}) and jetsaga.dead_letters ({message}):
 //     delayed retries scheduled and messages dead-lettered;
-//   - jetsaga.timeout.lateness (s): how late timeouts arrived, EnqueuedAt
-//     minus the due time, on their first delivery;
+//   - jetsaga.timeout.lateness (s): how late timeouts were activated,
+//     EnqueuedAt minus the due time (0 for a timeout activated early by
+//     timeout.WithEarlyActivation), on their first delivery;
+//   - jetsaga.timeout.handler_lateness (s): how late their handlers got
+//     them, the step's start minus the due time (StepInfo.StartedAt), on
+//     their first delivery: what a user of the saga waits, including the
+//     receive and, with early activation, the hold;
 //   - jetsaga.timeouts.pending ({timeout}): with ObservePendingTimeouts,
 //     the pending timeouts of a dispatcher by saga, read at each
 //     collection from Dispatcher.ScheduledTimeouts (which browses the
@@ -98,7 +103,7 @@ type Telemetry struct {
 	prop   propagation.TextMapPropagator
 
 	steps, conflicts, retries, deadLetters metric.Int64Counter
-	duration, lateness                     metric.Float64Histogram
+	duration, lateness, handlerLateness    metric.Float64Histogram
 }
 
 // New returns a Telemetry on the given (or global) providers.
@@ -131,9 +136,12 @@ func New(opts ...Option) (*Telemetry, error) {
 	t.duration, err = t.meter.Float64Histogram("jetsaga.step.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of saga steps, from receipt to settlement."))
 	errs = append(errs, err)
+	latenessBuckets := metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 	t.lateness, err = t.meter.Float64Histogram("jetsaga.timeout.lateness", metric.WithUnit("s"),
-		metric.WithDescription("How late timeouts arrived: enqueue time minus due time."),
-		metric.WithExplicitBucketBoundaries(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300))
+		metric.WithDescription("How late timeouts were activated: enqueue time minus due time."), latenessBuckets)
+	errs = append(errs, err)
+	t.handlerLateness, err = t.meter.Float64Histogram("jetsaga.timeout.handler_lateness", metric.WithUnit("s"),
+		metric.WithDescription("How late timeouts reached their handlers: step start minus due time."), latenessBuckets)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -216,11 +224,15 @@ func (t *Telemetry) stepStarted(ctx context.Context, info saga.StepInfo) context
 	ctx, span := t.tracer.Start(parent, "process "+info.Queue, opts...)
 	if !info.TimeoutDue.IsZero() {
 		late := max(info.EnqueuedAt.Sub(info.TimeoutDue), 0)
+		handlerLate := max(info.StartedAt.Sub(info.TimeoutDue), 0)
 		span.SetAttributes(attribute.String("jetsaga.timeout.due", info.TimeoutDue.UTC().Format(time.RFC3339Nano)),
-			attribute.Float64("jetsaga.timeout.lateness", late.Seconds()))
+			attribute.Float64("jetsaga.timeout.lateness", late.Seconds()),
+			attribute.Float64("jetsaga.timeout.handler_lateness", handlerLate.Seconds()))
 		if info.DeliveryCount <= 1 {
-			t.lateness.Record(ctx, late.Seconds(), metric.WithAttributes(attribute.String("jetsaga.saga.name", info.Saga),
-				attribute.String("messaging.destination.name", info.Queue)))
+			attrs := metric.WithAttributes(attribute.String("jetsaga.saga.name", info.Saga),
+				attribute.String("messaging.destination.name", info.Queue))
+			t.lateness.Record(ctx, late.Seconds(), attrs)
+			t.handlerLateness.Record(ctx, handlerLate.Seconds(), attrs)
 		}
 	}
 	return context.WithValue(ctx, spanKey{}, span)

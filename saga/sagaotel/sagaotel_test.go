@@ -280,7 +280,7 @@ func scenario(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	sums := map[string]int64{}
-	var lateness metricdata.HistogramDataPoint[float64]
+	var lateness, handlerLateness metricdata.HistogramDataPoint[float64]
 	var pending int64 = -1
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
@@ -291,8 +291,11 @@ func scenario(t *testing.T, e *env) {
 					sums[m.Name+"/"+o.AsString()] += p.Value
 				}
 			case metricdata.Histogram[float64]:
-				if m.Name == "jetsaga.timeout.lateness" {
+				switch m.Name {
+				case "jetsaga.timeout.lateness":
 					lateness = d.DataPoints[0]
+				case "jetsaga.timeout.handler_lateness":
+					handlerLateness = d.DataPoints[0]
 				}
 			case metricdata.Gauge[int64]:
 				for _, p := range d.DataPoints {
@@ -313,6 +316,10 @@ func scenario(t *testing.T, e *env) {
 	}
 	if v, ok := lateness.Min.Value(); lateness.Count != 1 || !ok || v < 0 || v > 5 {
 		t.Errorf("timeout lateness: %+v", lateness)
+	}
+	// The handler gets the timeout after it was enqueued.
+	if v, ok := handlerLateness.Min.Value(); handlerLateness.Count != 1 || !ok || v < lateness.Sum || v > 5 {
+		t.Errorf("timeout handler lateness: %+v, want one, at least the activation's %vs", handlerLateness, lateness.Sum)
 	}
 	if pending != 2 { // slow and flaky wait an hour
 		t.Errorf("pending timeouts gauge %d, want 2", pending)
@@ -367,3 +374,49 @@ func TestPropertyKeys(t *testing.T) {
 		t.Fatalf("no otel-traceparent: %v", props)
 	}
 }
+
+// TestTimeoutLatenessMetrics feeds StepStarted the StepInfo of an
+// early-activated timeout and of a late one: activation lateness is
+// clamped at 0 for the first, handler lateness is the step's start minus
+// the due time for both, and redeliveries are not counted again.
+func TestTimeoutLatenessMetrics(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	tel, err := sagaotel.New(sagaotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	step := func(enqueued, started time.Duration, deliveries int) {
+		ctx := tel.Hooks().StepStarted(t.Context(), saga.StepInfo{Queue: "q", Saga: "s", DeliveryCount: deliveries,
+			TimeoutDue: due, EnqueuedAt: due.Add(enqueued), StartedAt: due.Add(started)})
+		tel.Hooks().StepDone(ctx, saga.StepInfo{Queue: "q", Saga: "s"}, saga.StepResult{Outcome: saga.Handled})
+	}
+	step(-300*time.Millisecond, 2*time.Millisecond, 1) // activated early, held until due
+	step(250*time.Millisecond, 270*time.Millisecond, 1)
+	step(time.Minute, time.Minute, 2) // a redelivery: not counted
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]metricdata.HistogramDataPoint[float64]{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && len(h.DataPoints) == 1 {
+				got[m.Name] = h.DataPoints[0]
+			}
+		}
+	}
+	for name, want := range map[string][2]float64{ // min, max
+		"jetsaga.timeout.lateness":         {0, 0.25},
+		"jetsaga.timeout.handler_lateness": {0.002, 0.27},
+	} {
+		p := got[name]
+		lo, _ := p.Min.Value()
+		hi, _ := p.Max.Value()
+		if p.Count != 2 || !near(lo, want[0]) || !near(hi, want[1]) {
+			t.Errorf("%s: count %d, min %v, max %v; want 2, %v, %v", name, p.Count, lo, hi, want[0], want[1])
+		}
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
