@@ -47,6 +47,9 @@ type config struct {
 	// millionLead, if set, is the time from the estimated end of the
 	// scheduling to the first due time (else 20 s × -n, at least 5 s).
 	millionLead time.Duration
+	// millionSettle is how long the million bench waits after scheduling
+	// before it cancels (the lead grows by as much).
+	millionSettle time.Duration
 	// child names the work of a child process (-child million-raw,
 	// million-jetsaga): see runChild.
 	child string

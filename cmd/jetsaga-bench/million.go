@@ -222,6 +222,9 @@ func runMillionChild(ctx context.Context, e *env, side string) (*millionReport, 
 	if e.cfg.millionLead > 0 {
 		args = append(args, "-million-lead", e.cfg.millionLead.String())
 	}
+	if e.cfg.millionSettle > 0 {
+		args = append(args, "-million-settle", e.cfg.millionSettle.String())
+	}
 	if e.cfg.cpuProfile != "" {
 		args = append(args, "-cpuprofile", e.cfg.cpuProfile+"."+side)
 	}

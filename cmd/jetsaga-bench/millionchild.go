@@ -157,6 +157,7 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 	if cfg.millionLead > 0 {
 		lead = cfg.millionLead
 	}
+	lead += cfg.millionSettle
 	first := time.Now().Add(estimate + lead)
 	spread := cfg.spread
 	due := func(i int) time.Time { return first.Add(time.Duration(i) * spread / time.Duration(n)) }
@@ -209,13 +210,27 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 	childProgress("RSS %d MiB (peak %d MiB, Go heap in use %d MiB)", r.RSSSched>>20, r.HWMSched>>20, r.HeapSched>>20)
 	writeHeap(cfg, "pending")
 
-	// (3) Cancel.
+	// (3) Cancel, after -million-settle.
+	if cfg.millionSettle > 0 {
+		childProgress("settling %v before cancelling", cfg.millionSettle)
+		select {
+		case <-time.After(cfg.millionSettle):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	phase.Store("cancelling")
 	lat := make([]time.Duration, 0, nCancel)
+	cancelStart := time.Now()
+	var slowAt []time.Duration // when, from the first cancel, each cancel over 2 ms began
 	for i, seq := range cancelSeq { // map order: random
 		start := time.Now()
 		err := s.cancel(ctx, seq)
-		lat = append(lat, time.Since(start))
+		took := time.Since(start)
+		lat = append(lat, took)
+		if took > 2*time.Millisecond {
+			slowAt = append(slowAt, start.Sub(cancelStart))
+		}
 		if err != nil {
 			return nil, fmt.Errorf("cancel %d (seq %d): %w", i, seq, err)
 		}
@@ -224,7 +239,9 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 	if time.Now().After(first) {
 		childProgress("warning: the cancels ended %v after the first due time", time.Since(first))
 	}
-	childProgress("cancelled %d: p50 %s, p99 %s", nCancel, fmtDur(r.Cancel.P50), fmtDur(r.Cancel.P99))
+	childProgress("cancelled %d in %v, %v after the scheduling: p50 %s, p99 %s; %d over 2 ms, at %s", nCancel,
+		time.Since(cancelStart).Round(time.Millisecond), cancelStart.Sub(schedEnd).Round(time.Millisecond),
+		fmtDur(r.Cancel.P50), fmtDur(r.Cancel.P99), len(slowAt), fmtOffsets(slowAt))
 
 	// (4) Receive the rest as they fire.
 	phase.Store("waiting")
@@ -612,3 +629,19 @@ func (r *rawMillion) receive(ctx context.Context, got func(string, time.Time) er
 }
 
 func (r *rawMillion) close() {}
+
+// fmtOffsets prints up to 12 offsets, rounded to milliseconds.
+func fmtOffsets(ds []time.Duration) string {
+	var b strings.Builder
+	for i, d := range ds {
+		if i == 12 {
+			fmt.Fprintf(&b, " ... (%d more)", len(ds)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		b.WriteString(d.Round(time.Millisecond).String())
+	}
+	return b.String()
+}
