@@ -222,7 +222,7 @@ func millionRun(ctx context.Context, cfg config, s millionSide) (*millionReport,
 	phase.Store("cancelling")
 	lat := make([]time.Duration, 0, nCancel)
 	cancelStart := time.Now()
-	var slowAt []time.Duration // when, from the first cancel, each cancel over 2 ms began
+	var slowAt []time.Duration      // when, from the first cancel, each cancel over 2 ms began
 	for i, seq := range cancelSeq { // map order: random
 		start := time.Now()
 		err := s.cancel(ctx, seq)
