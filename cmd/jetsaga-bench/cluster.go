@@ -42,11 +42,42 @@ type clusterFigures struct {
 	fired, due, tooEarly int
 }
 
+// clusterSetup is where a bench's servers run: one in-process server
+// (startOne) or a cluster of child processes (startNodes).
 type clusterSetup struct {
 	label    string
-	replicas int
-	connect  func() (*nats.Conn, error)
-	close    func()
+	nodes    int // 1: one in-process server
+	replicas int // of every stream, bucket and queue the benches create on it
+	connect  func(opts ...nats.Option) (*nats.Conn, error)
+	// serverCPU is the CPU time the servers in child processes have used
+	// (nil: they run in this process, and processCPU covers them).
+	serverCPU func() time.Duration
+	close     func()
+}
+
+// replicasFor is the replication factor of the streams on a cluster of
+// nodes nodes: 3, or nodes if fewer.
+func replicasFor(nodes int) int { return max(1, min(3, nodes)) }
+
+// startOne starts one embedded server in this process (R1).
+func startOne() (clusterSetup, error) {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		return clusterSetup{}, err
+	}
+	return clusterSetup{label: "1 node, R1", nodes: 1, replicas: 1, connect: srv.Connect, close: srv.Shutdown}, nil
+}
+
+// startNodes starts a cluster of nodes nats-servers, each a child
+// process of this one (embedded.StartCluster).
+func startNodes(ctx context.Context, nodes int) (clusterSetup, error) {
+	c, err := embedded.StartCluster(ctx, embedded.ClusterOptions{Nodes: nodes})
+	if err != nil {
+		return clusterSetup{}, err
+	}
+	replicas := replicasFor(nodes)
+	return clusterSetup{label: fmt.Sprintf("%d nodes, R%d", nodes, replicas), nodes: nodes, replicas: replicas,
+		connect: c.Connect, serverCPU: childrenCPU(), close: func() { c.Close() }}, nil
 }
 
 func runCluster(ctx context.Context, cfg config, nodes int) error {
@@ -55,24 +86,10 @@ func runCluster(ctx context.Context, cfg config, nodes int) error {
 		fmt.Fprintf(os.Stderr, "[%6.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
 	}
 	scaled := func(n int) int { return max(1, int(float64(n)*cfg.scale)) }
-	replicas := min(3, nodes)
 	var results []clusterFigures
 	for _, mk := range []func() (clusterSetup, error){
-		func() (clusterSetup, error) {
-			srv, err := embedded.Start(embedded.Options{})
-			if err != nil {
-				return clusterSetup{}, err
-			}
-			return clusterSetup{label: "1 node, R1", replicas: 1, connect: func() (*nats.Conn, error) { return srv.Connect() }, close: srv.Shutdown}, nil
-		},
-		func() (clusterSetup, error) {
-			c, err := embedded.StartCluster(ctx, embedded.ClusterOptions{Nodes: nodes})
-			if err != nil {
-				return clusterSetup{}, err
-			}
-			return clusterSetup{label: fmt.Sprintf("%d nodes, R%d", nodes, replicas), replicas: replicas,
-				connect: func() (*nats.Conn, error) { return c.Connect() }, close: func() { c.Close() }}, nil
-		},
+		startOne,
+		func() (clusterSetup, error) { return startNodes(ctx, nodes) },
 	} {
 		s, err := mk()
 		if err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsaga/jetsaga/transport"
-	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
 const (
@@ -53,32 +52,43 @@ type config struct {
 	// child names the work of a child process (-child million-raw,
 	// million-jetsaga): see runChild.
 	child string
+	// nodes is -nodes: above 1, the benches run on a cluster of this many
+	// nodes with every stream, bucket and queue replicated (replicasFor).
+	nodes int
 }
 
-// env is what every bench gets: one embedded server, and a connection per
-// side so that neither inherits the other's client state.
+// env is what every bench gets: one embedded server (or, with -nodes, a
+// cluster), and a connection per side so that neither inherits the
+// other's client state.
 type env struct {
-	cfg    config
-	srv    *embedded.Server
-	ncJet  *nats.Conn
-	ncRaw  *nats.Conn
-	broker *transport.Broker
-	js     jetstream.JetStream // the raw side
-	start  time.Time
-	charts charts
+	cfg config
+	// servers is where the benches run: one server, or a cluster.
+	servers clusterSetup
+	ncJet   *nats.Conn
+	ncRaw   *nats.Conn
+	broker  *transport.Broker
+	js      jetstream.JetStream // the raw side
+	start   time.Time
+	charts  charts
 }
 
-func newEnv(cfg config) (*env, error) {
-	srv, err := embedded.Start(embedded.Options{})
+func newEnv(ctx context.Context, cfg config) (*env, error) {
+	var srv clusterSetup
+	var err error
+	if cfg.nodes > 1 {
+		srv, err = startNodes(ctx, cfg.nodes)
+	} else {
+		srv, err = startOne()
+	}
 	if err != nil {
 		return nil, err
 	}
-	e := &env{cfg: cfg, srv: srv, start: time.Now()}
-	if e.ncJet, err = srv.Connect(nats.Name("jetsaga-bench-jetsaga")); err != nil {
+	e := &env{cfg: cfg, servers: srv, start: time.Now()}
+	if e.ncJet, err = srv.connect(nats.Name("jetsaga-bench-jetsaga")); err != nil {
 		e.close()
 		return nil, err
 	}
-	if e.ncRaw, err = srv.Connect(nats.Name("jetsaga-bench-raw")); err != nil {
+	if e.ncRaw, err = srv.connect(nats.Name("jetsaga-bench-raw")); err != nil {
 		e.close()
 		return nil, err
 	}
@@ -103,7 +113,25 @@ func (e *env) close() {
 			nc.Close()
 		}
 	}
-	e.srv.Shutdown()
+	e.servers.close()
+}
+
+// replicas is the replication factor of every stream, bucket and queue
+// a bench creates: 1 on one server.
+func (e *env) replicas() int { return max(1, e.servers.replicas) }
+
+// cpu returns the CPU time, user and system, that the bench's client and
+// its servers have used: this process's, plus the nodes' of a cluster.
+// It returns 0 where a cluster's nodes cannot be measured.
+func (e *env) cpu() time.Duration {
+	if e.servers.serverCPU == nil {
+		return processCPU()
+	}
+	nodes := e.servers.serverCPU()
+	if nodes == 0 {
+		return 0
+	}
+	return processCPU() + nodes
 }
 
 // progress reports on stderr, so that stdout holds only the results.
@@ -120,11 +148,34 @@ func (e *env) openQueue(ctx context.Context, name string) (*transport.Queue, fun
 	if err := e.broker.DeleteQueue(ctx, name); err != nil {
 		return nil, nil, err
 	}
-	q, err := e.broker.OpenQueue(ctx, transport.QueueConfig{Name: name})
+	q, err := e.broker.OpenQueue(ctx, e.queueConfig(name))
 	if err != nil {
 		return nil, nil, err
 	}
 	return q, func() { e.broker.DeleteQueue(context.WithoutCancel(ctx), name) }, nil
+}
+
+// cpuScope says what e.cpu measures.
+func (e *env) cpuScope() string {
+	if e.servers.nodes > 1 {
+		return fmt.Sprintf("this process (client) and the %d nodes' processes", e.servers.nodes)
+	}
+	return "this process (client and embedded server)"
+}
+
+// allocScope says whose heap allocations the benches count: this
+// process's only.
+func (e *env) allocScope() string {
+	if e.servers.nodes > 1 {
+		return "this process only (the client; the nodes are child processes)"
+	}
+	return "client and embedded server together"
+}
+
+// queueConfig is the config of the benches' jetsaga queues: the defaults,
+// replicated as e.replicas says.
+func (e *env) queueConfig(name string) transport.QueueConfig {
+	return transport.QueueConfig{Name: name, Replicas: e.replicas()}
 }
 
 // dropStream deletes a raw stream, ignoring a missing one.
@@ -135,8 +186,12 @@ func (e *env) dropStream(ctx context.Context, name string) {
 }
 
 func printHeader(w io.Writer, e *env) {
-	fmt.Fprintf(w, "jetsaga-bench  %s  GOMAXPROCS=%d NumCPU=%d  nats-server %s (embedded, file storage)  nats.go %s\n",
-		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), e.ncRaw.ConnectedServerVersion(), nats.Version)
+	where := "embedded"
+	if e.servers.nodes > 1 {
+		where = fmt.Sprintf("%d-node cluster, child processes", e.servers.nodes)
+	}
+	fmt.Fprintf(w, "jetsaga-bench  %s  GOMAXPROCS=%d NumCPU=%d  nats-server %s (%s, file storage, replicas R%d)  nats.go %s\n",
+		runtime.Version(), runtime.GOMAXPROCS(0), runtime.NumCPU(), e.ncRaw.ConnectedServerVersion(), where, e.replicas(), nats.Version)
 	fmt.Fprintf(w, "scale -n %g; rate benches: %d rounds, sides interleaved in small steps; %d concurrent publishers\n\n",
 		e.cfg.scale, e.cfg.rounds, e.cfg.conc)
 }

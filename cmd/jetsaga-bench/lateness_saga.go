@@ -70,7 +70,7 @@ func latenessSagaDef(f *firings, n int, lead time.Duration, handled *atomic.Int6
 // latenessSaga runs one saga round: lead 0 for the default engine, else
 // the engine with WithEarlyActivation(lead).
 func latenessSaga(ctx context.Context, e *env, n int, lead time.Duration) (*firings, error) {
-	nc, err := e.srv.Connect(nats.Name("jetsaga-bench-late-saga"))
+	nc, err := e.servers.connect(nats.Name("jetsaga-bench-late-saga"))
 	if err != nil {
 		return nil, err
 	}

@@ -16,10 +16,12 @@
 //	go run ./cmd/jetsaga-bench -json out.json -cpuprofile cpu.out
 //	go run ./cmd/jetsaga-bench -only million -n 0.25 -burstprofile burst.out  # CPU profiles of the burst, each side
 //	go run ./cmd/jetsaga-bench -cluster 3            # one node beside a 3-node cluster (R3)
+//	go run ./cmd/jetsaga-bench -nodes 3 -only saga   # the saga benches on a 3-node cluster, everything R3
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -92,6 +94,7 @@ func parseFlags(args []string) (config, error) {
 	timeouts := fs.Bool("timeouts", false, "run the timeout benches of P3, P4 and P7: lateness, cancel, million")
 	fs.StringVar(&cfg.child, "child", "", "internal: run as a child process of the million bench")
 	fs.IntVar(&clusterNodes, "cluster", 0, "instead of the benches: schedule rate, saga steps/s and lateness on one node beside a cluster of this many nodes (R3)")
+	fs.IntVar(&cfg.nodes, "nodes", 1, "run the saga benches ("+strings.Join(clusterBenches, ",")+") on a cluster of this many nodes (child processes), every stream, bucket and queue replicated 3 times (or this many if fewer)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -123,7 +126,38 @@ func parseFlags(args []string) (config, error) {
 		}
 		cfg.only = append(cfg.only, name)
 	}
+	if err := checkNodes(cfg, set); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// clusterBenches are the benches that -nodes runs on a cluster: every
+// stream, bucket and queue they create takes env.replicas.
+var clusterBenches = []string{"saga", "saga-probe", "saga-cache"}
+
+// checkNodes refuses -nodes where it means nothing: the other benches
+// create their streams unreplicated, the million bench starts servers of
+// its own, and -cluster sets up its own one node and cluster.
+func checkNodes(cfg config, set map[string]bool) error {
+	switch {
+	case cfg.nodes < 1:
+		return fmt.Errorf("-nodes %d: must be at least 1", cfg.nodes)
+	case cfg.nodes == 1:
+		return nil
+	case clusterNodes > 0:
+		return errors.New("-nodes and -cluster exclude each other: -cluster runs one node beside its own cluster")
+	case set["child"]:
+		return errors.New("-nodes: not for a child process")
+	case len(cfg.only) == 0:
+		return fmt.Errorf("-nodes %d runs only the saga benches on a cluster: name them with -only (%s)", cfg.nodes, strings.Join(clusterBenches, ","))
+	}
+	for _, name := range cfg.only {
+		if !slices.Contains(clusterBenches, name) {
+			return fmt.Errorf("-nodes %d: bench %q does not run on a cluster (only %s do)", cfg.nodes, name, strings.Join(clusterBenches, ","))
+		}
+	}
+	return nil
 }
 
 func benchNames() string {
@@ -142,7 +176,7 @@ func run(ctx context.Context, cfg config) error {
 	if clusterNodes > 0 {
 		return runCluster(ctx, cfg, clusterNodes)
 	}
-	e, err := newEnv(cfg)
+	e, err := newEnv(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -169,7 +203,7 @@ func run(ctx context.Context, cfg config) error {
 		}
 		results = append(results, rs...)
 	}
-	printTable(os.Stdout, results)
+	printTable(os.Stdout, results, e.allocScope())
 	if cfg.svgDir != "" {
 		if err := e.charts.write(cfg.svgDir); err != nil {
 			return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -55,40 +56,57 @@ func rawScheduleMsg(prefix, id string, at time.Time) *nats.Msg {
 	}}
 }
 
+// createStream creates a raw stream with e.replicas replicas and checks
+// that the server kept the replicas and the flags asked for.
+func (e *env) createStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	cfg.Replicas = e.replicas()
+	s, err := e.js.CreateStream(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	got := s.CachedInfo().Config
+	if got.Replicas != cfg.Replicas || got.AllowDirect != cfg.AllowDirect || got.AllowMsgSchedules != cfg.AllowMsgSchedules ||
+		got.AllowAtomicPublish != cfg.AllowAtomicPublish {
+		return nil, fmt.Errorf("stream %s created with replicas %d, direct %t, schedules %t, atomic %t; asked for %d, %t, %t, %t", cfg.Name,
+			got.Replicas, got.AllowDirect, got.AllowMsgSchedules, got.AllowAtomicPublish,
+			cfg.Replicas, cfg.AllowDirect, cfg.AllowMsgSchedules, cfg.AllowAtomicPublish)
+	}
+	return s, nil
+}
+
 // rawScheduleStream creates a stream configured as the transport's
 // schedule stream (jetstream.go provision), on subjects prefix.>.
 func (e *env) rawScheduleStream(ctx context.Context, name, prefix string) (jetstream.Stream, error) {
 	e.dropStream(ctx, name)
-	return e.js.CreateStream(ctx, jetstream.StreamConfig{
+	return e.createStream(ctx, jetstream.StreamConfig{
 		Name:              name,
 		Subjects:          []string{prefix + ".>"},
 		Storage:           jetstream.FileStorage,
-		Replicas:          1,
 		Retention:         jetstream.LimitsPolicy,
 		Discard:           jetstream.DiscardOld,
 		MaxBytes:          -1,
 		MaxMsgs:           -1,
 		Duplicates:        10 * time.Minute,
-		AllowDirect:       true,
+		AllowDirect:       e.replicas() <= 1, // as the transport's: leader reads when replicated
 		AllowMsgSchedules: true,
 		AllowMsgTTL:       true,
 	})
 }
 
 // workQueueConfig is the config of the transport's queue stream: work-queue
-// retention on subjects prefix.>, nothing evicted, direct gets allowed.
-func workQueueConfig(name, prefix string) jetstream.StreamConfig {
+// retention on subjects prefix.>, nothing evicted, direct gets allowed
+// unless replicated (as the transport's: leader reads then).
+func (e *env) workQueueConfig(name, prefix string) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        name,
 		Subjects:    []string{prefix + ".>"},
 		Storage:     jetstream.FileStorage,
-		Replicas:    1,
 		Retention:   jetstream.WorkQueuePolicy,
 		Discard:     jetstream.DiscardNew,
 		MaxBytes:    -1,
 		MaxMsgs:     -1,
 		Duplicates:  10 * time.Minute,
-		AllowDirect: true,
+		AllowDirect: e.replicas() <= 1,
 	}
 }
 
@@ -97,7 +115,7 @@ func workQueueConfig(name, prefix string) jetstream.StreamConfig {
 // the consumer filtered on prefix.m.
 func (e *env) rawQueueStream(ctx context.Context, name, prefix string) (jetstream.Stream, jetstream.Consumer, error) {
 	e.dropStream(ctx, name)
-	s, err := e.js.CreateStream(ctx, workQueueConfig(name, prefix))
+	s, err := e.createStream(ctx, e.workQueueConfig(name, prefix))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -110,7 +128,7 @@ func (e *env) rawQueueStream(ctx context.Context, name, prefix string) (jetstrea
 // prefix.>, as the transport's queue stream does (jetstream.go provision).
 func (e *env) rawSourcingStream(ctx context.Context, name, prefix, src, srcPrefix string) error {
 	e.dropStream(ctx, name)
-	cfg := workQueueConfig(name, prefix)
+	cfg := e.workQueueConfig(name, prefix)
 	cfg.Sources = []*jetstream.StreamSource{{
 		Name: src,
 		SubjectTransforms: []jetstream.SubjectTransformConfig{{
@@ -118,7 +136,7 @@ func (e *env) rawSourcingStream(ctx context.Context, name, prefix, src, srcPrefi
 			Destination: prefix + ".>",
 		}},
 	}}
-	_, err := e.js.CreateStream(ctx, cfg)
+	_, err := e.createStream(ctx, cfg)
 	return err
 }
 

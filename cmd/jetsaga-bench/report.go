@@ -98,7 +98,9 @@ func latencyResult(bench, label string, jet, raw *Latency, maxP99 time.Duration,
 
 func verdict(ok bool) *bool { return &ok }
 
-func printTable(w io.Writer, results []Result) {
+// printTable prints the results; allocScope says whose heap allocations
+// they count.
+func printTable(w io.Writer, results []Result, allocScope string) {
 	rows := [][]string{{"bench", "jetsaga", "raw nats.go", "ratio", "target", ""}}
 	for _, r := range results {
 		raw, ratio, pass := "-", "", ""
@@ -145,7 +147,7 @@ func printTable(w io.Writer, results []Result) {
 			fmt.Fprintf(w, "%s = %s.\n", cmp.Or(r.RawName, "raw"), r.RawDesc)
 		}
 	}
-	fmt.Fprintln(w, "Heap allocations per operation, client and embedded server together:")
+	fmt.Fprintf(w, "Heap allocations per operation, %s:\n", allocScope)
 	for i := 0; i < len(results); i++ {
 		r := results[i]
 		if r.Raw == nil || r.Jetsaga.AllocsPerOp == 0 {
@@ -168,13 +170,15 @@ func writeJSON(path string, e *env, results []Result) error {
 		Scale       float64   `json:"scale"`
 		Rounds      int       `json:"rounds"`
 		Concurrency int       `json:"concurrency"`
+		Nodes       int       `json:"nodes"`
+		Replicas    int       `json:"replicas"`
 		Time        time.Time `json:"time"`
 		Results     []Result  `json:"results"`
 		// Million holds the million bench's child reports (jetsaga, raw)
 		// with their drain timelines.
 		Million []*millionReport `json:"million,omitempty"`
 	}{runtime.Version(), runtime.GOMAXPROCS(0), e.ncRaw.ConnectedServerVersion(),
-		e.cfg.scale, e.cfg.rounds, e.cfg.conc, e.start.UTC(), results, e.charts.burst}
+		e.cfg.scale, e.cfg.rounds, e.cfg.conc, max(1, e.servers.nodes), e.replicas(), e.start.UTC(), results, e.charts.burst}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return err

@@ -152,7 +152,7 @@ func benchSaga(ctx context.Context, e *env) ([]Result, error) {
 	last := make([]sagaRound, len(sides))
 	cpu := make([][]time.Duration, len(sides)) // per step, one per round
 	util := make([][]float64, len(sides))      // of GOMAXPROCS CPUs
-	var conflicts int64
+	conflicts := make([]int64, len(sides))
 	for r := range e.cfg.rounds {
 		msg := fmt.Sprintf("  saga round %d:", r+1)
 		for j := range sides {
@@ -165,17 +165,15 @@ func benchSaga(ctx context.Context, e *env) ([]Result, error) {
 			last[i] = sr
 			cpu[i] = append(cpu[i], sr.cpu/time.Duration(n))
 			util[i] = append(util[i], sr.cpu.Seconds()/sr.stats.t.Seconds()/float64(runtime.GOMAXPROCS(0)))
-			if i == 0 {
-				conflicts += sr.conflicts
-			}
+			conflicts[i] += sr.conflicts
 		}
 		for i, s := range sides {
 			msg += fmt.Sprintf(" %s %s", s.label, fmtRate(res[i].rates[r]))
 		}
 		e.progress("%s", msg)
 	}
-	e.progress("  mean KV entry: jetsaga %.0f B, raw %.0f B, raw-new %.0f B; jetsaga conflicts retried: %d",
-		last[0].recBytes, last[1].recBytes, last[2].recBytes, conflicts)
+	e.progress("  mean KV entry: jetsaga %.0f B, raw %.0f B, raw-new %.0f B; conflicts retried: jetsaga %d, raw %d, raw-new %d",
+		last[0].recBytes, last[1].recBytes, last[2].recBytes, conflicts[0], conflicts[1], conflicts[2])
 
 	label := fmt.Sprintf("saga step (%d sagas, C=%d)", k, sagaConc)
 	p2 := rateResult("saga", label+" vs first design's calls", res[0], res[1], 2)
@@ -201,7 +199,7 @@ func benchSaga(ctx context.Context, e *env) ([]Result, error) {
 		Jetsaga: *cpuCell(0),
 		Raw:     cpuCell(1),
 		RawName: "CPU per step",
-		RawDesc: "process CPU time (client and embedded server) over the steps done, and that time over the wall time of all CPUs",
+		RawDesc: "CPU time of " + e.cpuScope() + " over the steps done, and that time over the wall time of all CPUs",
 	}
 	const minRate = 10000
 	abs := Result{
@@ -241,11 +239,12 @@ func heapAllocs() (objects, bytes uint64) {
 }
 
 // timed runs start, which begins the work, and waits for done or failed;
-// it returns the time, heap allocations and process CPU time in between.
-func timed(ctx context.Context, start func(), done, failed <-chan struct{}) (laneStats, time.Duration, error) {
+// it returns the time, heap allocations and CPU time (e.cpu: client and
+// servers) in between.
+func (e *env) timed(ctx context.Context, start func(), done, failed <-chan struct{}) (laneStats, time.Duration, error) {
 	runtime.GC() // start from the same heap state
 	o0, b0 := heapAllocs()
-	c0 := processCPU()
+	c0 := e.cpu()
 	t0 := time.Now()
 	start()
 	var err error
@@ -259,14 +258,14 @@ func timed(ctx context.Context, start func(), done, failed <-chan struct{}) (lan
 		err = fmt.Errorf("not done after %v", sagaMaxDur)
 	}
 	t := time.Since(t0)
-	cpu := processCPU() - c0
+	cpu := e.cpu() - c0
 	o1, b1 := heapAllocs()
 	return laneStats{t: t, allocs: o1 - o0, bytes: b1 - b0}, cpu, err
 }
 
 // timedWorkers runs sagaConc workers and times them as timed does, until
 // done; it waits for them to return and reports the first failure.
-func timedWorkers(ctx context.Context, worker func() error, done <-chan struct{}, fail *firstErr) (laneStats, time.Duration, error) {
+func (e *env) timedWorkers(ctx context.Context, worker func() error, done <-chan struct{}, fail *firstErr) (laneStats, time.Duration, error) {
 	var wg sync.WaitGroup
 	start := func() {
 		for range sagaConc {
@@ -277,7 +276,7 @@ func timedWorkers(ctx context.Context, worker func() error, done <-chan struct{}
 			})
 		}
 	}
-	st, cpu, err := timed(ctx, start, done, fail.failed)
+	st, cpu, err := e.timed(ctx, start, done, fail.failed)
 	wg.Wait()
 	return st, cpu, errors.Join(err, fail.get())
 }
@@ -292,7 +291,7 @@ func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int, opts ..
 // connection, broker and store (as m processes would be), sharing the
 // concurrency.
 func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opts ...saga.Option) (sagaRound, error) {
-	nc, err := e.srv.Connect(nats.Name("jetsaga-bench-saga"))
+	nc, err := e.servers.connect(nats.Name("jetsaga-bench-saga"))
 	if err != nil {
 		return sagaRound{}, err
 	}
@@ -313,7 +312,7 @@ func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opt
 	if err := js.DeleteKeyValue(ctx, jetBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return sagaRound{}, err
 	}
-	store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: jetBucket})
+	store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: jetBucket, Replicas: e.replicas()})
 	if err != nil {
 		return sagaRound{}, err
 	}
@@ -333,7 +332,7 @@ func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opt
 			close(done)
 		}
 	}}
-	dopts := append([]saga.Option{saga.WithSagas(def), saga.WithConcurrency(max(1, sagaConc/m)),
+	dopts := append([]saga.Option{saga.WithSagas(def), saga.WithQueueConfig(e.queueConfig(sagaQueue)), saga.WithConcurrency(max(1, sagaConc/m)),
 		saga.WithLogger(logger), saga.WithHooks(hooks)}, opts...)
 	d, err := saga.NewDispatcher(b, store, sagaQueue, dopts...)
 	if err != nil {
@@ -341,7 +340,7 @@ func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opt
 	}
 	ds := []*saga.Dispatcher{d}
 	for range m - 1 {
-		nc, err := e.srv.Connect(nats.Name("jetsaga-bench-saga"))
+		nc, err := e.servers.connect(nats.Name("jetsaga-bench-saga"))
 		if err != nil {
 			return sagaRound{}, err
 		}
@@ -355,7 +354,7 @@ func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opt
 		if err != nil {
 			return sagaRound{}, err
 		}
-		store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: jetBucket})
+		store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: jetBucket, Replicas: e.replicas()})
 		if err != nil {
 			return sagaRound{}, err
 		}
@@ -384,7 +383,7 @@ func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opt
 
 	runCtx, stop := context.WithCancel(ctx)
 	ran := make(chan error, len(ds))
-	st, cpu, err := timed(ctx, func() {
+	st, cpu, err := e.timed(ctx, func() {
 		for _, d := range ds {
 			go func() { ran <- d.Run(runCtx) }()
 		}
@@ -648,7 +647,7 @@ func (e *env) setUpRawSaga(ctx context.Context, nc *nats.Conn, n, k int, opts ..
 		return nil, err
 	}
 	if r.kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: rawBucket, Description: "raw saga state", History: 1, Storage: jetstream.FileStorage, Replicas: 1,
+		Bucket: rawBucket, Description: "raw saga state", History: 1, Storage: jetstream.FileStorage, Replicas: e.replicas(),
 	}); err != nil {
 		return nil, err
 	}
@@ -668,7 +667,7 @@ func (e *env) setUpRawSaga(ctx context.Context, nc *nats.Conn, n, k int, opts ..
 }
 
 func (e *env) sagaRawRound(ctx context.Context, n, k int) (sagaRound, error) {
-	nc, err := e.srv.Connect(nats.Name("jetsaga-bench-saga-raw"))
+	nc, err := e.servers.connect(nats.Name("jetsaga-bench-saga-raw"))
 	if err != nil {
 		return sagaRound{}, err
 	}
@@ -714,7 +713,7 @@ func (e *env) sagaRawRound(ctx context.Context, n, k int) (sagaRound, error) {
 		}
 		return nil
 	}
-	st, cpu, err := timedWorkers(ctx, worker, done, fail)
+	st, cpu, err := e.timedWorkers(ctx, worker, done, fail)
 	if err != nil {
 		return sagaRound{}, err
 	}

@@ -87,7 +87,8 @@ func benchSagaProbe(ctx context.Context, e *env) ([]Result, error) {
 		}
 		return r, err
 	}
-	e.progress("  %d steps on %d instances per round and variant, concurrency %d, batch %d", n, k, sagaConc, probeBatch)
+	an, ak := e.probeSize(probeVariant{atomic: true}, n, k)
+	e.progress("  %d steps on %d instances per round and variant (atomic ones: %d on %d), concurrency %d, batch %d", n, k, an, ak, sagaConc, probeBatch)
 	for _, v := range probeVariants {
 		if _, err := run(v, max(k, n/5)); err != nil {
 			return nil, fmt.Errorf("warm-up: %w", err)
@@ -96,6 +97,7 @@ func benchSagaProbe(ctx context.Context, e *env) ([]Result, error) {
 	res := make([]abResult, len(probeVariants))
 	cpu := make([][]time.Duration, len(probeVariants))
 	util := make([][]float64, len(probeVariants))
+	conflicts := make([]int64, len(probeVariants))
 	for r := range e.cfg.rounds {
 		msg := fmt.Sprintf("  probe round %d:", r+1)
 		for j := range probeVariants {
@@ -104,25 +106,30 @@ func benchSagaProbe(ctx context.Context, e *env) ([]Result, error) {
 			if err != nil {
 				return nil, fmt.Errorf("round %d: %w", r+1, err)
 			}
-			steps := n
-			if probeVariants[i].atomic {
-				steps = max(1, n/10)
-			}
+			steps, _ := e.probeSize(probeVariants[i], n, k)
 			res[i].add(sr.stats, steps, e.cfg.rounds)
 			cpu[i] = append(cpu[i], sr.cpu/time.Duration(steps))
 			util[i] = append(util[i], sr.cpu.Seconds()/sr.stats.t.Seconds()/float64(runtime.GOMAXPROCS(0)))
+			conflicts[i] += sr.conflicts
 		}
 		for i, v := range probeVariants {
 			msg += fmt.Sprintf(" %s %s;", v.name, fmtRate(res[i].rates[r]))
 		}
 		e.progress("%s", msg)
 	}
+	msg := "  probe conflicts retried (all rounds):"
+	for i, v := range probeVariants {
+		msg += fmt.Sprintf(" %s %d;", v.name, conflicts[i])
+	}
+	e.progress("%s", msg)
 	var out []Result
 	for i, v := range probeVariants {
 		r := rateResult("saga-probe", "probe "+v.name, res[i], res[0], 0)
 		r.RawName = "raw today"
 		r.RawDesc = "the P2 raw loop (Fetch(1), Get, Create/Update, schedule, Update, DoubleAck)"
-		r.Label += fmt.Sprintf(" (CPU/step %s, %.0f%% busy)", fmtDur(medianDur(cpu[i])), 100*median(util[i]))
+		if c := medianDur(cpu[i]); c > 0 {
+			r.Label += fmt.Sprintf(" (CPU/step %s, %.0f%% busy)", fmtDur(c), 100*median(util[i]))
+		}
 		out = append(out, r)
 	}
 	return out, nil
@@ -142,22 +149,32 @@ type probeCacheEntry struct {
 	mu    sync.Mutex // held while clear is awaited
 }
 
+// probeSize returns the steps and instances of a round of variant v
+// asked for n steps on k instances: on one server the atomic variants run
+// about 20x slower than the rest, and a tenth of each suffices; replicated,
+// they run at the others' pace, and on the same workload.
+func (e *env) probeSize(v probeVariant, n, k int) (int, int) {
+	if v.atomic && e.replicas() == 1 {
+		return max(1, n/10), max(1, k/10)
+	}
+	return n, k
+}
+
 // sagaProbeRound is sagaRawRound with variant v's changes.
 func (e *env) sagaProbeRound(ctx context.Context, v probeVariant, n, k int) (sagaRound, error) {
-	if v.atomic {
-		// About 20x slower than the rest: a tenth of the steps suffices.
-		n, k = max(1, n/10), max(1, k/10)
-	}
-	nc, err := e.srv.Connect(nats.Name("jetsaga-bench-saga-probe"))
+	n, k = e.probeSize(v, n, k)
+	nc, err := e.servers.connect(nats.Name("jetsaga-bench-saga-probe"))
 	if err != nil {
 		return sagaRound{}, err
 	}
 	defer nc.Close()
 	if v.atomic {
 		e.dropStream(ctx, probeAtomicStream)
-		if _, err := e.js.CreateStream(ctx, jetstream.StreamConfig{
+		// Direct gets stay on when replicated: the loads are direct gets,
+		// as a KV Get is, and a stale one fails the guarded commit.
+		if _, err := e.createStream(ctx, jetstream.StreamConfig{
 			Name: probeAtomicStream, Subjects: []string{probeAtomicPrefix + ".>"},
-			Storage: jetstream.FileStorage, Replicas: 1, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
+			Storage: jetstream.FileStorage, Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
 			MaxBytes: -1, MaxMsgs: -1, MaxMsgsPerSubject: 1, Duplicates: 10 * time.Minute, AllowDirect: true,
 			AllowMsgSchedules: true, AllowMsgTTL: true, AllowAtomicPublish: true, AllowRollup: true,
 		}); err != nil {
@@ -178,7 +195,7 @@ func (e *env) sagaProbeRound(ctx context.Context, v probeVariant, n, k int) (sag
 		cacheMu sync.Mutex
 		cache   = make(map[string]*probeCacheEntry)
 	)
-	p := &probeStep{v: v, js: js, kv: kv, sPrefix: sPrefix, cacheMu: &cacheMu, cache: cache}
+	p := &probeStep{v: v, js: js, kv: kv, sPrefix: sPrefix, cacheMu: &cacheMu, cache: cache, conflicts: new(atomic.Int64)}
 	worker := func() error {
 		for count.Load() < int64(n) && fail.get() == nil {
 			b, err := cons.Fetch(v.batch, jetstream.FetchMaxWait(200*time.Millisecond))
@@ -199,7 +216,7 @@ func (e *env) sagaProbeRound(ctx context.Context, v probeVariant, n, k int) (sag
 		}
 		return nil
 	}
-	st, cpu, err := timedWorkers(ctx, worker, done, fail)
+	st, cpu, err := e.timedWorkers(ctx, worker, done, fail)
 	if err != nil {
 		return sagaRound{}, err
 	}
@@ -230,7 +247,7 @@ func (e *env) sagaProbeRound(ctx context.Context, v probeVariant, n, k int) (sag
 		if scheds != uint64(n) || recs != uint64(k) {
 			return sagaRound{}, fmt.Errorf("atomic stream holds %d schedules and %d records, want %d and %d", scheds, recs, n, k)
 		}
-		return sagaRound{stats: st, cpu: cpu}, nil
+		return sagaRound{stats: st, cpu: cpu, conflicts: p.conflicts.Load()}, nil
 	}
 	// Async acks may still be in flight: wait for the queue to empty.
 	qs, err := e.js.Stream(ctx, queueStream)
@@ -251,7 +268,7 @@ func (e *env) sagaProbeRound(ctx context.Context, v probeVariant, n, k int) (sag
 	if err != nil {
 		return sagaRound{}, err
 	}
-	return sagaRound{stats: st, cpu: cpu, recBytes: rec}, nil
+	return sagaRound{stats: st, cpu: cpu, recBytes: rec, conflicts: p.conflicts.Load()}, nil
 }
 
 type probeStep struct {
@@ -261,6 +278,8 @@ type probeStep struct {
 	sPrefix string
 	cacheMu *sync.Mutex
 	cache   map[string]*probeCacheEntry
+	// conflicts counts commits refused for a stale revision (retried).
+	conflicts *atomic.Int64
 }
 
 func (p *probeStep) cached(key string) (*probeCacheEntry, error) {
@@ -401,6 +420,7 @@ func (p *probeStep) step(ctx context.Context, m jetstream.Msg) error {
 			sched.Header.Del(jetstream.MsgIDHeader)
 			newRev, err := p.commitAtomic(ctx, key, b, rev, sched)
 			if isKVConflict(err) {
+				p.conflicts.Add(1)
 				p.forget(key)
 				useCache = false
 				continue
@@ -425,6 +445,7 @@ func (p *probeStep) step(ctx context.Context, m jetstream.Msg) error {
 			rev, err = p.kv.Update(ctx, key, b, rev)
 		}
 		if isKVConflict(err) {
+			p.conflicts.Add(1)
 			p.forget(key)
 			useCache = false
 			continue
