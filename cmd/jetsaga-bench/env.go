@@ -117,7 +117,8 @@ func (e *env) close() {
 }
 
 // replicas is the replication factor of every stream, bucket and queue
-// a bench creates: 1 on one server.
+// a bench creates: 1 on one server, and in the million bench's children,
+// whose env holds only a JetStream context (no servers).
 func (e *env) replicas() int { return max(1, e.servers.replicas) }
 
 // cpu returns the CPU time, user and system, that the bench's client and

@@ -88,7 +88,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.svgDir, "svg", "", "write SVG charts (lateness.svg: lateness distribution; burst.svg: the million bench's drain) to this directory")
 	fs.IntVar(&cfg.millionParts, "million-partitions", 1, "partitions of the million bench's jetsaga queue")
 	fs.DurationVar(&cfg.millionLead, "million-lead", 0, "million bench: time from the estimated end of the scheduling to the first due time (default 20s × -n, at least 5s); schedules older than 10s when they fire meet nats-server's cache expiry (BENCHMARKS.md)")
-	fs.DurationVar(&cfg.millionSettle, "million-settle", 0, "million bench: wait this long after the scheduling before cancelling, so that the cancels meet a server at rest rather than one still digesting the scheduling (the first due time moves as much later)")
+	fs.DurationVar(&cfg.millionSettle, "million-settle", 0, "million bench: wait this long after the scheduling before cancelling (the first due time moves as much later); after 10s unused nats-server drops a message block's cache, so the first cancels then meet cold blocks (BENCHMARKS.md)")
 	fs.BoolVar(&cfg.millionNoWait, "million-complete-nowait", false, "million bench: jetsaga's receivers complete with CompleteNoWait (an ack without reply, as raw's receiver and as the saga dispatcher mostly does) instead of Complete")
 	quick := fs.Bool("quick", false, "a quick run: -n 0.1 and 2 rounds unless set")
 	timeouts := fs.Bool("timeouts", false, "run the timeout benches of P3, P4 and P7: lateness, cancel, million")
@@ -114,8 +114,11 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if cfg.scale <= 0 || cfg.rounds < 1 || cfg.conc < 1 || cfg.spread <= 0 || cfg.millionParts < 1 || cfg.lead <= 0 || cfg.millionSettle < 0 {
+	if cfg.scale <= 0 || cfg.rounds < 1 || cfg.conc < 1 || cfg.spread <= 0 || cfg.millionParts < 1 || cfg.lead <= 0 {
 		return cfg, fmt.Errorf("-n, -rounds, -conc, -spread, -lead and -million-partitions must be positive")
+	}
+	if cfg.millionSettle < 0 {
+		return cfg, fmt.Errorf("-million-settle %v: must not be negative", cfg.millionSettle)
 	}
 	for _, name := range strings.Split(*only, ",") {
 		if name = strings.TrimSpace(name); name == "" || slices.Contains(cfg.only, name) {

@@ -195,7 +195,7 @@ func (e *env) sagaProbeRound(ctx context.Context, v probeVariant, n, k int) (sag
 		cacheMu sync.Mutex
 		cache   = make(map[string]*probeCacheEntry)
 	)
-	p := &probeStep{v: v, js: js, kv: kv, sPrefix: sPrefix, cacheMu: &cacheMu, cache: cache, conflicts: new(atomic.Int64)}
+	p := &probeStep{v: v, js: js, kv: kv, sPrefix: sPrefix, cacheMu: &cacheMu, cache: cache}
 	worker := func() error {
 		for count.Load() < int64(n) && fail.get() == nil {
 			b, err := cons.Fetch(v.batch, jetstream.FetchMaxWait(200*time.Millisecond))
@@ -279,7 +279,7 @@ type probeStep struct {
 	cacheMu *sync.Mutex
 	cache   map[string]*probeCacheEntry
 	// conflicts counts commits refused for a stale revision (retried).
-	conflicts *atomic.Int64
+	conflicts atomic.Int64
 }
 
 func (p *probeStep) cached(key string) (*probeCacheEntry, error) {
