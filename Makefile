@@ -1,23 +1,16 @@
-# Every Go module in the repository (the root and any nested one), so that
-# `make test` covers them all.
+# Every Go module in the repository (the root and any nested one).
 MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \; | sort)
-
-# The race detector needs cgo and a C compiler; without them `make test`
-# runs the tests without it (and says so). RACE= forces that.
-RACE ?= $(shell [ "$$(go env CGO_ENABLED)" = 1 ] && command -v "$$(go env CC)" >/dev/null 2>&1 && echo -race)
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .PHONY: test lint demo bench fmt
 
-## test: gofmt check, go vet and go test -race of every module
+## test: every test of every module. scripts/test installs what the tests need
+## when it is missing (or stops at once saying what to install), then runs the
+## gofmt check, go vet and go test -race of each module, every module even when
+## one fails, and prints a summary. RACE= tests without the race detector.
 test:
-	@unformatted=$$(gofmt -l $(MODULES)); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	@[ -n "$(RACE)" ] || echo "no cgo or C compiler ($$(go env CC)): testing without the race detector"
-	@set -e; for m in $(MODULES); do \
-		echo "== $$m"; \
-		(cd $$m && go vet ./... && go test $(RACE) -shuffle=on -count=1 -timeout 20m ./...); \
-	done
+	@scripts/test
 
 ## lint: staticcheck of every module (fetched through the Go module proxy)
 lint:

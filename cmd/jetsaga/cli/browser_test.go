@@ -36,8 +36,8 @@ type cdpReply struct {
 	} `json:"error"`
 }
 
-// chromiumPath finds chromium; a machine without it fails the test (CI
-// installs it, see .ci/run): a browser test is never skipped.
+// chromiumPath finds chromium; a machine without it fails the test (make
+// test installs it, see scripts/test): a browser test is never skipped.
 func chromiumPath(t *testing.T) string {
 	for _, name := range []string{"chromium", "chromium-browser"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -47,7 +47,7 @@ func chromiumPath(t *testing.T) string {
 	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
 		return "/usr/bin/chromium"
 	}
-	t.Fatal("chromium not found: the console's browser test needs it: apt-get install -y chromium (.ci/run installs it)")
+	t.Fatal("chromium not found: the console's browser test needs it: apt-get install -y chromium (make test installs it when run as root)")
 	return ""
 }
 
