@@ -95,73 +95,11 @@
 // DuplicateWindow (default 10 minutes) after the first try reach their
 // queues twice (timeouts are still handled once, by the token check).
 //
-// # The commit path
-//
-// A step costs, besides the handler, these calls to the broker and the
-// store:
-//
-//   - receive: each worker receives up to [WithReceiveBatch] messages
-//     (default 8) in one request and handles them in turn;
-//   - load: none if the dispatcher's record cache ([WithRecordCache])
-//     holds the record as this dispatcher last wrote it; else one;
-//   - commit: one conditional write of data, outbox and inbox;
-//   - effects: one call per message sent and per timeout scheduled or
-//     cancelled;
-//   - clear: a second write that empties the outbox — only if the step
-//     sent messages, or the cache is not paying off (below). An outbox of
-//     timeouts only (schedules and cancels) stays in the stored record
-//     until the next commit on the instance drops it; the dispatcher's
-//     cache remembers that it was carried out. Not with a
-//     [timeout.Router] of several engines: a process that loads the
-//     record (the jetsaga command, say) carries such an outbox out again
-//     with its own scheduler, which could route a timeout elsewhere, so
-//     there the refs are recorded by the clear;
-//   - acknowledge: the message is completed without waiting for the
-//     broker's reply ([transport.Delivery.CompleteNoWait]) when every
-//     saga it went to committed it or found it a duplicate (its identity
-//     is in their inboxes, so a lost acknowledgement only brings a
-//     redelivery that is a duplicate); other outcomes wait for it.
-//
-// A step that requests one timeout therefore makes a commit, a schedule
-// and an acknowledgement, plus a share of a receive; the first design
-// made a receive, a load, a commit, a schedule, a second write and a
-// waited-for acknowledgement.
-//
-// The cache is a hint, never a source of truth. A step started from a
-// cached record commits against the cached revision, which the store
-// refuses if anyone (another dispatcher, an operator's CancelTimeouts)
-// wrote the record since; the step then runs again on a fresh load, as on
-// any conflict. Every decision that does not end in such a commit — a
-// duplicate, a timeout no longer pending, a missing or completed
-// instance, a handler error — is made again on a fresh load before it is
-// acted on. The cache needs a store whose revisions never come back for a
-// key (kvstore and memstore qualify); turn it off with WithRecordCache(0)
-// for one that reuses them. Each dispatcher has its own, and measures it:
-// while, of its recent steps that found a record, at least half found it
-// in the cache as stored, steps start from the cache and leave outboxes
-// of timeouts in the record; otherwise — other dispatchers take most of
-// the turns on the instances — steps load the record and clear the
-// outbox, as the first design did, and keep checking whether the cache
-// would have held the record, to return to it when the turns come back.
-// (Measured with three dispatchers taking turns on the same instances:
-// CPU per step as in the first design; with one, about 0.6 of it.)
-//
-// Leaving an outbox of timeouts in the record is safe because carrying
-// it out again is harmless at any time: scheduling is idempotent on the
-// timeout's ID and returns its ref while it is pending
-// ([timeout.Scheduler]); a timeout that already fired and was handled has
-// left the record's pending timeouts together with the outbox (the step
-// that handled it committed), and one scheduled again after the engine
-// forgot its ID could only be delivered to be dropped by the token check;
-// cancelling what is no longer pending is ignored. A step that loads such
-// a record from the store — on another dispatcher, after a restart, or
-// after a crash between commit and carrying out — carries the outbox out
-// before it runs, which is also what finishes the work of a dispatcher
-// that crashed. It costs that step one schedule call per kept timeout
-// (on the transport engine, a duplicate schedule is two server
-// operations), where the first design paid the second write on every
-// step. Messages to send are never left behind: sending one again after
-// the DuplicateWindow would deliver it twice.
+// How many calls to the broker and the store a step makes, and why, is
+// described in docs/design/commit-path.md of the repository: none of it
+// changes the promises above. One rule concerns a custom [Store]: the
+// dispatcher's record cache ([WithRecordCache]) needs revisions that never
+// come back for a key, also after a delete (see [Store]).
 //
 // # Committed, effects pending
 //
@@ -203,44 +141,32 @@
 // [timeout.Scheduler]: by default scheduled messages on the dispatcher's
 // own queue; the Temporal engine for long ones.
 //
-// On JetStream a timeout of the default engine reaches its handler up to
-// ~260 ms after its due time: nats-server activates due schedules on a
-// 250 ms tick. For handlers that should see it on time, have the engine
-// activate timeouts a little early, and the dispatcher holds them:
+// A timeout has several names, each for one API:
 //
-//	engine := timeout.NewTransport(b, timeout.WithEarlyActivation(timeout.DefaultEarlyActivation))
-//	d, err := saga.NewDispatcher(b, store, "auth", saga.WithSagas(TwoFactor), saga.WithTimeouts(engine))
+//   - its handle ([TimeoutHandle]), returned by [Context.RequestTimeout]:
+//     what a saga keeps in its data and gives to [Context.CancelTimeout],
+//     [Context.RescheduleTimeout] and [Context.IsPending]. It is also the
+//     timeout's ID for its engine ([timeout.Timeout].ID) and the MessageID
+//     of the message that brings it back, so that scheduling it twice
+//     schedules it once;
+//   - its ref ([timeout.Ref], "queue:…" or "temporal:…"), which the engine
+//     returned when it scheduled the timeout: what [timeout.Scheduler]'s
+//     Cancel takes, and what [ScheduledTimeout].Ref and the jetsaga
+//     command show;
+//   - on the transport engine, its scheduled sequence number on the
+//     dispatcher's queue ([ScheduledTimeout].Seq): what
+//     [transport.Queue].Cancel and `jetsaga scheduled cancel` take. Cancelling
+//     it there cancels the message only; the saga still waits for the
+//     timeout (cancel through the saga, or [Dispatcher.CancelTimeouts]).
 //
-// A timeout activated early — its due time ([timeout.PropertyDue]) after
-// its ScheduledAt — is held, locked, until its due time by the
-// dispatcher's clock, then handled as any other: handlers see it within
-// milliseconds of its due time (10,000 timeouts over 10 s on a 2-core
-// machine: p99 ~10 ms, max ~22 ms; `go run ./cmd/jetsaga-bench -only
-// lateness`) and never before it. Run
-// holds it in a goroutine of its own (up to 4096 at once per Run; a
-// worker holds any beyond that itself), so the worker goes on with other
-// messages, and handles it in a concurrency slot once due. A crash while
-// holding only delays the timeout: it is redelivered when its lock
-// expires (the lock is renewed during a hold that could outlast it).
-// Stopping Run lets held timeouts come due and handles them, as it lets
-// steps in flight finish; [Dispatcher.Handle], in a receive loop of your
-// own, holds in place and abandons the timeout for redelivery if its
-// context ends first. The hold is bounded: a timeout that arrives more than its lead
-// plus one second ahead of its due time — the clocks of dispatcher and
-// server disagree by more than that, or its due property is not the one
-// its engine wrote — is neither held nor handled but dead-lettered with
-// [ReasonTimeoutNotDue] ([ErrTimeoutNotDue]). A timeout whose due
-// property is missing or unreadable (engines always write it) is handled
-// on arrival, as before, with a warning logged. Timeouts not activated
-// early are never held.
-//
-// It is off by default because it changes what can be observed: the
-// message's EnqueuedAt ([Context.Incoming]) is before the due time;
-// [Dispatcher.ScheduledTimeouts] no longer lists a timeout within its
-// lead; the engine's Cancel reports it fired (cancelling it still works
-// for the saga, as for any timeout cancelled after it fired: its message
-// is dropped by the token check). And every dispatcher that receives from
-// the queue must hold such timeouts (this version of jetsaga or later).
+// By default a timeout on JetStream reaches its handler up to ~260 ms after
+// its due time (nats-server activates due schedules on a 250 ms tick).
+// With [timeout.WithEarlyActivation] the engine activates it a lead early
+// and the dispatcher holds it until its due time by its own clock, so that
+// handlers see it within milliseconds and never before; a timeout that
+// arrives more than the lead plus a second early is dead-lettered with
+// [ReasonTimeoutNotDue] ([ErrTimeoutNotDue]). The trade-offs and figures
+// are in the guide docs/early-activation.md of the repository.
 //
 // # Failures
 //

@@ -2,7 +2,7 @@ package saga_test
 
 // Integration tests of the dispatcher against a real embedded nats-server:
 // JetStream queues, KV state, scheduled-message timeouts. They check the
-// reliability targets (R2, R3, R5 in the README's guarantees) and the commit protocol
+// reliability targets (R2, R3, R5: restarts, competing endpoints, hostile input) and the commit protocol
 // documented on record in record.go, with fault injection at each step of
 // that protocol.
 

@@ -12,6 +12,15 @@ import (
 //
 // Keys are made by the dispatcher from the saga name and instance ID and
 // contain only [A-Za-z0-9_=-] and '.'.
+//
+// The rule that matters most: a revision is never reused for a key, also
+// after the record was deleted or expired. A Put that creates a record
+// again returns a revision greater than any the key had before (in SQL, a
+// revision drawn from one sequence for the whole table, not a per-row
+// counter starting at 1). The dispatcher's record cache ([WithRecordCache])
+// takes "same revision" to mean "same record": a store that reuses
+// revisions would have it commit on a record that is not the one stored,
+// and lose updates.
 type Store interface {
 	// Load returns the record and its revision, or ErrNotFound.
 	Load(ctx context.Context, key string) (value []byte, rev uint64, err error)

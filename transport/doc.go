@@ -116,7 +116,7 @@
 // And an immediate send costs two writes (the copy that holds its
 // MessageID, and the queue stream's sourced message), so sequential sends
 // run at about 0.7 of raw nats.go publishing on a 2-core machine; see
-// the README's benchmarks.
+// BENCHMARKS.md.
 //
 // # Topics and subscriptions
 //

@@ -1,7 +1,7 @@
 // Command jetsaga-bench measures the JetStream transport against raw
 // nats.go doing the same work, in one run on one embedded nats-server, and
 // prints each figure beside its baseline with the ratio and the target
-// the project sets itself (P1–P5, listed in the README). Absolute figures vary from machine to
+// the project sets itself (P1–P8, printed beside each figure). Absolute figures vary from machine to
 // machine and run to run; the ratios are what to read.
 //
 //	go run ./cmd/jetsaga-bench                      # everything, ~1 minute

@@ -30,12 +30,12 @@ func raceFlow() (*saga.Definition[twofactor.State], func(t *testing.T, env *saga
 // timeout. Whichever the dispatcher takes first, the code has expired.
 func TestRightCodeAtTheInstantItExpires(t *testing.T) {
 	flow, requested := raceFlow()
-	sagatest.Explore(t, []saga.Saga{flow}, requested,
-		[]sagatest.Input{
+	sagatest.Explore(t, []saga.Saga{flow}, requested, // setup: ann asked for a code at +0s
+		[]sagatest.Input{ // at +5m, in every order
 			sagatest.Timeout(flow, "l1"),
 			sagatest.Send(twofactor.CodeEntered{Login: "l1", Code: "111111"}),
 		},
-		func(t *testing.T, env *sagatest.Env) {
+		func(t *testing.T, env *sagatest.Env) { // after each order
 			env.AssertCompleted(t, flow, "l1")
 			env.AssertSent(t, events,
 				twofactor.CodeIssued{Login: "l1", User: "ann", Code: "111111", ExpiresAt: at(env, 5*time.Minute)},
