@@ -146,16 +146,16 @@
 //   - its handle ([TimeoutHandle]), returned by [Context.RequestTimeout]:
 //     what a saga keeps in its data and gives to [Context.CancelTimeout],
 //     [Context.RescheduleTimeout] and [Context.IsPending]. It is also the
-//     timeout's ID for its engine ([timeout.Timeout].ID) and the MessageID
+//     timeout's ID for its engine (the ID of its [timeout.Timeout]) and the MessageID
 //     of the message that brings it back, so that scheduling it twice
 //     schedules it once;
 //   - its ref ([timeout.Ref], "queue:…" or "temporal:…"), which the engine
 //     returned when it scheduled the timeout: what [timeout.Scheduler]'s
-//     Cancel takes, and what [ScheduledTimeout].Ref and the jetsaga
-//     command show;
+//     Cancel takes, and what the Ref of a [ScheduledTimeout] and the
+//     jetsaga command show;
 //   - on the transport engine, its scheduled sequence number on the
-//     dispatcher's queue ([ScheduledTimeout].Seq): what
-//     [transport.Queue].Cancel and `jetsaga scheduled cancel` take. Cancelling
+//     dispatcher's queue (the Seq of a [ScheduledTimeout]): what
+//     [transport.Queue.Cancel] and `jetsaga scheduled cancel` take. Cancelling
 //     it there cancels the message only; the saga still waits for the
 //     timeout (cancel through the saga, or [Dispatcher.CancelTimeouts]).
 //
