@@ -21,6 +21,9 @@ import (
 // takes "same revision" to mean "same record": a store that reuses
 // revisions would have it commit on a record that is not the one stored,
 // and lose updates.
+//
+// Package storetest is the conformance suite: run it on a store of your
+// own before you use it (kvstore and memstore pass it).
 type Store interface {
 	// Load returns the record and its revision, or ErrNotFound.
 	Load(ctx context.Context, key string) (value []byte, rev uint64, err error)
