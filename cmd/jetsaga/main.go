@@ -17,7 +17,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/jetsaga/jetsaga/cmd/jetsaga/cli"
+	"github.com/jetsaga/jetsaga/internal/cli"
 )
 
 func main() {

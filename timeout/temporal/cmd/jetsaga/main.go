@@ -29,7 +29,7 @@ import (
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
 
-	"github.com/jetsaga/jetsaga/cmd/jetsaga/cli"
+	"github.com/jetsaga/jetsaga/internal/cli"
 	"github.com/jetsaga/jetsaga/timeout/temporal"
 )
 

@@ -2,9 +2,11 @@
 // scheduled messages, dead letters, saga instances and pending timeouts
 // on a NATS server, from the command line or a web console.
 //
-// cmd/jetsaga is a thin main around [Run]. The package is importable so
-// that a binary can add timeout engines the root module does not ship
-// (the Temporal engine lives in its own module): see [WithEngine].
+// cmd/jetsaga is a thin main around [Run]; so is the Temporal-enabled
+// build in timeout/temporal/cmd/jetsaga, which adds its engine with
+// [WithEngine] (a nested module of this repository may import its internal
+// packages). The command's interface is its flags, output and exit codes;
+// this package is not an API.
 package cli
 
 import (
