@@ -35,7 +35,7 @@ func (d *Dispatcher) Instance(ctx context.Context, sagaName, id string) (*Instan
 	if err != nil {
 		return nil, err
 	}
-	s := &step{rec: rec}
+	s := &stepState{rec: rec}
 	return &Instance{
 		Saga: sagaName, ID: id, Data: rec.data(), Completed: rec.Completed,
 		Started: rec.Started, Updated: rec.Updated, Timeouts: s.pending(),
@@ -142,7 +142,7 @@ func (d *Dispatcher) CancelTimeouts(ctx context.Context, sagaName, id string) (C
 				return res, fmt.Errorf("saga %s/%s: no timeout cancelled: an earlier step's effects cannot be carried out: %w", sagaName, id, err)
 			}
 		}
-		s := &step{d: d, sagaName: sagaName, id: id, key: key, rec: rec}
+		s := &stepState{d: d, sagaName: sagaName, id: id, key: key, rec: rec}
 		cancelled := s.pending()
 		if len(cancelled) == 0 {
 			return res, nil

@@ -17,7 +17,7 @@ type Context[S any] struct {
 	// Data is the instance's state. A new instance starts with S's zero
 	// value.
 	Data S
-	step *step
+	step *stepState
 }
 
 // ID returns the instance's ID (what the message's Finder returned).

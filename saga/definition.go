@@ -181,7 +181,7 @@ type sagaRuntime interface {
 	find(ctx context.Context, msgType string, m any) (string, error)
 	// run runs the handler for m on the instance in rec (nil: new) and
 	// returns the resulting record, not yet stored.
-	run(ctx context.Context, s *step, msgType string, m any) error
+	run(ctx context.Context, s *stepState, msgType string, m any) error
 }
 
 func (d *Definition[S]) validate() error {
@@ -225,7 +225,7 @@ func (d *Definition[S]) find(ctx context.Context, msgType string, m any) (string
 	return id, err
 }
 
-func (d *Definition[S]) run(ctx context.Context, s *step, msgType string, m any) error {
+func (d *Definition[S]) run(ctx context.Context, s *stepState, msgType string, m any) error {
 	c := &Context[S]{step: s}
 	if data := s.rec.data(); len(data) > 0 {
 		if err := s.codec.Unmarshal(data, &c.Data); err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jetsaga/jetsaga/timeout"
@@ -140,32 +138,6 @@ func (d *Dispatcher) holdInPlace(ctx context.Context, del *transport.Delivery, d
 	return false
 }
 
-// runner is what one Run shares among its workers: the concurrency slots
-// and the timeouts held until their due time.
-type runner struct {
-	d     *Dispatcher
-	work  context.Context // for holds and steps, which outlive Run's context
-	slots chan struct{}   // one per message handled at once (WithConcurrency)
-	held  atomic.Int64
-	wg    sync.WaitGroup // the holding goroutines
-}
-
-func newRunner(d *Dispatcher, work context.Context) *runner {
-	return &runner{d: d, work: work, slots: make(chan struct{}, d.cfg.concurrency)}
-}
-
-// handle runs del through the dispatcher in a concurrency slot, if slots
-// (nil for a subscription's workers, which have their own).
-func (r *runner) handle(slots chan struct{}, del *transport.Delivery) {
-	if slots != nil {
-		slots <- struct{}{}
-		defer func() { <-slots }()
-	}
-	wctx, cancel := context.WithTimeout(r.work, r.d.cfg.drain)
-	defer cancel()
-	r.d.Handle(wctx, del)
-}
-
 // holdLater takes del over if it is a timeout activated early to be held
 // and fewer than maxHeld are held: a goroutine holds it until its due
 // time, then handles it in a concurrency slot. It reports whether it took
@@ -191,7 +163,7 @@ func (r *runner) holdLater(del *transport.Delivery) bool {
 		if !r.d.holdInPlace(r.work, del, due) {
 			return
 		}
-		r.handle(r.slots, del)
+		r.dispatch(r.slots, del)
 	})
 	return true
 }

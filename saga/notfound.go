@@ -15,7 +15,7 @@ import (
 // send. Unlike a Context there is no state to change: the messages are
 // sent after the handler returns nil, not committed with anything.
 type NotFoundContext struct {
-	step        *step
+	step        *stepState
 	completed   bool
 	completedAt time.Time
 }
@@ -64,7 +64,7 @@ func (d *Dispatcher) notFound(ctx context.Context, t *target, key, identity stri
 	p := t.rt.policy()
 	switch {
 	case p.Handler != nil:
-		s := &step{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: "notfound\x00" + identity,
+		s := &stepState{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: "notfound\x00" + identity,
 			in: del.Message, rec: &record{}, now: d.cfg.now(), codec: d.cfg.codec}
 		c := &NotFoundContext{step: s}
 		if tombstone != nil {

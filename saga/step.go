@@ -3,236 +3,299 @@ package saga
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
-	"maps"
-	"slices"
+	"log/slog"
+	"runtime/debug"
 	"time"
 
-	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
-// TypeProperty is the transport property that carries a message's type
-// name (see MessageName). Services that exchange messages with sagas
-// without this package set and read it.
-const TypeProperty = propType
+// The step stage: for each saga a message goes to, load the instance's
+// record, run the handler, and commit data, inbox and outbox in one
+// conditional write (commit.go), again on fresh state after a conflict,
+// and again after a handler's transient error (immediate retries). The
+// record cache may supply the record (see commit.go); a step that started
+// from it and comes to any decision other than a commit runs again on a
+// fresh load.
 
-// Transport properties the dispatcher sets on messages it sends.
+// runTargets runs the message's step on each saga it goes to, retrying a
+// transient failure at once (RetryPolicy.Immediate times), and settles
+// it: completed when every step committed or found it a duplicate (without
+// waiting for the broker when it is in every instance's inbox), a delayed
+// retry or a dead letter when a step failed (settle.go), completed with
+// EffectsPending when a committed step's effects must wait (outbox.go).
+func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts []*target, info *StepInfo) StepResult {
+	identity := cmp.Or(del.Properties[propOrigin], del.MessageID, anonymousIdentity(d.queueName, del.Message))
+	outcome, conflicts := Duplicate, 0
+	inInbox := true // every target has the message in its instance's inbox
+	var pending []*target
+	var pendingErr error
+	for _, t := range ts {
+		info.Saga, info.ID = t.rt.Name(), t.id
+		var o Outcome
+		var err error
+		tries := 0
+		for {
+			tries++
+			if tries > 1 && t.err != nil && !errors.Is(t.err, ErrPermanent) {
+				d.correlate(ctx, del, t) // a Finder's transient failure
+				info.ID = t.id
+			}
+			if t.err != nil {
+				o, err = "", t.err
+			} else {
+				var n int
+				o, n, err = d.step(ctx, t, del, identity)
+				conflicts += n
+			}
+			if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || tries > d.cfg.retry.Immediate {
+				break
+			}
+		}
+		if o == EffectsPending {
+			pending = append(pending, t)
+			pendingErr = errors.Join(pendingErr, err)
+			outcome = EffectsPending
+			continue
+		}
+		if err != nil {
+			if serr := d.flushLater(ctx, pending, identity); serr != nil {
+				_ = del.Abandon(ctx)
+				return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr), Conflicts: conflicts}
+			}
+			res := d.fail(ctx, del, identity, err, tries)
+			res.Conflicts = conflicts
+			return res
+		}
+		if o != Handled && o != Duplicate {
+			inInbox = false
+		}
+		if outcome != EffectsPending && (o == Handled || o == Dropped && outcome == Duplicate) {
+			outcome = o
+		}
+	}
+	var err error
+	if len(pending) > 0 {
+		err = fmt.Errorf("%w: %w", ErrEffectsPending, pendingErr)
+		if serr := d.flushLater(ctx, pending, identity); serr != nil {
+			d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: scheduling the retry of pending effects failed; abandoning the message, whose redelivery retries them",
+				slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", serr), slog.Any("cause", pendingErr))
+			_ = del.Abandon(ctx)
+			return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr), Conflicts: conflicts}
+		}
+		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: step committed; its effects could not all be carried out and will be retried",
+			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("saga.type", info.Saga),
+			slog.String("saga.id", info.ID), slog.Any("error", pendingErr))
+	}
+	complete := del.Complete
+	if inInbox && len(pending) == 0 {
+		// Every instance the message went to has its identity in its
+		// inbox: a redelivery, should the completion be lost, is a
+		// duplicate and has no effect. No need to wait for the broker.
+		complete = del.CompleteNoWait
+	}
+	if cerr := complete(ctx); cerr != nil {
+		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: completing message failed; it will be redelivered and deduplicated",
+			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", cerr))
+		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr), Conflicts: conflicts}
+	}
+	return StepResult{Outcome: outcome, Err: err, Conflicts: conflicts}
+}
+
+// step runs one saga's handler for a message and commits the result,
+// running it again on fresh state after a conflict. It returns the
+// outcome and the number of conflicts met.
+func (d *Dispatcher) step(ctx context.Context, t *target, del *transport.Delivery, identity string) (Outcome, int, error) {
+	key := storeKey(t.rt.Name(), t.id)
+	waits := 0
+	// The first attempt starts from the cache while it mostly holds what
+	// the store holds (see hitRate), and tells how it went; a second
+	// attempt starts from a fresh load.
+	first, useCache := true, d.cache != nil && d.hits.likely()
+	for conflicts := 0; ; {
+		o, err := d.attempt(ctx, t, key, identity, del, waits < outboxWaits, useCache, first)
+		first, useCache = false, false
+		if errors.Is(err, errStaleCache) {
+			continue
+		}
+		if errors.Is(err, errOutboxBusy) {
+			waits++
+			if err := sleep(ctx, time.Millisecond<<waits); err != nil {
+				return "", conflicts, err
+			}
+			continue
+		}
+		if !errors.Is(err, ErrConflict) {
+			return o, conflicts, err
+		}
+		if conflicts++; conflicts > d.cfg.conflicts {
+			return "", conflicts, fmt.Errorf("saga %s/%s: gave up after %d conflicts: %w", t.rt.Name(), t.id, conflicts, err)
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// A step that finds the outbox of a step committed moments ago waits a
+// little (1, 2, 4, 8, 16 ms) for its owner to finish carrying it out,
+// rather than carrying it out again: a message a step sends to its own
+// queue is often received before the sending step has cleared its outbox.
+// After that, or for an older outbox (its owner likely crashed), it takes
+// the outbox over.
 const (
-	propType    = "jetsaga-type"           // message type name
-	propSaga    = timeout.PropertySaga     // saga name, on timeouts
-	propSagaID  = timeout.PropertyInstance // instance ID, on timeouts
-	propToken   = "jetsaga-token"          // timeout token
-	propOrigin  = "jetsaga-origin"         // identity of the original message, on retries
-	propAttempt = "jetsaga-attempt"        // delayed retry count, on retries
-
-	// Bookkeeping of delayed retries, removed from dead letters.
-	propMessageID = "jetsaga-message-id"  // the original's MessageID, if it had one
-	propTries     = "jetsaga-retry-tries" // step runs so far
-	propSince     = "jetsaga-retry-since" // first failure, RFC 3339
+	outboxWaits = 5
+	outboxGrace = 5 * time.Second
 )
 
-// retryProps are the properties a delayed retry's copy has and its
-// original had not.
-var retryProps = []string{propOrigin, propAttempt, propMessageID, propTries, propSince}
+var errOutboxBusy = errors.New("saga: outbox being carried out")
 
-// step is one handler run on one instance: the loaded record, changed in
-// place by the handler through its Context, and the facts it may read.
-type step struct {
-	ctx      context.Context // the handler's, for Hooks.Outgoing
-	d        *Dispatcher
-	rt       sagaRuntime
-	sagaName string
-	id       string
-	key      string
-	identity string // the incoming message's identity, for the inbox
-	in       *transport.Message
-	rec      *record
-	isNew    bool
-	now      time.Time
-	codec    Codec
-	timeout  string // token of the timeout being handled, if one is
-	n        int    // effects so far, for effect IDs
-}
+// errStaleCache asks for a step started from a cached record to be run
+// again from a fresh load: it came to a decision other than a commit,
+// which the cache cannot vouch for.
+var errStaleCache = errors.New("saga: cached record needs a fresh load")
 
-func (s *step) envelope(m any, opts []SendOption) (*envelope, error) {
-	if m == nil {
-		return nil, Permanent(fmt.Errorf("saga %s/%s: %w: nil message", s.sagaName, s.id, transport.ErrInvalidMessage))
-	}
-	body, err := s.codec.Marshal(m)
-	if err != nil {
-		return nil, Permanent(fmt.Errorf("saga %s/%s: encoding %T: %w", s.sagaName, s.id, m, err))
-	}
-	e := &envelope{
-		ID:          effectID(s.key, s.identity, s.n),
-		Type:        nameOf(m),
-		Body:        body,
-		ContentType: s.codec.ContentType(),
-	}
-	s.n++
-	for _, o := range opts {
-		o(e)
-	}
-	if h := s.d.cfg.hooks.Outgoing; h != nil && s.ctx != nil {
-		if e.Properties == nil {
-			e.Properties = make(map[string]string)
+// attempt is one load → handle → commit → carry out effects round. It
+// returns EffectsPending with the error when the message's change is
+// committed but its effects could not all be carried out.
+func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient, useCache, first bool) (Outcome, error) {
+	now := d.cfg.now()
+	rec, rev, cached, err := d.loadStep(ctx, key, useCache, first)
+	// fresh is the way out of every decision but a commit: from a cached
+	// record, the step runs again on a fresh load.
+	fresh := func(o Outcome, err error) (Outcome, error) {
+		if cached {
+			d.cache.forget(key)
+			return "", errStaleCache
 		}
-		h(s.ctx, e.Properties)
+		return o, err
 	}
-	return e, nil
-}
-
-// check refuses an effect the transport would refuse at flush time, after
-// the step committed: such an outbox could never be carried out.
-func (s *step) check(e *envelope) error {
-	if err := s.d.broker.Validate(e.transportMessage()); err != nil {
-		return Permanent(fmt.Errorf("saga %s/%s: outgoing %s: %w", s.sagaName, s.id, e.Type, err))
-	}
-	return nil
-}
-
-func (s *step) send(queue string, m any, opts []SendOption) error {
-	if err := transport.ValidateQueueName(queue); err != nil {
-		return Permanent(fmt.Errorf("saga %s/%s: sending %T: %w", s.sagaName, s.id, m, err))
-	}
-	e, err := s.envelope(m, opts)
-	if err != nil {
-		return err
-	}
-	if err := s.check(e); err != nil {
-		return err
-	}
-	s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectSend, Queue: queue, Msg: e})
-	return nil
-}
-
-// publish adds m's publication to the outbox: one effect for the topic,
-// if the dispatcher has one, and one send per WithSubscribers queue, all
-// with the same MessageID.
-func (s *step) publish(m any, opts []SendOption) error {
-	if t := s.d.cfg.topic; t != nil {
-		e, err := s.envelope(m, opts)
-		if err != nil {
-			return err
+	var tombstone *record
+	switch {
+	case errors.Is(err, ErrNotFound):
+	case err != nil:
+		return "", err
+	default:
+		// Effects a step committed but did not carry out go first: the
+		// next commit would overwrite them.
+		if len(rec.Outbox) > 0 {
+			if cached {
+				return fresh("", nil)
+			}
+			if !rec.hasSends() {
+				// Timeouts to schedule or cancel only: carrying them out
+				// again is harmless at any time (see carryOutKept), and
+				// this step's commit, if it makes one, stores the record
+				// without them.
+				if err = d.carryOutKept(ctx, key, rec); err != nil {
+					if rec.seen(identity) {
+						return EffectsPending, err // this message's own step
+					}
+					return "", err
+				}
+			} else {
+				if patient && now.Sub(rec.Updated) < outboxGrace {
+					return "", errOutboxBusy
+				}
+				if rev, err = d.flush(ctx, key, rec, rev); err != nil {
+					if rec.seen(identity) && !errors.Is(err, ErrConflict) {
+						return EffectsPending, err // this message's own step
+					}
+					return "", err
+				}
+			}
 		}
-		if err := s.check(e); err != nil {
-			return err
+		if rec.seen(identity) {
+			return fresh(Duplicate, nil)
 		}
-		s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectPublish, Queue: t.Name, Msg: e})
-	}
-	for _, q := range s.d.subscribers[nameOf(m)] {
-		if err := s.send(q, m, opts); err != nil {
-			return err
+		if rec.Completed {
+			if cached {
+				return fresh("", nil)
+			}
+			tombstone = rec
+			rec = &record{Inbox: rec.Inbox} // a finished instance: as if not found
 		}
 	}
-	return nil
-}
-
-func (s *step) replyAddress() *address {
-	return &address{ReplyTo: s.in.ReplyTo, CorrelationID: cmp.Or(s.in.CorrelationID, s.in.MessageID)}
-}
-
-func (s *step) reply(to *address, m any, opts []SendOption) error {
-	if to == nil || to.ReplyTo == "" {
-		return Permanent(fmt.Errorf("saga %s/%s: %w", s.sagaName, s.id, ErrNoReplyTo))
+	isNew := rec == nil || rec.Started.IsZero()
+	if isNew && cached {
+		return fresh("", nil)
 	}
-	return s.send(to.ReplyTo, m, append([]SendOption{WithCorrelationID(to.CorrelationID)}, opts...))
-}
-
-func (s *step) requestTimeout(at time.Time, payload any) (TimeoutHandle, error) {
-	if payload == nil {
-		return "", Permanent(fmt.Errorf("saga %s/%s: %w: nil timeout payload", s.sagaName, s.id, transport.ErrInvalidMessage))
+	if isNew && t.kind != routeTimeout && t.kind != routeStart {
+		return d.notFound(ctx, t, key, identity, del, tombstone)
 	}
-	if typ := nameOf(payload); s.rt != nil {
-		if kind, ok := s.rt.lookup(typ); !ok || kind != routeTimeout {
-			return "", Permanent(fmt.Errorf("saga %s/%s: timeout %s: %w", s.sagaName, s.id, typ, ErrNoTimeoutHandler))
+	if isNew && t.kind == routeTimeout {
+		return Dropped, nil
+	}
+	if isNew {
+		if rec == nil {
+			rec = &record{}
 		}
+		rec.Started = now
+		rec.Originator = &address{ReplyTo: del.ReplyTo, CorrelationID: cmp.Or(del.CorrelationID, del.MessageID)}
 	}
-	if at.IsZero() {
-		return "", Permanent(fmt.Errorf("saga %s/%s: timeout %T: %w: zero due time", s.sagaName, s.id, payload, timeout.ErrInvalidTimeout))
+	var token string
+	if t.kind == routeTimeout {
+		token = del.Properties[propToken]
+		if _, ok := rec.Timeouts[token]; !ok {
+			return fresh(Dropped, nil) // cancelled, rescheduled or already handled
+		}
+		delete(rec.Timeouts, token)
 	}
-	e, err := s.envelope(payload, nil)
-	if err != nil {
+	s := &stepState{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
+		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token}
+	typ := del.Properties[propType]
+	if err := callHandler(ctx, t.rt, s, typ, t.m); err != nil {
+		return fresh("", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
+	}
+	rec.remember(identity)
+	if rec.Completed {
+		s.complete()
+	}
+	if rev, err = d.put(ctx, key, rec, rev); err != nil {
+		if cached && errors.Is(err, ErrConflict) {
+			d.hits.note(false)
+		}
+		if cached && !errors.Is(err, ErrConflict) {
+			return fresh("", err)
+		}
 		return "", err
 	}
-	token := e.ID
-	if e.Properties == nil {
-		e.Properties = make(map[string]string, 3)
+	if cached {
+		d.hits.note(true)
 	}
-	e.Properties[propSaga], e.Properties[propSagaID], e.Properties[propToken] = s.sagaName, s.id, token
-	if err := s.check(e); err != nil {
-		return "", err
+	switch {
+	case len(rec.Outbox) == 0:
+	case rec.hasSends() || d.cache == nil || !d.keepOutbox || !d.hits.likely():
+		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
+			d.cache.forget(key)
+			return EffectsPending, err
+		}
+	default:
+		// Timeouts only: the outbox stays in the stored record until the
+		// next commit on the instance (see carryOutKept); this
+		// dispatcher's cache knows it was carried out.
+		if err := d.carryOutKept(ctx, key, rec); err != nil {
+			d.cache.forget(key)
+			return EffectsPending, err
+		}
+		d.cache.carried(key, rev, rec)
 	}
-	if s.rec.Timeouts == nil {
-		s.rec.Timeouts = make(map[string]timeoutEntry)
-	}
-	s.rec.Timeouts[token] = timeoutEntry{Type: e.Type, At: at}
-	eff := effect{Kind: effectSchedule, Queue: s.d.queueName, Msg: e, At: at, Token: token}
-	if s.rt != nil {
-		eff.Engine = s.rt.timeoutEngine()
-	}
-	s.rec.Outbox = append(s.rec.Outbox, eff)
-	return TimeoutHandle(token), nil
+	return Handled, nil
 }
 
-// cancelTimeout forgets a pending timeout. If it was scheduled in an
-// earlier step, its ref is cancelled after commit; if it was requested in
-// this step, it is never scheduled.
-func (s *step) cancelTimeout(token string) {
-	te, ok := s.rec.Timeouts[token]
-	if !ok {
-		return
-	}
-	delete(s.rec.Timeouts, token)
-	if te.Ref != "" {
-		s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectCancel, Ref: te.Ref, Token: token})
-		return
-	}
-	s.rec.Outbox = slices.DeleteFunc(s.rec.Outbox, func(e effect) bool {
-		return e.Kind == effectSchedule && e.Token == token
-	})
-}
-
-func (s *step) pending() []PendingTimeout {
-	out := make([]PendingTimeout, 0, len(s.rec.Timeouts))
-	for _, tok := range slices.Sorted(maps.Keys(s.rec.Timeouts)) {
-		te := s.rec.Timeouts[tok]
-		out = append(out, PendingTimeout{Handle: TimeoutHandle(tok), Type: te.Type, At: te.At})
-	}
-	slices.SortStableFunc(out, func(a, b PendingTimeout) int { return a.At.Compare(b.At) })
-	return out
-}
-
-// complete turns a completed record into a tombstone: every pending
-// timeout is cancelled, the data dropped; the inbox stays, so that a
-// redelivered message cannot start the instance again.
-func (s *step) complete() {
-	for _, tok := range slices.Sorted(maps.Keys(s.rec.Timeouts)) {
-		s.cancelTimeout(tok)
-	}
-	s.rec.setData(nil)
-}
-
-// transportMessage makes the transport message for an outgoing envelope.
-// eventMessage is the message published to a topic: the type is also
-// the message's Subject, which subscriptions filter on.
-func (e *envelope) eventMessage() *transport.Message {
-	m := e.transportMessage()
-	m.Subject = e.Type
-	return m
-}
-
-func (e *envelope) transportMessage() *transport.Message {
-	props := make(map[string]string, len(e.Properties)+1)
-	maps.Copy(props, e.Properties)
-	props[propType] = e.Type
-	return &transport.Message{
-		Body:          e.Body,
-		ContentType:   e.ContentType,
-		MessageID:     e.ID,
-		CorrelationID: e.CorrelationID,
-		ReplyTo:       e.ReplyTo,
-		SessionID:     e.SessionID,
-		Properties:    props,
-	}
+func callHandler(ctx context.Context, rt sagaRuntime, s *stepState, typ string, m any) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v\n%s", ErrPanic, p, debug.Stack())
+		}
+	}()
+	return rt.run(ctx, s, typ, m)
 }

@@ -1,0 +1,238 @@
+package saga
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// TypeProperty is the transport property that carries a message's type
+// name (see MessageName). Services that exchange messages with sagas
+// without this package set and read it.
+const TypeProperty = propType
+
+// Transport properties the dispatcher sets on messages it sends.
+const (
+	propType    = "jetsaga-type"           // message type name
+	propSaga    = timeout.PropertySaga     // saga name, on timeouts
+	propSagaID  = timeout.PropertyInstance // instance ID, on timeouts
+	propToken   = "jetsaga-token"          // timeout token
+	propOrigin  = "jetsaga-origin"         // identity of the original message, on retries
+	propAttempt = "jetsaga-attempt"        // delayed retry count, on retries
+
+	// Bookkeeping of delayed retries, removed from dead letters.
+	propMessageID = "jetsaga-message-id"  // the original's MessageID, if it had one
+	propTries     = "jetsaga-retry-tries" // step runs so far
+	propSince     = "jetsaga-retry-since" // first failure, RFC 3339
+)
+
+// retryProps are the properties a delayed retry's copy has and its
+// original had not.
+var retryProps = []string{propOrigin, propAttempt, propMessageID, propTries, propSince}
+
+// stepState is one handler run on one instance: the loaded record, changed in
+// place by the handler through its Context, and the facts it may read.
+type stepState struct {
+	ctx      context.Context // the handler's, for Hooks.Outgoing
+	d        *Dispatcher
+	rt       sagaRuntime
+	sagaName string
+	id       string
+	key      string
+	identity string // the incoming message's identity, for the inbox
+	in       *transport.Message
+	rec      *record
+	isNew    bool
+	now      time.Time
+	codec    Codec
+	timeout  string // token of the timeout being handled, if one is
+	n        int    // effects so far, for effect IDs
+}
+
+func (s *stepState) envelope(m any, opts []SendOption) (*envelope, error) {
+	if m == nil {
+		return nil, Permanent(fmt.Errorf("saga %s/%s: %w: nil message", s.sagaName, s.id, transport.ErrInvalidMessage))
+	}
+	body, err := s.codec.Marshal(m)
+	if err != nil {
+		return nil, Permanent(fmt.Errorf("saga %s/%s: encoding %T: %w", s.sagaName, s.id, m, err))
+	}
+	e := &envelope{
+		ID:          effectID(s.key, s.identity, s.n),
+		Type:        nameOf(m),
+		Body:        body,
+		ContentType: s.codec.ContentType(),
+	}
+	s.n++
+	for _, o := range opts {
+		o(e)
+	}
+	if h := s.d.cfg.hooks.Outgoing; h != nil && s.ctx != nil {
+		if e.Properties == nil {
+			e.Properties = make(map[string]string)
+		}
+		h(s.ctx, e.Properties)
+	}
+	return e, nil
+}
+
+// check refuses an effect the transport would refuse at flush time, after
+// the step committed: such an outbox could never be carried out.
+func (s *stepState) check(e *envelope) error {
+	if err := s.d.broker.Validate(e.transportMessage()); err != nil {
+		return Permanent(fmt.Errorf("saga %s/%s: outgoing %s: %w", s.sagaName, s.id, e.Type, err))
+	}
+	return nil
+}
+
+func (s *stepState) send(queue string, m any, opts []SendOption) error {
+	if err := transport.ValidateQueueName(queue); err != nil {
+		return Permanent(fmt.Errorf("saga %s/%s: sending %T: %w", s.sagaName, s.id, m, err))
+	}
+	e, err := s.envelope(m, opts)
+	if err != nil {
+		return err
+	}
+	if err := s.check(e); err != nil {
+		return err
+	}
+	s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectSend, Queue: queue, Msg: e})
+	return nil
+}
+
+// publish adds m's publication to the outbox: one effect for the topic,
+// if the dispatcher has one, and one send per WithSubscribers queue, all
+// with the same MessageID.
+func (s *stepState) publish(m any, opts []SendOption) error {
+	if t := s.d.cfg.topic; t != nil {
+		e, err := s.envelope(m, opts)
+		if err != nil {
+			return err
+		}
+		if err := s.check(e); err != nil {
+			return err
+		}
+		s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectPublish, Queue: t.Name, Msg: e})
+	}
+	for _, q := range s.d.subscribers[nameOf(m)] {
+		if err := s.send(q, m, opts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *stepState) replyAddress() *address {
+	return &address{ReplyTo: s.in.ReplyTo, CorrelationID: cmp.Or(s.in.CorrelationID, s.in.MessageID)}
+}
+
+func (s *stepState) reply(to *address, m any, opts []SendOption) error {
+	if to == nil || to.ReplyTo == "" {
+		return Permanent(fmt.Errorf("saga %s/%s: %w", s.sagaName, s.id, ErrNoReplyTo))
+	}
+	return s.send(to.ReplyTo, m, append([]SendOption{WithCorrelationID(to.CorrelationID)}, opts...))
+}
+
+func (s *stepState) requestTimeout(at time.Time, payload any) (TimeoutHandle, error) {
+	if payload == nil {
+		return "", Permanent(fmt.Errorf("saga %s/%s: %w: nil timeout payload", s.sagaName, s.id, transport.ErrInvalidMessage))
+	}
+	if typ := nameOf(payload); s.rt != nil {
+		if kind, ok := s.rt.lookup(typ); !ok || kind != routeTimeout {
+			return "", Permanent(fmt.Errorf("saga %s/%s: timeout %s: %w", s.sagaName, s.id, typ, ErrNoTimeoutHandler))
+		}
+	}
+	if at.IsZero() {
+		return "", Permanent(fmt.Errorf("saga %s/%s: timeout %T: %w: zero due time", s.sagaName, s.id, payload, timeout.ErrInvalidTimeout))
+	}
+	e, err := s.envelope(payload, nil)
+	if err != nil {
+		return "", err
+	}
+	token := e.ID
+	if e.Properties == nil {
+		e.Properties = make(map[string]string, 3)
+	}
+	e.Properties[propSaga], e.Properties[propSagaID], e.Properties[propToken] = s.sagaName, s.id, token
+	if err := s.check(e); err != nil {
+		return "", err
+	}
+	if s.rec.Timeouts == nil {
+		s.rec.Timeouts = make(map[string]timeoutEntry)
+	}
+	s.rec.Timeouts[token] = timeoutEntry{Type: e.Type, At: at}
+	eff := effect{Kind: effectSchedule, Queue: s.d.queueName, Msg: e, At: at, Token: token}
+	if s.rt != nil {
+		eff.Engine = s.rt.timeoutEngine()
+	}
+	s.rec.Outbox = append(s.rec.Outbox, eff)
+	return TimeoutHandle(token), nil
+}
+
+// cancelTimeout forgets a pending timeout. If it was scheduled in an
+// earlier step, its ref is cancelled after commit; if it was requested in
+// this step, it is never scheduled.
+func (s *stepState) cancelTimeout(token string) {
+	te, ok := s.rec.Timeouts[token]
+	if !ok {
+		return
+	}
+	delete(s.rec.Timeouts, token)
+	if te.Ref != "" {
+		s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectCancel, Ref: te.Ref, Token: token})
+		return
+	}
+	s.rec.Outbox = slices.DeleteFunc(s.rec.Outbox, func(e effect) bool {
+		return e.Kind == effectSchedule && e.Token == token
+	})
+}
+
+func (s *stepState) pending() []PendingTimeout {
+	out := make([]PendingTimeout, 0, len(s.rec.Timeouts))
+	for _, tok := range slices.Sorted(maps.Keys(s.rec.Timeouts)) {
+		te := s.rec.Timeouts[tok]
+		out = append(out, PendingTimeout{Handle: TimeoutHandle(tok), Type: te.Type, At: te.At})
+	}
+	slices.SortStableFunc(out, func(a, b PendingTimeout) int { return a.At.Compare(b.At) })
+	return out
+}
+
+// complete turns a completed record into a tombstone: every pending
+// timeout is cancelled, the data dropped; the inbox stays, so that a
+// redelivered message cannot start the instance again.
+func (s *stepState) complete() {
+	for _, tok := range slices.Sorted(maps.Keys(s.rec.Timeouts)) {
+		s.cancelTimeout(tok)
+	}
+	s.rec.setData(nil)
+}
+
+// transportMessage makes the transport message for an outgoing envelope.
+// eventMessage is the message published to a topic: the type is also
+// the message's Subject, which subscriptions filter on.
+func (e *envelope) eventMessage() *transport.Message {
+	m := e.transportMessage()
+	m.Subject = e.Type
+	return m
+}
+
+func (e *envelope) transportMessage() *transport.Message {
+	props := make(map[string]string, len(e.Properties)+1)
+	maps.Copy(props, e.Properties)
+	props[propType] = e.Type
+	return &transport.Message{
+		Body:          e.Body,
+		ContentType:   e.ContentType,
+		MessageID:     e.ID,
+		CorrelationID: e.CorrelationID,
+		ReplyTo:       e.ReplyTo,
+		SessionID:     e.SessionID,
+		Properties:    props,
+	}
+}

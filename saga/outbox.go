@@ -1,0 +1,222 @@
+package saga
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+
+	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// The outbox stage: the effects a step committed (messages to send or
+// publish, timeouts to schedule or cancel) are carried out after the
+// commit, each with an ID fixed in the record so that doing it again is
+// deduplicated; effects that cannot go out yet are retried by a flush
+// message the dispatcher schedules on its own queue.
+
+// hasSends reports whether the outbox holds messages to send: only those
+// must be cleared from the record once carried out, because sending them
+// again after the queue's DuplicateWindow would deliver them twice.
+func (r *record) hasSends() bool {
+	return slices.ContainsFunc(r.Outbox, func(e effect) bool { return e.Kind == effectSend || e.Kind == effectPublish })
+}
+
+// carryOutKept carries out an outbox of timeouts to schedule and cancel
+// and empties rec.Outbox (with the refs of the scheduled timeouts in
+// rec.Timeouts) in memory only: the stored record keeps the outbox until
+// the next commit on the instance writes the record without it. That
+// saves the Put that would clear it, and is safe because carrying such an
+// outbox out again, at any time, changes nothing: Schedule is idempotent
+// on the timeout's ID and returns its ref while it is pending
+// (timeout.Scheduler), and once it fired its token is no longer pending
+// in a record that dropped the outbox — a schedule made again after the
+// engine forgot the ID could only deliver a timeout that the token check
+// drops; Cancel of what is no longer pending reports ErrNotFound or
+// ErrAlreadyFired, which are ignored. A step that loads the record from
+// the store carries such an outbox out again before it runs, which also
+// finishes the work of a dispatcher that crashed before carrying it out.
+func (d *Dispatcher) carryOutKept(ctx context.Context, key string, rec *record) error {
+	for _, e := range rec.Outbox {
+		if err := d.carryOut(ctx, key, rec, e); err != nil {
+			return err
+		}
+	}
+	rec.Outbox = nil
+	return nil
+}
+
+// flush carries out the effects in rec.Outbox, whose IDs the committed
+// record fixes, then stores rec without them (and with the refs of the
+// timeouts it scheduled). Carrying out effects twice is harmless: sends
+// and schedules are deduplicated by MessageID within the queue's duplicate
+// window, and cancels are idempotent.
+func (d *Dispatcher) flush(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
+	for _, e := range rec.Outbox {
+		if err := d.carryOut(ctx, key, rec, e); err != nil {
+			return 0, err
+		}
+	}
+	rec.Outbox = nil
+	return d.put(ctx, key, rec, rev)
+}
+
+// carryOut carries out one effect of rec's outbox.
+func (d *Dispatcher) carryOut(ctx context.Context, key string, rec *record, e effect) error {
+	switch e.Kind {
+	case effectSend:
+		q, err := d.broker.Queue(ctx, e.Queue)
+		if err != nil {
+			return fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
+		}
+		if _, err := q.Send(ctx, e.Msg.transportMessage()); errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
+			d.dropEffect(ctx, key, e, err)
+		} else if err != nil {
+			return fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
+		}
+	case effectPublish:
+		var t *transport.Topic
+		var err error
+		if d.cfg.topic != nil && d.cfg.topic.Name == e.Queue {
+			t, err = d.openTopic(ctx)
+		} else {
+			t, err = d.broker.Topic(ctx, e.Queue) // committed under an earlier WithTopic
+		}
+		if err != nil {
+			return fmt.Errorf("saga: publishing %s to topic %s: %w", e.Msg.Type, e.Queue, err)
+		}
+		if _, err := t.Send(ctx, e.Msg.eventMessage()); errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
+			d.dropEffect(ctx, key, e, err)
+		} else if err != nil {
+			return fmt.Errorf("saga: publishing %s to topic %s: %w", e.Msg.Type, e.Queue, err)
+		}
+	case effectSchedule:
+		m := e.Msg.transportMessage()
+		ref, err := d.cfg.timeouts.Schedule(ctx, timeout.Timeout{
+			ID: e.Token, Queue: e.Queue, At: e.At, Message: m,
+			Saga: m.Properties[propSaga], Instance: m.Properties[propSagaID], Engine: e.Engine,
+		})
+		if errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
+			d.dropEffect(ctx, key, e, err)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("saga: scheduling timeout %s: %w", e.Msg.Type, err)
+		}
+		if te, ok := rec.Timeouts[e.Token]; ok {
+			te.Ref = ref
+			rec.Timeouts[e.Token] = te
+		}
+	case effectCancel:
+		err := d.cfg.timeouts.Cancel(ctx, e.Ref)
+		if err != nil && !errors.Is(err, timeout.ErrNotFound) && !errors.Is(err, timeout.ErrAlreadyFired) {
+			return fmt.Errorf("saga: cancelling timeout %s: %w", e.Ref, err)
+		}
+	}
+	return nil
+}
+
+// dropEffect logs an effect that can never be carried out (the step
+// checks effects before commit, so only a record written otherwise has
+// one) and leaves it out, so that it cannot block the instance forever.
+func (d *Dispatcher) dropEffect(ctx context.Context, key string, e effect, err error) {
+	typ := ""
+	if e.Msg != nil {
+		typ = e.Msg.Type
+	}
+	d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: dropping an effect the transport refuses",
+		slog.String("key", key), slog.String("kind", string(e.Kind)), slog.String("type", typ), slog.Any("error", err))
+}
+
+// flushType is the type of the dispatcher's own messages that retry the
+// pending effects of a committed step (see EffectsPending).
+const flushType = "jetsaga.flush"
+
+// flushLater schedules, for each target, a message to the dispatcher's
+// own queue that carries out its instance's pending effects. Scheduled
+// messages are not held back by a full queue.
+func (d *Dispatcher) flushLater(ctx context.Context, ts []*target, origin string) error {
+	var errs []error
+	for _, t := range ts {
+		errs = append(errs, d.scheduleFlush(ctx, t.rt.Name(), t.id, origin, 1))
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Dispatcher) scheduleFlush(ctx context.Context, sagaName, id, origin string, n int) error {
+	q, err := d.open(ctx)
+	if err != nil {
+		return err
+	}
+	m := &transport.Message{
+		MessageID: effectID(storeKey(sagaName, id), "flush\x00"+origin, n),
+		Properties: map[string]string{
+			propType: flushType, propSaga: sagaName, propSagaID: id, propOrigin: origin, propAttempt: strconv.Itoa(n),
+		},
+	}
+	_, err = q.Schedule(ctx, m, d.cfg.now().Add(d.cfg.retry.Backoff(min(n, 16))))
+	return err
+}
+
+// flushMessage handles a message of flushType: it carries out the pending
+// effects of one instance, and schedules itself again if they still
+// cannot be. It gives up only on a record it cannot read.
+func (d *Dispatcher) flushMessage(ctx context.Context, del *transport.Delivery) StepResult {
+	name, id, origin := del.Properties[propSaga], del.Properties[propSagaID], del.Properties[propOrigin]
+	n, _ := strconv.Atoi(del.Properties[propAttempt])
+	var outcome Outcome
+	var err error
+	if transport.ValidateQueueName(name) != nil || validateID(id) != nil {
+		outcome, err = Dropped, Permanent(fmt.Errorf("%w: pending-effects message for %.64q/%.64q", ErrMalformed, name, id))
+	} else {
+		outcome, err = d.flushStored(ctx, storeKey(name, id))
+	}
+	if err != nil && !errors.Is(err, ErrPermanent) {
+		err = fmt.Errorf("%w: saga %s/%s: %w", ErrEffectsPending, name, id, err)
+		if serr := d.scheduleFlush(ctx, name, id, origin, n+1); serr != nil {
+			_ = del.Abandon(ctx)
+			return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr)}
+		}
+		outcome = EffectsPending
+		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: pending effects still cannot be carried out; retrying later",
+			slog.String("saga.type", name), slog.String("saga.id", id), slog.Int("attempt", n), slog.Any("error", err))
+	} else if err != nil {
+		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: pending effects cannot be carried out; giving up",
+			slog.String("saga.type", name), slog.String("saga.id", id), slog.Any("error", err))
+	}
+	if cerr := del.Complete(ctx); cerr != nil {
+		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr)}
+	}
+	return StepResult{Outcome: outcome, Err: err}
+}
+
+// flushStored carries out the outbox stored under key, if there is one:
+// Handled if it did, Duplicate if there was none (left), Dropped if the
+// instance is gone.
+func (d *Dispatcher) flushStored(ctx context.Context, key string) (Outcome, error) {
+	for conflicts := 0; ; conflicts++ {
+		rec, rev, err := d.load(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			return Dropped, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if len(rec.Outbox) == 0 {
+			return Duplicate, nil
+		}
+		_, err = d.flush(ctx, key, rec, rev)
+		if !errors.Is(err, ErrConflict) {
+			if err != nil {
+				return "", err
+			}
+			return Handled, nil
+		}
+		if conflicts >= d.cfg.conflicts {
+			return "", err
+		}
+	}
+}
