@@ -151,7 +151,7 @@ func (d *Dispatcher) CancelTimeouts(ctx context.Context, sagaName, id string) (C
 			s.cancelTimeout(string(pt.Handle))
 		}
 		rec.Updated = now
-		rev, err = d.put(ctx, key, rec, rev)
+		rev, err = d.records.commit(ctx, key, rec, rev)
 		if errors.Is(err, ErrConflict) && conflicts < d.cfg.conflicts {
 			conflicts++
 			continue

@@ -1,6 +1,8 @@
 package saga
 
 import (
+	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -10,6 +12,61 @@ import (
 // (see WithRecordCache).
 const DefaultRecordCache = 4096
 
+// cachedRecords is the record cache in front of the store: records this
+// dispatcher wrote, served to the first attempt of a step (a load that
+// may be stale) while they mostly are what the store holds (hitRate).
+type cachedRecords struct {
+	next  records
+	cache *recordCache
+	hits  hitRate // of the cache, by the steps that found a record
+}
+
+func (c *cachedRecords) load(ctx context.Context, key string, mayBeStale bool) (*record, uint64, bool, error) {
+	if mayBeStale && c.hits.likely() {
+		// Taken, not copied: a step that commits puts its record back; one
+		// that decides otherwise leaves the key to the store until then.
+		if rec, rev, ok := c.cache.take(key); ok {
+			rec.fromCache = true
+			return rec, rev, true, nil
+		}
+	}
+	rec, rev, _, err := c.next.load(ctx, key, false)
+	if err == nil && mayBeStale {
+		// A step's first load tells whether the cache would have held
+		// the record as stored, so that the dispatcher returns to the
+		// cache when the turns on the instances come back to it.
+		c.hits.note(c.cache.holds(key, rev))
+	}
+	return rec, rev, false, err
+}
+
+// commit writes through, and caches the record as written (not a
+// completed one, whose step is the instance's last); a commit on a cached
+// record tells whether the cache held the record as stored.
+func (c *cachedRecords) commit(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
+	n, err := c.next.commit(ctx, key, rec, rev)
+	if rec.fromCache && (err == nil || errors.Is(err, ErrConflict)) {
+		rec.fromCache = false // one note per record served
+		c.hits.note(err == nil)
+	}
+	if err != nil || rec.Completed {
+		c.cache.forget(key)
+	} else {
+		c.cache.set(key, rec, n)
+	}
+	return n, err
+}
+
+// keepOutbox keeps the outbox while the next step on the instance
+// probably starts from the cache, which then holds rec without it.
+func (c *cachedRecords) keepOutbox(key string, rev uint64, rec *record) bool {
+	if !c.hits.likely() {
+		return false
+	}
+	c.cache.carried(key, rev, rec)
+	return true
+}
+
 // recordCache keeps, per store key, the record this dispatcher last wrote
 // and the revision the store gave it, so that the next step on the
 // instance can skip the load. It is a hint, never a source of truth: a
@@ -18,7 +75,7 @@ const DefaultRecordCache = 4096
 // and any decision that would not end in such a conditional write — a
 // duplicate, a dropped timeout, a missing or completed instance, a
 // handler error, a pending outbox — is made again on a fresh load (see
-// errStaleCache).
+// errStale).
 //
 // This needs revisions that never come back for a key: a record deleted
 // (or expired) and written again must not reach a revision it had before.
@@ -61,6 +118,7 @@ func (c *recordCache) set(key string, rec *record, rev uint64) {
 		return
 	}
 	e := cachedRecord{rec: rec.clone(), rev: rev}
+	e.rec.fromCache = false
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
@@ -94,6 +152,20 @@ func (c *recordCache) holds(key string, rev uint64) bool {
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
 	return ok && e.rev == rev
+}
+
+// take returns the record cached under key and forgets it.
+func (c *recordCache) take(key string) (*record, uint64, bool) {
+	c.mu.Lock()
+	e, ok := c.m[key]
+	delete(c.m, key)
+	c.mu.Unlock()
+	if !ok {
+		return nil, 0, false
+	}
+	// The cached record is the step's now; a copy, all the same, so that
+	// a record cached once is never changed (see cachedRecord).
+	return e.rec.clone(), e.rev, true
 }
 
 func (c *recordCache) forget(key string) {

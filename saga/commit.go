@@ -3,64 +3,76 @@ package saga
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
-// Loading and committing records, and keeping the record cache in step
-// with what this dispatcher wrote.
+// Loading and committing records: the commit path's view of the Store.
 
-// load returns the record stored under key and its revision, or
-// ErrNotFound.
-func (d *Dispatcher) load(ctx context.Context, key string) (*record, uint64, error) {
-	raw, rev, err := d.store.Load(ctx, key)
+// records is how the commit path loads and commits saga records: the
+// Store, with records decoded, and possibly a cache of what this
+// dispatcher wrote in front of it (cache.go), which the commit path does
+// not know about. What it must know is the one rule that makes a cache
+// safe: a load that may be stale may return a record that another writer
+// has replaced since. A commit on it fails (the store refuses its
+// revision: ErrConflict); any other decision made from it must be made
+// again on a load that is not stale.
+type records interface {
+	// load returns the record stored under key and its revision, or
+	// ErrNotFound. With mayBeStale, it may return a record that is no
+	// longer the one stored; stale reports whether it could be.
+	load(ctx context.Context, key string, mayBeStale bool) (rec *record, rev uint64, stale bool, err error)
+	// commit stores rec under key if the stored record's revision is rev,
+	// and returns the new revision; otherwise ErrConflict.
+	commit(ctx context.Context, key string, rec *record, rev uint64) (uint64, error)
+	// keepOutbox is told that rec, committed at rev with an outbox of
+	// timeouts only, has had that outbox carried out in memory (rec is
+	// without it), and reports whether the stored record may keep the
+	// outbox until the next commit — the next step on the instance starts
+	// from rec — rather than be cleared by a commit now.
+	keepOutbox(key string, rev uint64, rec *record) bool
+}
+
+// storeRecords are records in a Store.
+type storeRecords struct {
+	store     Store
+	retention time.Duration // of a completed instance's record
+}
+
+func (s storeRecords) load(ctx context.Context, key string, _ bool) (*record, uint64, bool, error) {
+	raw, rev, err := s.store.Load(ctx, key)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	rec, err := decodeRecord(raw)
 	if err != nil {
-		return nil, 0, Permanent(fmt.Errorf("saga: stored record %s unreadable: %w", key, err))
+		return nil, 0, false, Permanent(fmt.Errorf("saga: stored record %s unreadable: %w", key, err))
 	}
-	return rec, rev, nil
+	return rec, rev, false, nil
 }
 
-// put stores rec under key if its revision is rev. A completed instance's
-// record expires after the retention, if the store can let it.
-//
-// It keeps the record cache in step: the record as written (if it is not
-// completed) after a successful write, nothing after a failed one.
-func (d *Dispatcher) put(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
+// commit writes rec; a completed instance's record expires after the
+// retention, if the store can let it.
+func (s storeRecords) commit(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
 	b, err := encodeRecord(rec)
 	if err != nil {
-		d.cache.forget(key)
 		return 0, err
 	}
-	var n uint64
-	if es, ok := d.store.(ExpiringStore); ok && rec.Completed {
-		n, err = es.PutTTL(ctx, key, b, rev, d.cfg.retention)
-	} else {
-		n, err = d.store.Put(ctx, key, b, rev)
+	if es, ok := s.store.(ExpiringStore); ok && rec.Completed {
+		return es.PutTTL(ctx, key, b, rev, s.retention)
 	}
-	if err != nil || rec.Completed {
-		d.cache.forget(key)
-	} else {
-		d.cache.set(key, rec, n)
-	}
-	return n, err
+	return s.store.Put(ctx, key, b, rev)
 }
 
-// loadStep returns the record a step starts from: the cached one if
-// useCache and there is one (cached reports it), else the stored one.
-//
-// If note, it tells d.hits whether the cache held the stored record: at
-// once for a record loaded, at the commit (attempt) for a cached one.
-func (d *Dispatcher) loadStep(ctx context.Context, key string, useCache, note bool) (rec *record, rev uint64, cached bool, err error) {
-	if useCache {
-		if rec, rev, ok := d.cache.get(key); ok {
-			return rec, rev, true, nil
-		}
-	}
-	rec, rev, err = d.load(ctx, key)
-	if note && err == nil && d.cache != nil {
-		d.hits.note(d.cache.holds(key, rev))
-	}
-	return rec, rev, false, err
+// keepOutbox: a step that loads the record carries a kept outbox out
+// again, one schedule call per timeout, where clearing it costs one write
+// now; without a cache, every step loads.
+func (storeRecords) keepOutbox(string, uint64, *record) bool { return false }
+
+// load returns the record stored under key and its revision, or
+// ErrNotFound, from the store: for the operations that are not steps
+// (Instance, CancelTimeouts, a flush message), which leave the record
+// cache as it is.
+func (d *Dispatcher) load(ctx context.Context, key string) (*record, uint64, error) {
+	rec, rev, _, err := storeRecords{store: d.store}.load(ctx, key, false)
+	return rec, rev, err
 }

@@ -29,16 +29,15 @@ type Dispatcher struct {
 	q        *transport.Queue
 	openErr  error
 
-	cache *recordCache // records this dispatcher wrote last; nil if off
-	hits  hitRate      // of the cache, by the steps that found a record
+	records records // the store, behind the record cache unless it is off
 
-	// keepOutbox: outboxes of timeouts may stay in the stored record (see
-	// carryOutKept). Not with several timeout engines: another process
-	// (the jetsaga command, a dispatcher configured otherwise) that loads
-	// the record carries such an outbox out again with its own scheduler,
-	// which might route a timeout to another engine; there the refs are
-	// recorded at once instead.
-	keepOutbox bool
+	// mayKeepOutbox: outboxes of timeouts may stay in the stored record
+	// (see carryOutKept). Not with several timeout engines: another
+	// process (the jetsaga command, a dispatcher configured otherwise)
+	// that loads the record carries such an outbox out again with its own
+	// scheduler, which might route a timeout to another engine; there the
+	// refs are recorded at once instead.
+	mayKeepOutbox bool
 
 	topicMu sync.Mutex
 	topic   *transport.Topic // opened by openTopic
@@ -86,10 +85,13 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 	d := &Dispatcher{
 		cfg: c, broker: b, store: store, queueName: queue, subscribers: c.subscribers,
 		byType: make(map[string][]sagaRuntime), byName: make(map[string]sagaRuntime),
-		cache: newRecordCache(c.cacheSize),
+		records: storeRecords{store: store, retention: c.retention},
+	}
+	if cache := newRecordCache(c.cacheSize); cache != nil {
+		d.records = &cachedRecords{next: d.records, cache: cache}
 	}
 	if r, ok := c.timeouts.(*timeout.Router); !ok || len(r.Engines()) <= 1 {
-		d.keepOutbox = true
+		d.mayKeepOutbox = true
 	}
 	if len(c.sagas) == 0 {
 		return nil, fmt.Errorf("%w: no sagas (use WithSagas)", ErrInvalidOption)

@@ -61,7 +61,7 @@ func (d *Dispatcher) flush(ctx context.Context, key string, rec *record, rev uin
 		}
 	}
 	rec.Outbox = nil
-	return d.put(ctx, key, rec, rev)
+	return d.records.commit(ctx, key, rec, rev)
 }
 
 // carryOut carries out one effect of rec's outbox.

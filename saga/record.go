@@ -35,6 +35,8 @@ type record struct {
 	Completed  bool                    `json:"completed,omitempty"`
 	Started    time.Time               `json:"started"`
 	Updated    time.Time               `json:"updated"`
+
+	fromCache bool // served by the record cache (cachedRecords), not stored
 }
 
 // data returns the instance's encoded data.

@@ -110,14 +110,13 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 func (d *Dispatcher) step(ctx context.Context, t *target, del *transport.Delivery, identity string) (Outcome, int, error) {
 	key := storeKey(t.rt.Name(), t.id)
 	waits := 0
-	// The first attempt starts from the cache while it mostly holds what
-	// the store holds (see hitRate), and tells how it went; a second
-	// attempt starts from a fresh load.
-	first, useCache := true, d.cache != nil && d.hits.likely()
+	// The first attempt may start from a record that is no longer the
+	// one stored (see records); an attempt again starts from the store.
+	first := true
 	for conflicts := 0; ; {
-		o, err := d.attempt(ctx, t, key, identity, del, waits < outboxWaits, useCache, first)
-		first, useCache = false, false
-		if errors.Is(err, errStaleCache) {
+		o, err := d.attempt(ctx, t, key, identity, del, waits < outboxWaits, first)
+		first = false
+		if errors.Is(err, errStale) {
 			continue
 		}
 		if errors.Is(err, errOutboxBusy) {
@@ -158,23 +157,25 @@ const (
 
 var errOutboxBusy = errors.New("saga: outbox being carried out")
 
-// errStaleCache asks for a step started from a cached record to be run
-// again from a fresh load: it came to a decision other than a commit,
-// which the cache cannot vouch for.
-var errStaleCache = errors.New("saga: cached record needs a fresh load")
+// errStale asks for a step started from a record that may be stale to be
+// run again from the store: it came to a decision other than a commit,
+// which only a commit (conditional on the revision) would have checked.
+var errStale = errors.New("saga: record may be stale; loading it again")
 
 // attempt is one load → handle → commit → carry out effects round. It
 // returns EffectsPending with the error when the message's change is
 // committed but its effects could not all be carried out.
-func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient, useCache, first bool) (Outcome, error) {
+//
+// With mayBeStale, it may start from a record that is no longer the one
+// stored (see records): then every decision but a commit is made again on
+// a record loaded from the store.
+func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient, mayBeStale bool) (Outcome, error) {
 	now := d.cfg.now()
-	rec, rev, cached, err := d.loadStep(ctx, key, useCache, first)
-	// fresh is the way out of every decision but a commit: from a cached
-	// record, the step runs again on a fresh load.
+	rec, rev, stale, err := d.records.load(ctx, key, mayBeStale)
+	// fresh is the way out of every decision but a commit.
 	fresh := func(o Outcome, err error) (Outcome, error) {
-		if cached {
-			d.cache.forget(key)
-			return "", errStaleCache
+		if stale {
+			return "", errStale
 		}
 		return o, err
 	}
@@ -187,7 +188,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		// Effects a step committed but did not carry out go first: the
 		// next commit would overwrite them.
 		if len(rec.Outbox) > 0 {
-			if cached {
+			if stale {
 				return fresh("", nil)
 			}
 			if !rec.hasSends() {
@@ -217,7 +218,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			return fresh(Duplicate, nil)
 		}
 		if rec.Completed {
-			if cached {
+			if stale {
 				return fresh("", nil)
 			}
 			tombstone = rec
@@ -225,7 +226,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		}
 	}
 	isNew := rec == nil || rec.Started.IsZero()
-	if isNew && cached {
+	if isNew && stale {
 		return fresh("", nil)
 	}
 	if isNew && t.kind != routeTimeout && t.kind != routeStart {
@@ -259,34 +260,30 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 	if rec.Completed {
 		s.complete()
 	}
-	if rev, err = d.put(ctx, key, rec, rev); err != nil {
-		if cached && errors.Is(err, ErrConflict) {
-			d.hits.note(false)
+	if rev, err = d.records.commit(ctx, key, rec, rev); err != nil {
+		if errors.Is(err, ErrConflict) {
+			return "", err
 		}
-		if cached && !errors.Is(err, ErrConflict) {
-			return fresh("", err)
-		}
-		return "", err
-	}
-	if cached {
-		d.hits.note(true)
+		return fresh("", err)
 	}
 	switch {
 	case len(rec.Outbox) == 0:
-	case rec.hasSends() || d.cache == nil || !d.keepOutbox || !d.hits.likely():
+	case rec.hasSends() || !d.mayKeepOutbox:
 		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
-			d.cache.forget(key)
 			return EffectsPending, err
 		}
 	default:
-		// Timeouts only: the outbox stays in the stored record until the
-		// next commit on the instance (see carryOutKept); this
-		// dispatcher's cache knows it was carried out.
+		// Timeouts only: the outbox may stay in the stored record until
+		// the next commit on the instance (see carryOutKept), if that
+		// step starts from this record without it.
 		if err := d.carryOutKept(ctx, key, rec); err != nil {
-			d.cache.forget(key)
 			return EffectsPending, err
 		}
-		d.cache.carried(key, rev, rec)
+		if !d.records.keepOutbox(key, rev, rec) {
+			if _, err := d.records.commit(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
+				return EffectsPending, err
+			}
+		}
 	}
 	return Handled, nil
 }
