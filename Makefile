@@ -3,7 +3,7 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \;
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test lint demo bench fmt
+.PHONY: test lint demo bench fmt release-check release
 
 ## test: every test of every module. scripts/test installs what the tests need
 ## when it is missing (or stops at once saying what to install), then runs the
@@ -15,6 +15,28 @@ test:
 ## lint: staticcheck of every module (fetched through the Go module proxy)
 lint:
 	@set -e; for m in $(MODULES); do (cd $$m && go run $(STATICCHECK) ./...); done
+
+## release-check: pack every released module at the version the nested
+## modules require into a file module proxy, then go install both jetsaga
+## commands and build and run a consumer module from it, and check that
+## go mod tidy changes nothing (internal/release)
+release-check:
+	go run ./internal/release check
+
+## release: VERSION=vX.Y.Z bumps every module's requirement of jetsaga's
+## modules and go.work together, writes their go.sum lines, checks the
+## release as release-check does, commits, and tags the root and each
+## released nested module. CHANGELOG.md must have the version's section.
+release:
+	@[ -n "$(VERSION)" ] || { echo "usage: make release VERSION=vX.Y.Z"; exit 2; }
+	@grep -q '^## \[$(patsubst v%,%,$(VERSION))\]' CHANGELOG.md || { echo "CHANGELOG.md has no section ## [$(patsubst v%,%,$(VERSION))]"; exit 2; }
+	@[ -z "$$(git status --porcelain)" ] || { echo "the working tree has changes: commit them first"; exit 2; }
+	go run ./internal/release prepare $(VERSION)
+	go run ./internal/release check
+	git commit -qam "release $(VERSION)"
+	git tag $(VERSION)
+	git tag saga/sagaotel/$(VERSION)
+	git tag timeout/temporal/$(VERSION)
 
 ## demo: the 2FA saga demo on an embedded nats-server
 demo:

@@ -3,7 +3,7 @@ module github.com/jetsaga/jetsaga/saga/sagaotel
 go 1.26.0
 
 require (
-	github.com/jetsaga/jetsaga v0.0.0
+	github.com/jetsaga/jetsaga v0.1.0
 	github.com/nats-io/nats.go v1.55.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
@@ -31,5 +31,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 )
-
-replace github.com/jetsaga/jetsaga => ../..

@@ -3,7 +3,7 @@ module github.com/jetsaga/jetsaga/timeout/temporal
 go 1.26.0
 
 require (
-	github.com/jetsaga/jetsaga v0.0.0
+	github.com/jetsaga/jetsaga v0.1.0
 	github.com/nats-io/nats.go v1.55.0
 	go.temporal.io/api v1.63.5
 	go.temporal.io/sdk v1.50.0
@@ -43,5 +43,3 @@ require (
 	google.golang.org/protobuf v1.36.11 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
-
-replace github.com/jetsaga/jetsaga => ../..

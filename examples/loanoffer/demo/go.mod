@@ -3,8 +3,8 @@ module github.com/jetsaga/jetsaga/examples/loanoffer/demo
 go 1.26.0
 
 require (
-	github.com/jetsaga/jetsaga v0.0.0
-	github.com/jetsaga/jetsaga/timeout/temporal v0.0.0
+	github.com/jetsaga/jetsaga v0.1.0
+	github.com/jetsaga/jetsaga/timeout/temporal v0.1.0
 	go.temporal.io/sdk v1.50.0
 )
 
@@ -43,9 +43,4 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.11 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
-)
-
-replace (
-	github.com/jetsaga/jetsaga => ../../..
-	github.com/jetsaga/jetsaga/timeout/temporal => ../../../timeout/temporal
 )
