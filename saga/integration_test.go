@@ -1055,9 +1055,9 @@ func TestTimeoutsSurviveServerRestart(t *testing.T) {
 
 func TestTimeoutsSurviveServerKill(t *testing.T) {
 	t.Parallel()
-	p, err := embedded.StartProcess(embedded.Options{})
+	p, err := embedded.StartProcess(embedded.Options{ReadyTimeout: serverReady})
 	if err != nil {
-		t.Skipf("cannot start nats-server in a child process: %v", err)
+		t.Fatalf("start nats-server in a child process: %v", err)
 	}
 	t.Cleanup(func() { p.Close() })
 	restartScenario(t, p.ClientURL(), func(firstDue time.Time) {

@@ -15,14 +15,23 @@ import (
 	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
-func connectJS(t *testing.T) jetstream.JetStream {
+// startServer starts an embedded nats-server for one test, or fails it: a
+// skip would leave CI green with none of the store's tests run. A loaded
+// machine running tests with -race gets a minute, not the default 10 s,
+// for the server to accept connections.
+func startServer(t *testing.T) *embedded.Server {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Options{})
+	srv, err := embedded.Start(embedded.Options{ReadyTimeout: time.Minute})
 	if err != nil {
-		t.Skipf("cannot start an embedded nats-server (JetStream needs a writable temp dir and loopback networking): %v", err)
+		t.Fatalf("start an embedded nats-server (JetStream needs a writable temp dir and loopback networking): %v", err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
+	return srv
+}
+
+func connectJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	nc, err := startServer(t).Connect()
 	if err != nil {
 		t.Fatal(err)
 	}
