@@ -914,16 +914,23 @@ func TestRunStopsPromptlyWhenIdle(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
 	n := newNode(t, srv.ClientURL())
-	d := n.dispatcher(t, nil, "idle", saga.WithSagas(counterSaga()))
+	q := n.openQueue(t, transport.QueueConfig{Name: "idle"})
+	var log stepLog
+	d := n.dispatcher(t, nil, "idle", saga.WithSagas(counterSaga()), saga.WithHooks(log.hooks()))
 	if _, err := d.Send(ctxFor(t), Incr{ID: "i-1"}); err != nil {
 		t.Fatal(err)
 	}
 	r := run(t, d)
+	// Idle for certain: the step is done (StepDone ran) and its message
+	// settled; the data alone is committed before the step ends.
 	eventually(t, 10*time.Second, func() string {
 		if c, _, _ := data[counter](t, d, "counter", "i-1"); c.Count != 1 {
 			return "not handled yet"
 		}
-		return ""
+		if len(log.filter("")) != 1 {
+			return "step not done yet"
+		}
+		return queueEmpty(t, q)
 	})
 	start := time.Now()
 	if err := r.wait(10 * time.Second); err != nil {
