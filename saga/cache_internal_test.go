@@ -2,53 +2,179 @@ package saga
 
 import (
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 )
 
+// sampleRecord builds a record with every field set, nested ones too (the
+// test checks that it does), afresh at each call: the expected value of a
+// copy is built independently of the copy.
+func sampleRecord() *record {
+	return &record{
+		JSONData: []byte(`{"n":1}`),
+		BinData:  []byte{1, 2, 3},
+		Timeouts: map[string]timeoutEntry{
+			"t1": {Type: "T", At: time.Unix(1, 0).UTC(), Ref: "queue:q:1"},
+			"t2": {Type: "U", At: time.Unix(3, 0).UTC(), Ref: "queue:q:2"},
+		},
+		Inbox: []string{"a", "b"},
+		Outbox: []effect{
+			{
+				Kind: effectSend, Queue: "q", At: time.Unix(4, 0).UTC(), Token: "tok", Ref: "queue:q:3", Engine: "eng",
+				Msg: &envelope{
+					ID: "e", Type: "M", Body: []byte("x"), ContentType: "application/json",
+					CorrelationID: "c", ReplyTo: "rq", SessionID: "s",
+					Properties: map[string]string{"k": "v"},
+				},
+			},
+			{Kind: effectCancel, Ref: "queue:q:4"}, // no message
+		},
+		Originator: &address{ReplyTo: "r", CorrelationID: "rc"},
+		Completed:  true,
+		Started:    time.Unix(2, 0).UTC(),
+		Updated:    time.Unix(5, 0).UTC(),
+	}
+}
+
+// mutateRecord changes, in place, everything r refers to: the bytes of
+// its data, its timeouts, inbox and outbox, every field of an outbox
+// entry and of its message, and the originator.
+func mutateRecord(r *record) {
+	r.JSONData[0] = 'X'
+	r.BinData[0] = 9
+	r.Timeouts["t1"] = timeoutEntry{Type: "changed", At: time.Unix(10, 0), Ref: "changed"}
+	delete(r.Timeouts, "t2")
+	r.Timeouts["t3"] = timeoutEntry{Type: "new", At: time.Unix(11, 0), Ref: "new"}
+	r.Inbox[0] = "z"
+	e := &r.Outbox[0]
+	e.Kind, e.Queue, e.At, e.Token, e.Ref, e.Engine = effectPublish, "other", time.Unix(40, 0), "t", "r", "e"
+	m := e.Msg
+	m.ID, m.Type, m.ContentType, m.CorrelationID, m.ReplyTo, m.SessionID = "1", "2", "3", "4", "5", "6"
+	m.Body[0] = 'y'
+	m.Properties["k"] = "w"
+	m.Properties["k2"] = "new"
+	r.Outbox[1].Ref = "changed"
+	r.Originator.ReplyTo, r.Originator.CorrelationID = "s", "sc"
+}
+
+// unset lists the fields, at any depth, that v leaves zero.
+func unset(v reflect.Value, path string) []string {
+	if v.IsZero() {
+		return []string{path}
+	}
+	var out []string
+	switch v.Kind() {
+	case reflect.Pointer:
+		out = unset(v.Elem(), path)
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[time.Time]() {
+			break
+		}
+		for i := range v.NumField() {
+			out = append(out, unset(v.Field(i), path+"."+v.Type().Field(i).Name)...)
+		}
+	case reflect.Slice:
+		if v.Len() > 0 && v.Type().Elem().Kind() != reflect.Uint8 {
+			out = unset(v.Index(0), path+"[0]") // the first is the full one
+		}
+	case reflect.Map:
+		for _, k := range v.MapKeys() {
+			out = append(out, unset(v.MapIndex(k), path+"["+k.String()+"]")...)
+		}
+	}
+	return out
+}
+
+// aliases lists the places where a and b, of one type, share memory: the
+// same backing array, map or pointee.
+func aliases(a, b reflect.Value, path string) []string {
+	var out []string
+	switch a.Kind() {
+	case reflect.Pointer:
+		if a.IsNil() || b.IsNil() {
+			return nil
+		}
+		if a.Pointer() == b.Pointer() {
+			out = append(out, path)
+		}
+		out = append(out, aliases(a.Elem(), b.Elem(), path)...)
+	case reflect.Struct:
+		if a.Type() == reflect.TypeFor[time.Time]() { // its *Location is shared by design
+			return nil
+		}
+		for i := range a.NumField() {
+			out = append(out, aliases(a.Field(i), b.Field(i), path+"."+a.Type().Field(i).Name)...)
+		}
+	case reflect.Slice:
+		if a.Cap() > 0 && b.Cap() > 0 && a.Pointer() == b.Pointer() {
+			out = append(out, path)
+		}
+		for i := range min(a.Len(), b.Len()) {
+			out = append(out, aliases(a.Index(i), b.Index(i), path+"["+strconv.Itoa(i)+"]")...)
+		}
+	case reflect.Map:
+		if !a.IsNil() && a.Pointer() == b.Pointer() {
+			out = append(out, path)
+		}
+		for _, k := range a.MapKeys() {
+			if bv := b.MapIndex(k); bv.IsValid() {
+				out = append(out, aliases(a.MapIndex(k), bv, path+"["+k.String()+"]")...)
+			}
+		}
+	}
+	return out
+}
+
 // A cached record is shared by every step that starts from it: the copy
 // each step gets must share nothing the step changes in place.
 func TestRecordCloneSharesNothing(t *testing.T) {
-	orig := &record{
-		JSONData:   []byte(`{"n":1}`),
-		Timeouts:   map[string]timeoutEntry{"t1": {Type: "T", At: time.Unix(1, 0), Ref: "queue:q:1"}},
-		Inbox:      []string{"a", "b"},
-		Outbox:     []effect{{Kind: effectSend, Queue: "q", Msg: &envelope{ID: "e", Body: []byte("x"), Properties: map[string]string{"k": "v"}}}},
-		Originator: &address{ReplyTo: "r"},
-		Started:    time.Unix(2, 0),
+	if u := unset(reflect.ValueOf(sampleRecord()), "record"); len(u) > 0 {
+		t.Fatalf("sampleRecord leaves %v zero: set them, and change them in mutateRecord", u)
 	}
-	want := orig.clone()
-	if !reflect.DeepEqual(orig, want) {
-		t.Fatalf("clone differs:\n%+v\n%+v", orig, want)
-	}
+	orig := sampleRecord()
 	c := orig.clone()
-	c.JSONData[0] = 'X'
-	c.Timeouts["t2"] = timeoutEntry{}
-	delete(c.Timeouts, "t1")
-	c.Inbox[0] = "z"
-	c.Outbox[0].Msg.Body[0] = 'y'
-	c.Outbox[0].Msg.Properties["k"] = "w"
-	c.Outbox[0].Queue = "other"
-	c.Originator.ReplyTo = "s"
-	if !reflect.DeepEqual(orig, want) {
-		t.Fatalf("changing the clone changed the original:\n%+v\nwant\n%+v", orig, want)
+	if !reflect.DeepEqual(c, sampleRecord()) {
+		t.Fatalf("clone differs:\n%+v\nwant\n%+v", c, sampleRecord())
 	}
-	c.Timeouts, c.Inbox, c.Outbox = nil, nil, nil
-	if !reflect.DeepEqual(orig, want) {
-		t.Fatal("changing the clone changed the original")
+	if a := aliases(reflect.ValueOf(orig), reflect.ValueOf(c), "record"); len(a) > 0 {
+		t.Errorf("the clone shares memory with the original at %v", a)
+	}
+	mutate := sampleRecord()
+	mutateRecord(mutate)
+	if u := unset(reflect.ValueOf(mutate), "record"); len(u) > 0 || reflect.DeepEqual(mutate, sampleRecord()) {
+		t.Fatalf("mutateRecord changes nothing, or zeroes %v", u)
 	}
 
-	// The cache hands out copies too.
-	rc := newRecordCache(2)
-	rc.set("k", orig, 7)
-	got, rev, ok := rc.get("k")
-	if !ok || rev != 7 || !reflect.DeepEqual(got, want) {
-		t.Fatalf("get: %v %d %+v", ok, rev, got)
+	// Changing the clone leaves the original as it was...
+	mutateRecord(c)
+	if !reflect.DeepEqual(orig, sampleRecord()) {
+		t.Errorf("changing the clone changed the original:\n%+v\nwant\n%+v", orig, sampleRecord())
 	}
-	got.Inbox[1] = "changed"
-	again, _, _ := rc.get("k")
-	if again.Inbox[1] != "b" {
-		t.Fatal("a step's change reached the cached record")
+	// ...and changing the original leaves the clone.
+	orig = sampleRecord()
+	c = orig.clone()
+	mutateRecord(orig)
+	if !reflect.DeepEqual(c, sampleRecord()) {
+		t.Errorf("changing the original changed the clone:\n%+v\nwant\n%+v", c, sampleRecord())
+	}
+	// A record without the optional parts clones to one without them.
+	if c := (&record{Started: time.Unix(2, 0).UTC()}).clone(); !reflect.DeepEqual(c, &record{Started: time.Unix(2, 0).UTC()}) {
+		t.Errorf("clone of a bare record: %+v", c)
+	}
+
+	// The cache keeps a copy and hands out copies.
+	rc := newRecordCache(2)
+	orig = sampleRecord()
+	rc.set("k", orig, 7)
+	mutateRecord(orig)
+	got, rev, ok := rc.get("k")
+	if !ok || rev != 7 || !reflect.DeepEqual(got, sampleRecord()) {
+		t.Fatalf("get after the original changed: %v %d %+v", ok, rev, got)
+	}
+	mutateRecord(got)
+	if again, _, _ := rc.get("k"); !reflect.DeepEqual(again, sampleRecord()) {
+		t.Fatalf("a step's change reached the cached record: %+v", again)
 	}
 	rc.set("k2", orig, 8)
 	rc.set("k3", orig, 9)

@@ -177,7 +177,17 @@ func TestEqualInstantsInState(t *testing.T) {
 	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
 		env.Send(StampMe{ID: "w"})
 		sagatest.AssertState(t, env, d, "w", when{At: env.Now()})
-		sagatest.AssertState(t, env, d, "w", when{At: time.Date(2000, 1, 1, 0, 0, 0, 0, time.Local)})
+		// The same instant in another location: the machine's own, and
+		// fixed zones east and west of UTC (the bubble starts at midnight
+		// 1 January 2000 UTC), so the check holds in any TZ.
+		sagatest.AssertState(t, env, d, "w", when{At: env.Now().In(time.Local)})
+		sagatest.AssertState(t, env, d, "w", when{At: time.Date(2000, 1, 1, 5, 30, 0, 0, time.FixedZone("IST", 5*3600+1800))})
+		sagatest.AssertState(t, env, d, "w", when{At: time.Date(1999, 12, 31, 19, 0, 0, 0, time.FixedZone("EST", -5*3600))})
+		ft := &fakeT{TB: t}
+		sagatest.AssertState(ft, env, d, "w", when{At: env.Now().Add(time.Nanosecond)})
+		if len(ft.errors) != 1 {
+			t.Errorf("a different instant: got %d failures, want 1", len(ft.errors))
+		}
 	})
 }
 

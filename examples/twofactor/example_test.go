@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log"
+	"sync"
 	"time"
 
 	"github.com/jetsaga/jetsaga/examples/twofactor"
@@ -15,17 +16,20 @@ import (
 
 // The flow in one process, on the in-memory transport and store; a service
 // uses NATS JetStream and saga/kvstore instead (see the demo). Codes live
-// 100ms here, so that bob's expires while the example runs.
+// their 5 minutes; the in-memory broker runs on a clock the example moves
+// 5 minutes ahead once ann is done, so that bob's code expires then, and
+// ann's cannot expire before she enters it, however slow the machine.
 func Example() {
-	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, stop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer stop()
-	broker, err := transport.NewMemory()
+	clock := &skipClock{}
+	broker, err := transport.NewMemory(transport.WithClock(clock))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer broker.Close()
 	flow := twofactor.New(twofactor.Config{
-		TTL:     100 * time.Millisecond,
+		TTL:     5 * time.Minute,
 		NewCode: func() string { return "123456" },
 	})
 	d, err := saga.NewDispatcher(broker, memstore.New(), "auth", saga.WithSagas(flow))
@@ -85,7 +89,8 @@ func Example() {
 
 	send(twofactor.CodeRequested{Login: "l2", User: "bob"})
 	fmt.Println(next())
-	fmt.Println(next()) // bob never enters the code
+	clock.Skip(5 * time.Minute) // bob never enters the code
+	fmt.Println(next())
 
 	stop()
 	if err := <-done; err != nil {
@@ -97,4 +102,73 @@ func Example() {
 	// l1: ann verified
 	// l2: code 123456 issued to bob
 	// l2: bob failed: expired
+}
+
+// skipClock is real time plus the jumps Skip makes: the scheduled messages
+// of the in-memory broker that the jump makes due (bob's expiry) are
+// delivered at once. (The dispatcher keeps its own, real, clock: a code
+// entered is checked against it.)
+type skipClock struct {
+	mu     sync.Mutex
+	ahead  time.Duration
+	timers map[*skipTimer]struct{}
+}
+
+type skipTimer struct {
+	at time.Time
+	f  func()
+	t  *time.Timer
+}
+
+func (c *skipClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.ahead)
+}
+
+func (c *skipClock) AfterFunc(d time.Duration, f func()) (stop func() bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timers == nil {
+		c.timers = make(map[*skipTimer]struct{})
+	}
+	st := &skipTimer{at: time.Now().Add(c.ahead + d), f: f}
+	st.t = time.AfterFunc(d, func() { c.fire(st) })
+	c.timers[st] = struct{}{}
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if _, ok := c.timers[st]; !ok {
+			return false
+		}
+		delete(c.timers, st)
+		st.t.Stop()
+		return true
+	}
+}
+
+// fire calls st's function unless it was stopped or called already.
+func (c *skipClock) fire(st *skipTimer) {
+	c.mu.Lock()
+	_, ok := c.timers[st]
+	delete(c.timers, st)
+	c.mu.Unlock()
+	if ok {
+		st.f()
+	}
+}
+
+// Skip moves the clock d ahead and fires the timers that came due, each in
+// a goroutine of its own.
+func (c *skipClock) Skip(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ahead += d
+	now := time.Now().Add(c.ahead)
+	for st := range c.timers {
+		if !st.at.After(now) {
+			st.t.Stop()
+			go c.fire(st)
+		}
+	}
 }

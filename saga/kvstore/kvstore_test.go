@@ -14,7 +14,6 @@ import (
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/saga/memstore"
-	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
 func newStore(t *testing.T, cfg kvstore.Config) *kvstore.Store {
@@ -162,11 +161,7 @@ func TestDeleteContract(t *testing.T) {
 // and no update is lost.
 func TestConcurrentIncrements(t *testing.T) {
 	t.Parallel()
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		t.Skipf("cannot start an embedded nats-server: %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := startServer(t)
 	const workers, each = 4, 25
 	stores := make([]*kvstore.Store, workers)
 	for i := range stores {

@@ -15,14 +15,23 @@ import (
 	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
-func connectJS(t *testing.T) jetstream.JetStream {
+// startServer starts an embedded nats-server for one test, or fails it: a
+// skip would leave CI green with none of the store's tests run. A loaded
+// machine running tests with -race gets a minute, not the default 10 s,
+// for the server to accept connections.
+func startServer(t *testing.T) *embedded.Server {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Options{})
+	srv, err := embedded.Start(embedded.Options{ReadyTimeout: time.Minute})
 	if err != nil {
-		t.Skipf("cannot start an embedded nats-server (JetStream needs a writable temp dir and loopback networking): %v", err)
+		t.Fatalf("start an embedded nats-server (JetStream needs a writable temp dir and loopback networking): %v", err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
+	return srv
+}
+
+func connectJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	nc, err := startServer(t).Connect()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,16 +87,31 @@ func TestExpiryLeavesNoTrace(t *testing.T) {
 	if _, err := s.PutTTL(ctx, "a.created", []byte("t"), 0, time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// Keys read or written again before they expire get a TTL with room
+	// for a round trip on a loaded machine; each such check fails, rather
+	// than passes, if more than the TTL has gone by since the write.
+	const roomyTTL = 3 * time.Second
+	inTime := func(since time.Time, what string) {
+		t.Helper()
+		if took := time.Since(since); took >= roomyTTL {
+			t.Fatalf("%s: %v since the write, more than its TTL %v: the machine is too slow for the check", what, took, roomyTTL)
+		}
+	}
 	// Created for good, then updated with a TTL (a saga completing).
 	rev, err := s.Put(ctx, "a.updated", []byte("v1"), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PutTTL(ctx, "a.updated", []byte("v2"), rev+1, time.Second); !errors.Is(err, saga.ErrConflict) {
+	if _, err := s.PutTTL(ctx, "a.updated", []byte("v2"), rev+1, roomyTTL); !errors.Is(err, saga.ErrConflict) {
 		t.Errorf("PutTTL at a wrong revision: %v, want saga.ErrConflict", err)
 	}
-	if rev, err = s.PutTTL(ctx, "a.updated", []byte("v2"), rev, time.Second); err != nil {
+	updatedAt := time.Now()
+	if rev, err = s.PutTTL(ctx, "a.updated", []byte("v2"), rev, roomyTTL); err != nil {
 		t.Fatal(err)
+	}
+	if v, r, err := s.Load(ctx, "a.updated"); err != nil || string(v) != "v2" || r != rev {
+		inTime(updatedAt, "Load before expiry")
+		t.Fatalf("Load before expiry: %q rev %d, %v", v, r, err)
 	}
 	// Deleted.
 	drev, err := s.Put(ctx, "a.deleted", []byte("d"), 0)
@@ -98,15 +122,14 @@ func TestExpiryLeavesNoTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Kept: a TTL followed by a plain Put keeps the key for good.
-	krev, err := s.PutTTL(ctx, "a.kept", []byte("k1"), 0, time.Second)
+	keptAt := time.Now()
+	krev, err := s.PutTTL(ctx, "a.kept", []byte("k1"), 0, roomyTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Put(ctx, "a.kept", []byte("k2"), krev); err != nil {
+		inTime(keptAt, "Put over a TTL")
 		t.Fatal(err)
-	}
-	if v, r, err := s.Load(ctx, "a.updated"); err != nil || string(v) != "v2" || r != rev {
-		t.Fatalf("Load before expiry: %q rev %d, %v", v, r, err)
 	}
 
 	await(t, func() string {
@@ -135,8 +158,20 @@ func TestExpiryLeavesNoTrace(t *testing.T) {
 		}
 		return ""
 	})
+	// a.kept outlives its first TTL and the marker it would have left.
+	await(t, func() string {
+		if left := time.Until(keptAt.Add(roomyTTL + 2*time.Second)); left > 0 {
+			return fmt.Sprintf("a.kept's first TTL and marker not over yet (%v left)", left)
+		}
+		return ""
+	})
 	if v, _, err := s.Load(ctx, "a.kept"); err != nil || string(v) != "k2" {
 		t.Errorf("a.kept: %q, %v; want k2 kept for good", v, err)
+	}
+	if info, err := stream.Info(ctx, jetstream.WithSubjectFilter(">")); err != nil {
+		t.Error(err)
+	} else if info.State.Msgs != 2 {
+		t.Errorf("stream after a.kept's first TTL holds %d messages on %v, want the 2 live keys only", info.State.Msgs, info.State.Subjects)
 	}
 }
 
