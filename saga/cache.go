@@ -118,7 +118,6 @@ func (c *recordCache) set(key string, rec *record, rev uint64) {
 		return
 	}
 	e := cachedRecord{rec: rec.clone(), rev: rev}
-	e.rec.fromCache = false
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
@@ -190,6 +189,7 @@ func (c *recordCache) len() int {
 // step changes its record's maps and slices in place.
 func (r *record) clone() *record {
 	c := *r
+	c.fromCache = false // a mark of r, not content
 	c.JSONData = slices.Clone(r.JSONData)
 	c.BinData = slices.Clone(r.BinData)
 	c.Timeouts = maps.Clone(r.Timeouts)

@@ -58,8 +58,14 @@ func mutateRecord(r *record) {
 	r.Originator.ReplyTo, r.Originator.CorrelationID = "s", "sc"
 }
 
-// unset lists the fields, at any depth, that v leaves zero.
+// unset lists the fields, at any depth, that v leaves zero, but for
+// record.fromCache: it marks the one record the cache served to a step,
+// not content, and a clone leaves it false (see
+// TestCloneIsNotServedFromCache).
 func unset(v reflect.Value, path string) []string {
+	if path == "record.fromCache" {
+		return nil
+	}
 	if v.IsZero() {
 		return []string{path}
 	}
@@ -180,6 +186,16 @@ func TestRecordCloneSharesNothing(t *testing.T) {
 	rc.set("k3", orig, 9)
 	if n := rc.len(); n != 2 {
 		t.Fatalf("cache holds %d records, bound 2", n)
+	}
+}
+
+// A clone is a copy of the content: the mark of a record served by the
+// cache stays with that record, so that its commit alone reports a hit.
+func TestCloneIsNotServedFromCache(t *testing.T) {
+	r := sampleRecord()
+	r.fromCache = true
+	if r.clone().fromCache {
+		t.Fatal("a clone of a record served by the cache is marked as served")
 	}
 }
 
