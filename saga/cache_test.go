@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -142,7 +143,7 @@ func TestRecordCacheStaleAfterAnotherDispatcher(t *testing.T) {
 	// The last step completed its message without waiting for the
 	// server (its identity is in the inbox): the queue empties a moment
 	// after the step returns.
-	eventually(t, 10*time.Second, func() string { return queueEmpty(t, q) })
+	testutil.Await(t, 10*time.Second, func() string { return queueEmpty(t, q) })
 }
 
 // A delivery received with others in a batch waits while the steps before
@@ -174,7 +175,7 @@ func TestReceiveBatchRenewsWaitingLocks(t *testing.T) {
 		}
 	}
 	run(t, d)
-	eventually(t, 20*time.Second, func() string {
+	testutil.Await(t, 20*time.Second, func() string {
 		if n := len(log.filter("")); n < 3 {
 			return fmt.Sprintf("%d steps done, want 3", n)
 		}
@@ -249,7 +250,7 @@ func TestKeptTimeoutOutbox(t *testing.T) {
 				t.Fatal(err)
 			}
 			run(t, d2)
-			eventually(t, 20*time.Second, func() string {
+			testutil.Await(t, 20*time.Second, func() string {
 				if c, _, _ := data[cacheData](t, d2, "cached", "k"); c.Count != 102 {
 					return fmt.Sprintf("count %d, want 102 (both increments and the timeout)", c.Count)
 				}

@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/transport"
@@ -186,7 +187,7 @@ func TestClusterSagas(t *testing.T) {
 	within := 90 * time.Second
 	stuck := r1AwaitCompleted(t, sender, ids, within)
 	if len(stuck) == 0 {
-		eventually(t, 30*time.Second, func() string { return queueEmpty(t, q) })
+		testutil.Await(t, 30*time.Second, func() string { return queueEmpty(t, q) })
 	}
 	// Every instance ends with its "done" effect, sent by its last step: a
 	// sent message reaches its queue a moment later, or, if the queue

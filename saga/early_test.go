@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/memstore"
 	"github.com/jetsaga/jetsaga/timeout"
@@ -173,7 +174,7 @@ func (e *earlyEnv) checkRuns(ids ...string) {
 // and the queue is empty.
 func (e *earlyEnv) awaitHandled(id string, within time.Duration) {
 	e.t.Helper()
-	eventually(e.t, within, func() string {
+	testutil.Await(e.t, within, func() string {
 		if len(e.timeoutSteps(id)) == 0 {
 			return "timeout not handled yet"
 		}
@@ -231,7 +232,7 @@ func TestEarlyTimeoutsNeverEarly(t *testing.T) {
 	if _, err := d.Send(ctxFor(t), EarlyStart{ID: "meanwhile", Due: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if _, _, ok := data[earlyData](t, d, "early", "meanwhile"); !ok {
 			return "the instance started while timeouts are held does not exist yet"
 		}
@@ -243,7 +244,7 @@ func TestEarlyTimeoutsNeverEarly(t *testing.T) {
 		t.Errorf("the instance started while timeouts were held took %v, until %v after their due time",
 			now.Sub(sent), now.Sub(first))
 	}
-	eventually(t, 20*time.Second, func() string {
+	testutil.Await(t, 20*time.Second, func() string {
 		if got := len(e.runs.all()); got < n {
 			return fmt.Sprintf("%d of %d timeouts handled", got, n)
 		}
@@ -289,7 +290,7 @@ func TestEarlyTimeoutCancel(t *testing.T) {
 	if _, err := d.Send(ctxFor(t), EarlyStart{ID: "before", Due: due}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if _, inst, ok := data[earlyData](t, d, "early", "before"); !ok || len(inst.Timeouts) != 1 {
 			return "timeout not requested yet"
 		}
@@ -298,7 +299,7 @@ func TestEarlyTimeoutCancel(t *testing.T) {
 	if _, err := d.Send(ctxFor(t), EarlyStop{ID: "before"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if errs := cancels.results(); len(errs) != 1 {
 			return fmt.Sprintf("cancels so far: %v", errs)
 		}
@@ -323,7 +324,7 @@ func TestEarlyTimeoutCancel(t *testing.T) {
 	if _, err := d.Send(ctxFor(t), EarlyStop{ID: "within"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if len(e.timeoutSteps("within")) == 0 {
 			return "the held timeout was not settled yet"
 		}
@@ -344,7 +345,7 @@ func TestEarlyTimeoutCancel(t *testing.T) {
 		t.Errorf("held timeout cancelled by its saga: outcome %s, want %s", ev.Result.Outcome, saga.Dropped)
 	}
 	// The first's due time passes: nothing arrives.
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if time.Now().Before(due.Add(time.Second)) {
 			return "waiting past the cancelled timeout's due time"
 		}
@@ -411,7 +412,7 @@ func TestEarlyTimeoutStopWhileHolding(t *testing.T) {
 	}
 	// Completed without waiting for the broker: it may land after Run
 	// returned.
-	eventually(t, 10*time.Second, func() string { return queueEmpty(t, e.q) })
+	testutil.Await(t, 10*time.Second, func() string { return queueEmpty(t, e.q) })
 }
 
 // TestEarlyTimeoutHoldOutlastsLock holds a timeout longer than the
@@ -426,7 +427,7 @@ func TestEarlyTimeoutHoldOutlastsLock(t *testing.T) {
 	if _, err := d.Send(ctxFor(t), EarlyStart{ID: "l-1", Due: time.Now().Add(4 * time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, func() string {
+	testutil.Await(t, 15*time.Second, func() string {
 		if len(e.timeoutSteps("l-1")) == 0 {
 			return "timeout not handled yet"
 		}
@@ -524,7 +525,7 @@ func TestEarlyTimeoutHostileDue(t *testing.T) {
 	}
 	// The scheduled timeout messages, to copy.
 	msgs := map[string]*transport.Message{}
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		for _, m := range peekAll(t, e.q) {
 			if m.State == transport.Scheduled {
 				msgs[m.Properties[timeout.PropertyInstance]] = m
@@ -545,7 +546,7 @@ func TestEarlyTimeoutHostileDue(t *testing.T) {
 	}
 	send("h-garbled", "soon")
 	send("h-far", time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano))
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		for _, id := range []string{"h-garbled", "h-far"} {
 			if len(e.timeoutSteps(id)) == 0 {
 				return id + ": copy not settled yet"
@@ -588,7 +589,7 @@ func TestEarlyTimeoutVirtualClock(t *testing.T) {
 		runs := &earlyRuns{}
 		const lead = 5 * time.Second
 		d, err := saga.NewDispatcher(b, memstore.New(), "early-virtual", saga.WithSagas(earlySaga(runs)),
-			saga.WithLogger(testLogger()), saga.WithTimeouts(timeout.NewTransport(b, timeout.WithEarlyActivation(lead))))
+			saga.WithLogger(testutil.Logger()), saga.WithTimeouts(timeout.NewTransport(b, timeout.WithEarlyActivation(lead))))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,34 +28,6 @@ import (
 func TestMain(m *testing.M) {
 	embedded.RunChildIfRequested()
 	os.Exit(m.Run())
-}
-
-// testLogger discards the dispatcher's and transport's logs, which are
-// noisy by design in fault tests (failed receives, dead-lettering).
-// JETSAGA_TEST_LOG=1 sends them to stderr.
-func testLogger() *slog.Logger {
-	if os.Getenv("JETSAGA_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-// serverReady bounds the wait for an embedded nats-server to accept
-// connections, at its start and at a restart: more than the 10 s default,
-// for a loaded machine running tests with -race in parallel.
-const serverReady = time.Minute
-
-// startServer starts an embedded nats-server for one test. A server that
-// does not start fails the test: these tests are the point of the suite,
-// and a skip would leave CI green with none of them run.
-func startServer(t *testing.T) *embedded.Server {
-	t.Helper()
-	srv, err := embedded.Start(embedded.Options{ReadyTimeout: serverReady})
-	if err != nil {
-		t.Fatalf("start an embedded nats-server (JetStream needs a writable temp dir and loopback networking): %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv
 }
 
 // node is what one dispatcher process has: its own NATS connection, a
@@ -81,7 +54,7 @@ func newNode(t *testing.T, url string) *node {
 func nodeOn(t *testing.T, nc *nats.Conn, cfg kvstore.Config, wait time.Duration) *node {
 	t.Helper()
 	t.Cleanup(nc.Close)
-	b, err := transport.NewJetStream(nc, transport.WithLogger(testLogger()))
+	b, err := transport.NewJetStream(nc, transport.WithLogger(testutil.Logger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +89,7 @@ func (n *node) dispatcher(t *testing.T, store saga.Store, queue string, opts ...
 	if store == nil {
 		store = n.store
 	}
-	d, err := saga.NewDispatcher(n.broker, store, queue, append([]saga.Option{saga.WithLogger(testLogger())}, opts...)...)
+	d, err := saga.NewDispatcher(n.broker, store, queue, append([]saga.Option{saga.WithLogger(testutil.Logger())}, opts...)...)
 	if err != nil {
 		t.Fatalf("NewDispatcher: %v", err)
 	}
@@ -158,27 +131,6 @@ func (r *running) wait(within time.Duration) error {
 		return err
 	case <-time.After(within):
 		return fmt.Errorf("%s: Run did not return within %v of cancel", r.name, within)
-	}
-}
-
-// eventually polls cond until it returns "" (met) or the deadline passes,
-// then fails the test with cond's last explanation.
-func eventually(t *testing.T, within time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		why := cond()
-		if why == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v: %s", within, why)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("test ended while waiting: %s", why)
-		case <-time.After(25 * time.Millisecond):
-		}
 	}
 }
 
@@ -389,3 +341,6 @@ func rawSend(t *testing.T, q *transport.Queue, m *transport.Message) {
 
 // fastRetry is the retry policy of tests where retries matter.
 var fastRetry = saga.RetryPolicy{Immediate: 1, Delayed: 1, Backoff: func(int) time.Duration { return 200 * time.Millisecond }}
+
+// startServer starts an embedded nats-server for one test, or fails it.
+func startServer(t *testing.T) *embedded.Server { return testutil.StartServer(t, embedded.Options{}) }

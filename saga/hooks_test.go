@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/memstore"
 	"github.com/jetsaga/jetsaga/transport"
@@ -67,7 +68,7 @@ func TestHooksCarryContext(t *testing.T) {
 	}
 	run(t, d)
 	start, next, tmo := saga.MessageName[HookStart](), saga.MessageName[HookNext](), saga.MessageName[HookDue]()
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		mu.Lock()
 		defer mu.Unlock()
 		if len(seen) < 3 {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
@@ -110,7 +111,7 @@ func TestHotSagasCompetingDispatchers(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 60*time.Second, func() string {
+	testutil.Await(t, 60*time.Second, func() string {
 		for _, c := range counts() {
 			if c < perSaga {
 				return fmt.Sprintf("counts %v, want %d each (%d steps so far)", counts(), perSaga, steps.Load())
@@ -118,7 +119,7 @@ func TestHotSagasCompetingDispatchers(t *testing.T) {
 		}
 		return ""
 	})
-	eventually(t, 20*time.Second, func() string { return queueEmpty(t, q) })
+	testutil.Await(t, 20*time.Second, func() string { return queueEmpty(t, q) })
 	for k, c := range counts() {
 		if c != perSaga {
 			t.Errorf("hot-%d: count %d, want exactly %d", k, c, perSaga)
@@ -255,7 +256,7 @@ func TestCrashPoints(t *testing.T) {
 			b := newNode(t, srv.ClientURL())
 			db := b.dispatcher(t, nil, qcfg.Name, opts...)
 			run(t, db)
-			eventually(t, 20*time.Second, func() string {
+			testutil.Await(t, 20*time.Second, func() string {
 				d, _, ok := data[crashData](t, db, "crash", "c-1")
 				if !ok || d.Fired < 1 {
 					return fmt.Sprintf("timeout not handled yet: %+v", d)
@@ -401,7 +402,7 @@ func TestDeadLetterReasons(t *testing.T) {
 
 	dlq := q.DeadLetterQueue()
 	byID := map[string]*transport.Message{}
-	eventually(t, 20*time.Second, func() string {
+	testutil.Await(t, 20*time.Second, func() string {
 		clear(byID)
 		for _, m := range peekAll(t, dlq) {
 			byID[originalID(m)] = m
@@ -558,7 +559,7 @@ func TestHostileIDs(t *testing.T) {
 	}
 	run(t, d)
 
-	eventually(t, 20*time.Second, func() string {
+	testutil.Await(t, 20*time.Second, func() string {
 		for _, id := range good {
 			h, _, ok := data[hostileData](t, d, "hostile", id)
 			if !ok || h.Count != want[id] || h.Fired != 1 {
@@ -720,7 +721,7 @@ func TestStaleTimeoutRacingStep(t *testing.T) {
 				t.Fatal(err)
 			}
 			d.Handle(ctx, receive(1)[saga.MessageName[RemStart]()])
-			eventually(t, 10*time.Second, func() string {
+			testutil.Await(t, 10*time.Second, func() string {
 				for _, m := range peekAll(t, q) {
 					if m.State == transport.Active && m.Properties[saga.TypeProperty] == saga.MessageName[RemDue]() {
 						return ""
@@ -816,7 +817,7 @@ func TestScheduledTimeoutsListAndCancel(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if got := list(""); len(got) != 5 {
 			return fmt.Sprintf("pending timeouts %v, want 5", keys(got))
 		}
@@ -865,7 +866,7 @@ func TestScheduledTimeoutsListAndCancel(t *testing.T) {
 		t.Errorf("after cancelling reminders: other timeouts %v, want o-1 and o-2 untouched", keys(got))
 	}
 
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if r, _, _ := data[remData](t, d, "reminder", "r-4"); r.Probes != 1 {
 			return "probe not handled yet"
 		}
@@ -930,7 +931,7 @@ func TestRunDrainsInFlightStep(t *testing.T) {
 	// redelivered. The acknowledgement does not wait for the server's
 	// reply (the instance's inbox makes a redelivery a duplicate), so it
 	// may land a moment after Run returned.
-	eventually(t, 5*time.Second, func() string { return queueEmpty(t, q) })
+	testutil.Await(t, 5*time.Second, func() string { return queueEmpty(t, q) })
 	if n := calls.Load(); n != 1 {
 		t.Errorf("handler ran %d times, want 1", n)
 	}
@@ -951,7 +952,7 @@ func TestRunStopsPromptlyWhenIdle(t *testing.T) {
 	r := run(t, d)
 	// Idle for certain: the step is done (StepDone ran) and its message
 	// settled; the data alone is committed before the step ends.
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if c, _, _ := data[counter](t, d, "counter", "i-1"); c.Count != 1 {
 			return "not handled yet"
 		}
@@ -1028,7 +1029,7 @@ func restartScenario(t *testing.T, url string, restart func(firstDue time.Time))
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		got := 0
 		for _, err := range d.ScheduledTimeouts(ctx, "restart") {
 			if err != nil {
@@ -1058,7 +1059,7 @@ func restartScenario(t *testing.T, url string, restart func(firstDue time.Time))
 	back := time.Now()
 	t.Logf("server back %v after the first request", back.Sub(start))
 
-	eventually(t, 30*time.Second, func() string {
+	testutil.Await(t, 30*time.Second, func() string {
 		for i := range sagas {
 			id := fmt.Sprintf("t-%d", i)
 			r, _, ok := data[restartData](t, d, "restart", id)
@@ -1107,7 +1108,7 @@ func TestTimeoutsSurviveServerRestart(t *testing.T) {
 
 func TestTimeoutsSurviveServerKill(t *testing.T) {
 	t.Parallel()
-	p, err := embedded.StartProcess(embedded.Options{ReadyTimeout: serverReady})
+	p, err := embedded.StartProcess(embedded.Options{ReadyTimeout: testutil.ServerReady})
 	if err != nil {
 		t.Fatalf("start nats-server in a child process: %v", err)
 	}
@@ -1118,7 +1119,7 @@ func TestTimeoutsSurviveServerKill(t *testing.T) {
 		}
 		// Stay down until the first timeout is overdue, so that some fire
 		// late, after the restart, rather than on time.
-		eventually(t, 5*time.Second, func() string {
+		testutil.Await(t, 5*time.Second, func() string {
 			if time.Now().Before(firstDue.Add(100 * time.Millisecond)) {
 				return "first timeout not overdue yet"
 			}
@@ -1179,7 +1180,7 @@ func TestRegressionInvalidEffectPoisonsInstance(t *testing.T) {
 			t.Fatal(err)
 		}
 		run(t, d)
-		eventually(t, 10*time.Second, func() string {
+		testutil.Await(t, 10*time.Second, func() string {
 			if len(peekAll(t, q.DeadLetterQueue())) == 0 {
 				return "nothing dead-lettered yet"
 			}
@@ -1219,7 +1220,7 @@ func poisonCase(t *testing.T, n *node, name, bad string, out func(PStart) (POut,
 		}
 	}
 	run(t, d)
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if len(peekAll(t, q.DeadLetterQueue())) == 0 {
 			return "nothing dead-lettered yet"
 		}
@@ -1233,7 +1234,7 @@ func poisonCase(t *testing.T, n *node, name, bad string, out func(PStart) (POut,
 		t.Errorf("count %d, want 1: only the fine message's step may commit", c.Count)
 	}
 	// A sent message reaches its queue a moment after the send.
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if got := len(peekAll(t, dest)); got != 1 {
 			return fmt.Sprintf("%d messages in %s, want the fine one", got, dest.Name())
 		}
@@ -1264,7 +1265,7 @@ func TestRegressionIdentityCollisionAcrossQueues(t *testing.T) {
 	}
 	// Wait for both steps (a sent message reaches its queue a moment after
 	// the send, so an empty queue proves nothing), then for quiet.
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if c, _, _ := data[counter](t, ds[0], "counter", "shared"); c.Count < 2 {
 			return fmt.Sprintf("count %d, want 2: one Incr came through each queue", c.Count)
 		}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -146,7 +147,7 @@ func TestOperatorCancelRacingSteps(t *testing.T) {
 		t.Errorf("CancelTimeouts %s: %v", k, v)
 		return true
 	})
-	eventually(t, 60*time.Second, func() string {
+	testutil.Await(t, 60*time.Second, func() string {
 		for i := range instances {
 			if l, _, _ := data[leakData](t, d, "leak", id(i)); l.Bumps != bumps {
 				return fmt.Sprintf("%s: %d of %d bumps handled", id(i), l.Bumps, bumps)
@@ -229,7 +230,7 @@ func TestCommittedStepWithPendingEffects(t *testing.T) {
 	}
 	run(t, d)
 	start := saga.MessageName[FullStart]()
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if len(log.filter(start)) == 0 {
 			return "start message not settled yet"
 		}
@@ -256,7 +257,7 @@ func TestCommittedStepWithPendingEffects(t *testing.T) {
 	// Room again: the effects go out exactly once, by themselves.
 	outCfg.MaxBytes = 0
 	n.openQueue(t, outCfg)
-	eventually(t, 20*time.Second, func() string {
+	testutil.Await(t, 20*time.Second, func() string {
 		if got := len(peekAll(t, out)); got != 1 {
 			return fmt.Sprintf("%d messages in full-out, want 1", got)
 		}
@@ -266,7 +267,7 @@ func TestCommittedStepWithPendingEffects(t *testing.T) {
 	if err != nil || len(res.Cancelled) != 1 || res.Cancelled[0].Type != saga.MessageName[FullDue]() {
 		t.Errorf("CancelTimeouts: %+v, %v; want the one FullDue", res, err)
 	}
-	eventually(t, 10*time.Second, func() string { return queueEmpty(t, q) })
+	testutil.Await(t, 10*time.Second, func() string { return queueEmpty(t, q) })
 	if got := scheduledByID(t, d, "full"); len(got) != 0 {
 		t.Errorf("timeouts still scheduled after they were cancelled: %v", got)
 	}
@@ -305,7 +306,7 @@ func TestDeadLetterAfterRetriesKeepsMessage(t *testing.T) {
 	}
 	run(t, d)
 	dlq := q.DeadLetterQueue()
-	eventually(t, 20*time.Second, func() string {
+	testutil.Await(t, 20*time.Second, func() string {
 		if got := len(peekAll(t, dlq)); got != 2 {
 			return fmt.Sprintf("%d of 2 messages dead-lettered", got)
 		}
@@ -402,7 +403,7 @@ func TestInvalidRequestsArePermanentAtTheCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, d)
-	eventually(t, 20*time.Second, func() string {
+	testutil.Await(t, 20*time.Second, func() string {
 		if got := len(peekAll(t, q.DeadLetterQueue())); got != 2 {
 			return fmt.Sprintf("%d of 2 dead-lettered", got)
 		}
@@ -466,7 +467,7 @@ func TestStepStartedKnowsSagaAndID(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, d)
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if len(log.filter(saga.MessageName[SeeDue]())) == 0 {
 			return "timeout not handled yet"
 		}

@@ -32,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -269,7 +270,7 @@ func TestKillWorkers(t *testing.T) {
 	}
 	stuck := r1AwaitCompleted(t, d, ids, within)
 	if len(stuck) == 0 {
-		eventually(t, 20*time.Second, func() string { return queueEmpty(t, q) })
+		testutil.Await(t, 20*time.Second, func() string { return queueEmpty(t, q) })
 	}
 	for _, w := range workers {
 		fleet.stop(w)

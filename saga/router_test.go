@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/memstore"
 	"github.com/jetsaga/jetsaga/timeout"
@@ -76,7 +77,7 @@ func TestTimeoutEngineRouting(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if got := engines(); len(got) != 4 || got["pinned/a"] != "vault" || got["plain/a"] != "queue" {
 			return "timeouts by engine: " + fmtMap(got) + ", want pinned on vault, plain on queue"
 		}

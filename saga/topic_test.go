@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/memstore"
 	"github.com/jetsaga/jetsaga/transport"
@@ -104,7 +105,7 @@ func TestPublishSubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	place("o-early")
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if why := placed("o-early"); why != "" {
 			return why
 		}
@@ -135,7 +136,7 @@ func TestPublishSubscribe(t *testing.T) {
 	v1a := b1.dispatcher(t, nil, "billing", saga.WithSagas(billing(false)), saga.WithTopic(topic))
 	v1b := b2.dispatcher(t, nil, "billing", saga.WithSagas(billing(false)), saga.WithTopic(topic))
 	ra, rb := run(t, v1a), run(t, v1b)
-	eventually(t, 10*time.Second, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if n := subNames(); len(n) != 1 {
 			return fmt.Sprintf("billing's subscriptions %q, want one", n)
 		}
@@ -148,7 +149,7 @@ func TestPublishSubscribe(t *testing.T) {
 		ids = append(ids, fmt.Sprintf("o-%d", i))
 	}
 	place(ids...)
-	eventually(t, 20*time.Second, func() string {
+	testutil.Await(t, 20*time.Second, func() string {
 		for _, id := range ids {
 			s, _, ok := data[billState](t, v1a, "billing", id)
 			if !ok {
@@ -169,13 +170,13 @@ func TestPublishSubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	place("o-waiting-1", "o-waiting-2")
-	eventually(t, 10*time.Second, func() string { return placed("o-waiting-2") })
+	testutil.Await(t, 10*time.Second, func() string { return placed("o-waiting-2") })
 
 	// Version 2 handles cancellations too: a new subscription, and the old
 	// one is drained into it and deleted.
 	v2 := b1.dispatcher(t, nil, "billing", saga.WithSagas(billing(true)), saga.WithTopic(topic))
 	run(t, v2)
-	eventually(t, 20*time.Second, func() string {
+	testutil.Await(t, 20*time.Second, func() string {
 		for _, id := range []string{"o-waiting-1", "o-waiting-2"} {
 			if s, _, ok := data[billState](t, v2, "billing", id); !ok || s.Billed != 1 {
 				return "order " + id + " not billed once by version 2"
@@ -190,7 +191,7 @@ func TestPublishSubscribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	place("o-late")
-	eventually(t, 20*time.Second, func() string {
+	testutil.Await(t, 20*time.Second, func() string {
 		if s, _, ok := data[billState](t, v2, "billing", "o-3"); !ok || !s.Canceled || s.Billed != 1 {
 			return "o-3's cancellation not handled"
 		}

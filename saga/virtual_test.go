@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/memstore"
 	"github.com/jetsaga/jetsaga/transport"
@@ -39,7 +40,7 @@ func newVirtualEnv(t *testing.T, qcfg transport.QueueConfig, opts ...saga.Option
 		t.Fatal(err)
 	}
 	e := &virtualEnv{t: t, ctx: ctx, b: b, q: q, store: memstore.New(), log: &stepLog{}}
-	opts = append([]saga.Option{saga.WithLogger(testLogger()), saga.WithQueueConfig(qcfg), saga.WithConcurrency(1),
+	opts = append([]saga.Option{saga.WithLogger(testutil.Logger()), saga.WithQueueConfig(qcfg), saga.WithConcurrency(1),
 		saga.WithHooks(e.log.hooks())}, opts...)
 	if e.d, err = saga.NewDispatcher(b, e.store, qcfg.Name, opts...); err != nil {
 		t.Fatal(err)

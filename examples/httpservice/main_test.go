@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,10 +10,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
@@ -224,29 +223,11 @@ func TestBadRequests(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the service's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestRunShutsDownGracefully runs the whole program as main does, serves a
 // login, then cancels run's context as SIGTERM would: run must stop the
 // HTTP server and the dispatcher, in that order, and return nil.
 func TestRunShutsDownGracefully(t *testing.T) {
-	var out syncBuffer
+	var out testutil.Buffer
 	ready := make(chan string, 1)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -294,7 +275,7 @@ func TestRunShutsDownGracefully(t *testing.T) {
 // commands it prints (as HTTP requests), with the code it sent by "SMS":
 // they must work as printed. README.md must show the same commands.
 func TestUsageCommandsWork(t *testing.T) {
-	var out syncBuffer
+	var out testutil.Buffer
 	ready := make(chan string, 1)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -29,12 +30,12 @@ func setUp(t *testing.T) *workload {
 		Body: []byte(`{}`), MessageID: "bogus-1", Properties: map[string]string{saga.TypeProperty: "shop.Bogus"}}); err != nil {
 		t.Fatal(err)
 	}
-	await(t, "three orders placed", func() bool {
+	testutil.AwaitTrue(t, 15*time.Second, "three orders placed", func() bool {
 		return w.handledCount("placed/o1")+w.handledCount("placed/o2")+w.handledCount("placed/o3") == 3
 	})
 	w.send(OrderPaid{Order: "o3"})
-	await(t, "o3 paid", func() bool { return w.handledCount("paid/o3") == 1 })
-	await(t, "three dead letters, four timeouts", func() bool {
+	testutil.AwaitTrue(t, 15*time.Second, "o3 paid", func() bool { return w.handledCount("paid/o3") == 1 })
+	testutil.AwaitTrue(t, 15*time.Second, "three dead letters, four timeouts", func() bool {
 		qs, err := func() ([]QueueInfo, error) {
 			r := w.run("queues", "list", "--json")
 			if r.code != 0 {
@@ -286,7 +287,7 @@ func TestDeadLetters(t *testing.T) {
 		outs[1].Seq != o5.Seq || outs[1].Outcome != "duplicate" || outs[1].SentAs != "msg-o5" {
 		t.Fatalf("resubmit: %+v", outs)
 	}
-	await(t, "o4 placed", func() bool { return w.handledCount("placed/o4") == 1 })
+	testutil.AwaitTrue(t, 15*time.Second, "o4 placed", func() bool { return w.handledCount("placed/o4") == 1 })
 
 	// A replay of the resubmit (as after a crash between the send and the
 	// removal from the dead-letter queue) is deduplicated by the transport.
@@ -317,7 +318,7 @@ func TestDeadLetters(t *testing.T) {
 	if len(outs) != 1 || outs[0].Outcome != "resubmitted" || outs[0].SentAs == "msg-o5" {
 		t.Fatalf("resubmit --new-id: %+v", outs)
 	}
-	await(t, "o5 placed", func() bool { return w.handledCount("placed/o5") == 1 })
+	testutil.AwaitTrue(t, 15*time.Second, "o5 placed", func() bool { return w.handledCount("placed/o5") == 1 })
 	w.must(ExitNotFound, "dlq", "resubmit", "orders", strconv.FormatUint(o5.Seq, 10), "--yes")
 	if v := jsonOf[InstanceView](w, 0, "sagas", "show", "order", "o5"); len(v.Timeouts) != 2 {
 		t.Fatalf("o5 after resubmit: %+v", v)
@@ -332,10 +333,10 @@ func TestDeadLetters(t *testing.T) {
 		t.Fatalf("%d dead letters left", n)
 	}
 	w.send(OrderPlaced{Order: "o6", Fragile: true})
-	await(t, "o6 placed", func() bool { return w.handledCount("placed/o6") == 1 })
+	testutil.AwaitTrue(t, 15*time.Second, "o6 placed", func() bool { return w.handledCount("placed/o6") == 1 })
 	w.broken.Store(true)
 	w.send(OrderPlaced{Order: "o7", Fragile: true})
-	await(t, "o7 dead-lettered", func() bool { return browseCount(t, q.DeadLetterQueue()) >= 1 })
+	testutil.AwaitTrue(t, 15*time.Second, "o7 dead-lettered", func() bool { return browseCount(t, q.DeadLetterQueue()) >= 1 })
 	r = w.must(0, "dlq", "purge", "orders", "--all", "--yes")
 	if !strings.Contains(r.stdout, "purged") {
 		t.Fatalf("purge --all: %v", r)

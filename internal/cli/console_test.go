@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -161,7 +162,7 @@ func TestConsoleSecurity(t *testing.T) {
 	if code != http.StatusSeeOther || !strings.Contains(loc, "resubmitted") {
 		t.Fatalf("resubmit POST: %d %s", code, loc)
 	}
-	await(t, "o4 placed", func() bool { return w.handledCount("placed/o4") == 1 })
+	testutil.AwaitTrue(t, 15*time.Second, "o4 placed", func() bool { return w.handledCount("placed/o4") == 1 })
 
 	// A read-only console has no forms and refuses actions.
 	ro := w.console("", false)
@@ -252,7 +253,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if _, err := mail.Schedule(context.Background(), &transport.Message{Body: []byte("hi")}, time.Now().Add(20*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
-	await(t, "the mail activated", func() bool {
+	testutil.AwaitTrue(t, 15*time.Second, "the mail activated", func() bool {
 		ms, err := mail.Peek(context.Background(), 0, 1)
 		return err == nil && len(ms) == 1 && ms[0].State == transport.Active
 	})
@@ -269,7 +270,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if _, err := events.Send(ctx, &transport.Message{Subject: "shop.Invoice", MessageID: "inv-1", Body: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	await(t, "the invoice in billing", func() bool {
+	testutil.AwaitTrue(t, 15*time.Second, "the invoice in billing", func() bool {
 		c, err := billing.Counts(ctx)
 		return err == nil && c.Active == 1
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -97,7 +98,7 @@ func TestCancelTimeoutsOnAnEngineTheCLILacks(t *testing.T) {
 		return &timeout.Router{Default: timeout.NewTransport(b), Routes: []timeout.Route{{Engine: "temporal", Scheduler: eng, Beyond: 90 * time.Minute}}}
 	})
 	w.send(OrderPlaced{Order: "o1"})
-	await(t, "o1 placed", func() bool { return w.handledCount("placed/o1") == 1 })
+	testutil.AwaitTrue(t, 15*time.Second, "o1 placed", func() bool { return w.handledCount("placed/o1") == 1 })
 	v := jsonOf[InstanceView](w, 0, "sagas", "show", "order", "o1")
 	if len(v.Timeouts) != 2 || v.Timeouts[0].Engine != "queue" || v.Timeouts[1].Engine != "temporal" {
 		t.Fatalf("o1's timeouts: %+v", v.Timeouts)
@@ -109,7 +110,7 @@ func TestCancelTimeoutsOnAnEngineTheCLILacks(t *testing.T) {
 	if v := jsonOf[InstanceView](w, 0, "sagas", "show", "order", "o1"); len(v.Timeouts) != 0 {
 		t.Fatalf("o1 still waits: %+v", v.Timeouts)
 	}
-	await(t, "the application's dispatcher to cancel the temporal timeout", func() bool {
+	testutil.AwaitTrue(t, 15*time.Second, "the application's dispatcher to cancel the temporal timeout", func() bool {
 		c := eng.cancels()
 		return len(c) == 1 && c[0] == timeout.Ref(v.Timeouts[1].Ref)
 	})

@@ -194,18 +194,6 @@ func (w *workload) send(m any, opts ...saga.SendOption) {
 	}
 }
 
-// await polls cond until it holds, failing the test after 15s.
-func await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 type result struct {
 	stdout, stderr string
 	code           int

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -66,7 +67,7 @@ func setUpTopic(t *testing.T) *topicWorkload {
 		w.scheduled = append(w.scheduled, seq)
 	}
 	// orders-0badf00d gets all three; dead-letter the OrderPlaced event.
-	await(t, "the endpoint subscription's three messages", func() bool {
+	testutil.AwaitTrue(t, 15*time.Second, "the endpoint subscription's three messages", func() bool {
 		c, err := w.subs[endpointSub].Counts(ctx)
 		return err == nil && c.Active == 3
 	})
@@ -105,7 +106,7 @@ func TestTopics(t *testing.T) {
 
 	// topics list: counts from the server, filters as declared.
 	var ti TopicInfo
-	await(t, "topic counts", func() bool {
+	testutil.AwaitTrue(t, 15*time.Second, "topic counts", func() bool {
 		ts := jsonOf[[]TopicInfo](w.workload, 0, "topics", "list")
 		if len(ts) != 1 {
 			t.Fatalf("topics list: %+v", ts)
@@ -194,7 +195,7 @@ func TestTopicDeadLetters(t *testing.T) {
 	if len(outs) != 1 || outs[0].Outcome != "resubmitted" || outs[0].SentTo != "orders" || outs[0].SentAs != "evt-o9" || outs[0].Queue != path {
 		t.Fatalf("resubmit: %+v", outs)
 	}
-	await(t, "o9 placed", func() bool { return w.handledCount("placed/o9") == 1 })
+	testutil.AwaitTrue(t, 15*time.Second, "o9 placed", func() bool { return w.handledCount("placed/o9") == 1 })
 	if dl := jsonOf[BrowsePage](w.workload, 0, "dlq", "list", path); len(dl.Messages) != 0 {
 		t.Fatalf("dlq after resubmit: %+v", dl)
 	}
@@ -206,7 +207,7 @@ func TestTopicDeadLetters(t *testing.T) {
 	if len(outs) != 1 || outs[0].Outcome != "resubmitted" || outs[0].SentTo != "topic events" {
 		t.Fatalf("resubmit to topic: %+v", outs)
 	}
-	await(t, "the resubmitted invoice in billing", func() bool {
+	testutil.AwaitTrue(t, 15*time.Second, "the resubmitted invoice in billing", func() bool {
 		c, err := w.subs["billing"].Counts(ctx)
 		return err == nil && c.Active == 2 && c.DeadLettered == 0
 	})
@@ -296,7 +297,7 @@ func TestConsoleTopics(t *testing.T) {
 	if code != http.StatusSeeOther || !strings.Contains(loc, "resubmitted+to+orders") {
 		t.Fatalf("resubmit: %d %s", code, loc)
 	}
-	await(t, "o9 placed", func() bool { return w.handledCount("placed/o9") == 1 })
+	testutil.AwaitTrue(t, 15*time.Second, "o9 placed", func() bool { return w.handledCount("placed/o9") == 1 })
 
 	// A plain subscription offers no resubmit; its page says how.
 	deadLetter(t, w.subs["billing"], "inv-1")

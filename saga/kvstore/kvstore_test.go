@@ -11,9 +11,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/saga/memstore"
+	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
 func newStore(t *testing.T, cfg kvstore.Config) *kvstore.Store {
@@ -161,7 +163,7 @@ func TestDeleteContract(t *testing.T) {
 // and no update is lost.
 func TestConcurrentIncrements(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
+	srv := testutil.StartServer(t, embedded.Options{})
 	const workers, each = 4, 25
 	stores := make([]*kvstore.Store, workers)
 	for i := range stores {

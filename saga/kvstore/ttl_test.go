@@ -9,29 +9,16 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/saga/memstore"
 	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
-// startServer starts an embedded nats-server for one test, or fails it: a
-// skip would leave CI green with none of the store's tests run. A loaded
-// machine running tests with -race gets a minute, not the default 10 s,
-// for the server to accept connections.
-func startServer(t *testing.T) *embedded.Server {
-	t.Helper()
-	srv, err := embedded.Start(embedded.Options{ReadyTimeout: time.Minute})
-	if err != nil {
-		t.Fatalf("start an embedded nats-server (JetStream needs a writable temp dir and loopback networking): %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
-	return srv
-}
-
 func connectJS(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	nc, err := startServer(t).Connect()
+	nc, err := testutil.StartServer(t, embedded.Options{}).Connect()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,22 +28,6 @@ func connectJS(t *testing.T) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	return js
-}
-
-// await polls until cond returns "" or 10 seconds pass.
-func await(t *testing.T, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		why := cond()
-		if why == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // TestExpiryLeavesNoTrace: a key written with PutTTL expires, created or
@@ -132,7 +103,7 @@ func TestExpiryLeavesNoTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	await(t, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		for _, k := range []string{"a.created", "a.updated"} {
 			if _, _, err := s.Load(ctx, k); !errors.Is(err, saga.ErrNotFound) {
 				return fmt.Sprintf("%s: Load %v, want saga.ErrNotFound once expired", k, err)
@@ -148,7 +119,7 @@ func TestExpiryLeavesNoTrace(t *testing.T) {
 		t.Fatalf("Put create of an existing key: %d, %v", rev, err)
 	}
 	// Markers expire: the stream holds only the two live keys.
-	await(t, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(">"))
 		if err != nil {
 			return err.Error()
@@ -159,7 +130,7 @@ func TestExpiryLeavesNoTrace(t *testing.T) {
 		return ""
 	})
 	// a.kept outlives its first TTL and the marker it would have left.
-	await(t, func() string {
+	testutil.Await(t, 10*time.Second, func() string {
 		if left := time.Until(keptAt.Add(roomyTTL + 2*time.Second)); left > 0 {
 			return fmt.Sprintf("a.kept's first TTL and marker not over yet (%v left)", left)
 		}

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/saga/memstore"
@@ -137,17 +138,6 @@ func (e *env) steps(typ string, o saga.Outcome) int {
 	return n
 }
 
-func await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestTraceAcrossTimeoutMemory(t *testing.T) {
 	broker, err := transport.NewMemory()
 	if err != nil {
@@ -195,7 +185,7 @@ func scenario(t *testing.T, e *env) {
 	}
 	req.End()
 	traceID := req.SpanContext().TraceID()
-	await(t, "the timeout's step", func() bool { return e.steps("test.Expiry", saga.Handled) == 1 })
+	testutil.AwaitTrue(t, 20*time.Second, "the timeout's step", func() bool { return e.steps("test.Expiry", saga.Handled) == 1 })
 
 	// The other metrics: a pending timeout, a dead letter, a retry.
 	for _, m := range []OrderPlaced{{Order: "slow", Slow: true}, {Order: "bad", Broken: true}, {Order: "flaky", Flak: true, Slow: true}} {
@@ -203,7 +193,7 @@ func scenario(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 	}
-	await(t, "the other steps", func() bool {
+	testutil.AwaitTrue(t, 20*time.Second, "the other steps", func() bool {
 		return e.steps("test.OrderPlaced", saga.Handled) == 3 && e.steps("test.OrderPlaced", saga.DeadLettered) == 1 &&
 			e.steps("test.OrderPlaced", saga.Retried) == 1
 	})
@@ -259,7 +249,7 @@ func scenario(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	var tp string
-	await(t, "the Expired event", func() bool {
+	testutil.AwaitTrue(t, 20*time.Second, "the Expired event", func() bool {
 		ms, err := events.Peek(ctx, 0, 1)
 		if err != nil || len(ms) == 0 {
 			return false

@@ -1,14 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
 )
 
 // TestDemo runs the demo end to end on an embedded nats-server and a
@@ -16,7 +16,7 @@ import (
 // prints: where each timeout is held, which engine each one arrives
 // from, none early, and the events the service receives.
 func TestDemo(t *testing.T) {
-	var out syncBuffer // the printer and the logger write to it
+	var out testutil.Buffer // the printer and the logger write to it
 	// Longer than the demo's defaults, so that a loaded machine keeps to
 	// the script: the three offers and the first listing well within the
 	// nudge, each step well within the gaps.
@@ -69,21 +69,4 @@ func TestDemo(t *testing.T) {
 			t.Errorf("a timeout arrived early: %s", m[0])
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

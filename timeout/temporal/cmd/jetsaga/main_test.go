@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetsaga/jetsaga/internal/cli"
 	"github.com/jetsaga/jetsaga/examples/loanoffer"
+	"github.com/jetsaga/jetsaga/internal/cli"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/timeout"
