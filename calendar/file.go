@@ -1,0 +1,140 @@
+package calendar
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Load reads a calendar file and returns the option that applies it, for [New]:
+//
+//	f, err := os.Open("pl.cal")
+//	...
+//	days, err := calendar.Load(f)
+//	...
+//	cal, err := calendar.New("pl", "2026.1", days)
+//
+// A calendar file is UTF-8 text (a byte order mark and CRLF line ends are accepted), one
+// entry a line; blank lines and lines starting with # are ignored, and so is space around an
+// entry:
+//
+//	# Poland
+//	weekend Sat Sun              the weekend days (optional, at most once; "weekend" alone: none)
+//	*-01-01 New Year's Day       a holiday every year on that month and day
+//	2026-12-24 Christmas Eve     a holiday on that date only
+//	easter+1 Easter Monday       a holiday a number of days after (or before: easter-2) Easter Sunday
+//
+// Every holiday has a name, the rest of its line. Days of the week are written as their
+// English name or its first three letters, in any case. A date listed twice, or a yearly
+// day listed twice, is an error, as is an entry that New would reject. Errors wrap
+// [ErrInvalidCalendar] and name the line: "calendar: invalid calendar: line 7: …".
+func Load(r io.Reader) (Option, error) {
+	var (
+		weekend    []time.Weekday
+		weekendSet bool
+		holidays   []Holiday
+		easter     []Option
+		seen       = map[string]int{} // entry key -> line
+	)
+	sc := bufio.NewScanner(r)
+	line := 0
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("%w: line %d: %s", ErrInvalidCalendar, line, fmt.Sprintf(format, args...))
+	}
+	for sc.Scan() {
+		line++
+		text := sc.Text()
+		if line == 1 {
+			text = strings.TrimPrefix(text, "\ufeff") // a byte order mark some editors write
+		}
+		text = strings.TrimSpace(text)
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		first, rest := text, ""
+		if i := strings.IndexAny(text, " \t"); i >= 0 {
+			first, rest = text[:i], strings.TrimSpace(text[i+1:])
+		}
+		switch {
+		case strings.EqualFold(first, "weekend"):
+			if weekendSet {
+				return nil, fail("weekend given twice (first on line %d)", seen["weekend"])
+			}
+			weekendSet, seen["weekend"] = true, line
+			for _, f := range strings.Fields(rest) {
+				d, ok := parseWeekday(f)
+				if !ok {
+					return nil, fail("%q is not a day of the week", f)
+				}
+				weekend = append(weekend, d)
+			}
+			if len(weekend) == 7 {
+				return nil, fail("every day of the week is a weekend day, so no day is a business day")
+			}
+			continue
+		}
+		if rest == "" {
+			return nil, fail("%q has no name: want a date and a name, such as \"2026-12-24 Christmas Eve\"", first)
+		}
+		if prev, dup := seen[first]; dup {
+			return nil, fail("%s is already listed on line %d", first, prev)
+		}
+		seen[first] = line
+		switch {
+		case strings.HasPrefix(first, "*-"):
+			d, err := ParseDate("2000" + first[1:]) // a leap year, so that *-02-29 parses
+			if err != nil {
+				return nil, fail("yearly day %q: want *-MM-DD, a month and day that exist", first)
+			}
+			holidays = append(holidays, Holiday{Month: d.Month, Day: d.Day, Name: rest})
+		case strings.HasPrefix(strings.ToLower(first), "easter"):
+			off := 0
+			if s := first[len("easter"):]; s != "" {
+				n, err := strconv.Atoi(s)
+				if err != nil || (s[0] != '+' && s[0] != '-') {
+					return nil, fail("%q: want easter, easter+N or easter-N", first)
+				}
+				off = n
+			}
+			if off < -80 || off > 250 {
+				return nil, fail("%q: offset out of range -80..250", first)
+			}
+			easter = append(easter, Easter(off, rest))
+		default:
+			d, err := ParseDate(first)
+			if err != nil {
+				return nil, fail("%v", err)
+			}
+			holidays = append(holidays, Holiday{Year: d.Year, Month: d.Month, Day: d.Day, Name: rest})
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%w: after line %d: %w", ErrInvalidCalendar, line, err)
+	}
+	return func(s *Standard) error {
+		if weekendSet {
+			if err := Weekend(weekend...)(s); err != nil {
+				return err
+			}
+		}
+		for _, o := range easter {
+			if err := o(s); err != nil {
+				return err
+			}
+		}
+		return Holidays(holidays...)(s)
+	}, nil
+}
+
+func parseWeekday(s string) (time.Weekday, bool) {
+	for d := time.Sunday; d <= time.Saturday; d++ {
+		name := d.String()
+		if strings.EqualFold(s, name) || strings.EqualFold(s, name[:3]) {
+			return d, true
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,414 @@
+package calendar
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Kind says how a rule moves from its start to the day it is due.
+type Kind string
+
+// The kinds of rule. N is the rule's count; negative counts go back in time.
+const (
+	// KindInstant: the start instant itself; with business hours ([Rule.NotBefore],
+	// [Rule.Within]) the rule rolls it forward to the next business opening.
+	KindInstant Kind = "instant"
+	// KindBusinessDays: N business days after the start day (before it if N < 0), counting
+	// from the start day exclusive: one business day after a Friday or a Saturday is the
+	// Monday, if that is a business day.
+	KindBusinessDays Kind = "business_days"
+	// KindCalendarDays: N days after the start day (before it if N < 0).
+	KindCalendarDays Kind = "calendar_days"
+	// KindMonths: the same day N months after the start day, on the month's last day if it is
+	// shorter (January 31 plus one month is February 28 or 29).
+	KindMonths Kind = "months"
+	// KindNext: the rule's time on the start day if that is after the start, else on the
+	// next day (a time in a gap or an overlap resolved as [Date.In] does).
+	KindNext Kind = "next"
+	// KindMonthEnd: the last day of the start day's month, or of the month N months on.
+	KindMonthEnd Kind = "month_end"
+	// KindBusinessMonthEnd: the last business day of the start day's month, or of the month
+	// N months on.
+	KindBusinessMonthEnd Kind = "business_month_end"
+)
+
+// Limits of a rule's count, which keep a rule's cost and its result in range.
+const (
+	MaxBusinessDays = 10_000
+	MaxCalendarDays = 100_000
+	MaxMonths       = 1_200
+)
+
+// maxGap is the number of consecutive days without a business day after which a rule gives
+// up with ErrNoBusinessDay.
+const maxGap = 366
+
+// Rule is a due time expressed the way a business states it: "3 business days after, at
+// 09:00 Europe/Warsaw". It is plain data, compared with ==, encoded as JSON (with unknown
+// fields rejected, so that a rule is never half understood) and shown by [Rule.String];
+// [Rule.Due] turns it into an instant. Build rules with the constructors ([BusinessDays],
+// [Next], …) and methods ([Rule.At], [Rule.In], …), which return copies.
+//
+// A rule is read in its zone: the start instant's date and wall-clock time there, then:
+//
+//  1. Kind and N choose a day.
+//  2. On that day, the instant at Time; if Time is zero, at the start's wall-clock time.
+//  3. If Open is set, an instant before Open, or at or after Close if set, or on a day that
+//     is not a business day, moves forward to Open on the next business day (Open on the same
+//     day if the day is a business day and the instant is before Open).
+type Rule struct {
+	Kind  Kind   `json:"kind"`
+	N     int    `json:"n,omitempty"`
+	Time  Clock  `json:"time,omitzero"`  // the wall-clock time of the result; zero: the start's
+	Open  Clock  `json:"open,omitzero"`  // business hours: not before Open on a business day
+	Close Clock  `json:"close,omitzero"` // business hours: before Close (zero: no end)
+	Zone  string `json:"zone,omitempty"` // IANA zone name; "" is UTC
+}
+
+// BusinessDays returns the rule "n business days after" (before, if n is negative).
+func BusinessDays(n int) Rule { return Rule{Kind: KindBusinessDays, N: n} }
+
+// NextBusinessDay returns the rule "next business day, at" the time at.
+func NextBusinessDay(at Clock) Rule { return BusinessDays(1).At(at) }
+
+// CalendarDays returns the rule "n calendar days after" (before, if n is negative).
+func CalendarDays(n int) Rule { return Rule{Kind: KindCalendarDays, N: n} }
+
+// Months returns the rule "n months after" (before, if n is negative).
+func Months(n int) Rule { return Rule{Kind: KindMonths, N: n} }
+
+// Next returns the rule "next" at: the next time the wall clock reads at, today if still to
+// come, else tomorrow.
+func Next(at Clock) Rule { return Rule{Kind: KindNext, Time: at} }
+
+// EndOfMonth returns the rule "last day of the month", of the start's month if n is 0, or of
+// the month n months on.
+func EndOfMonth(n int) Rule { return Rule{Kind: KindMonthEnd, N: n} }
+
+// LastBusinessDayOfMonth returns the rule "last business day of the month", of the start's
+// month if n is 0, or of the month n months on.
+func LastBusinessDayOfMonth(n int) Rule { return Rule{Kind: KindBusinessMonthEnd, N: n} }
+
+// NotBefore returns the rule that leaves an instant as it is on a business day from open
+// on, and moves it forward to open on the next business day otherwise.
+func NotBefore(open Clock) Rule { return Rule{Kind: KindInstant, Open: open} }
+
+// At returns r due at the wall-clock time at on its day.
+func (r Rule) At(at Clock) Rule { r.Time = at; return r }
+
+// In returns r read in the IANA time zone zone, such as "Europe/Warsaw".
+func (r Rule) In(zone string) Rule { r.Zone = zone; return r }
+
+// NotBefore returns r rolled forward to open on a business day (see [Rule]).
+func (r Rule) NotBefore(open Clock) Rule { r.Open, r.Close = open, Clock{}; return r }
+
+// Within returns r rolled forward into business hours, from open to close on a business day
+// (see [Rule]).
+func (r Rule) Within(open, close Clock) Rule { r.Open, r.Close = open, close; return r }
+
+// NeedsCalendar reports whether r asks a calendar which days are business days.
+func (r Rule) NeedsCalendar() bool {
+	return r.Kind == KindBusinessDays || r.Kind == KindBusinessMonthEnd || !r.Open.IsZero()
+}
+
+// Validate reports whether r is a rule that Due can compute, including whether its zone
+// can be loaded. Errors wrap [ErrInvalidRule].
+func (r Rule) Validate() error {
+	if err := r.check(); err != nil {
+		return err
+	}
+	_, err := r.location()
+	return err
+}
+
+// check validates r but for its zone.
+func (r Rule) check() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidRule, fmt.Sprintf(format, args...))
+	}
+	abs := max(r.N, -r.N)
+	switch r.Kind {
+	case KindInstant:
+		if r.N != 0 || !r.Time.IsZero() {
+			return bad("an instant rule takes no count and no time")
+		}
+		if r.Open.IsZero() {
+			return bad("an instant rule needs business hours (open)")
+		}
+	case KindBusinessDays:
+		if r.N == 0 || abs > MaxBusinessDays {
+			return bad("business days: count %d, want 1 to %d either way", r.N, MaxBusinessDays)
+		}
+	case KindCalendarDays:
+		if abs > MaxCalendarDays {
+			return bad("calendar days: count %d, want at most %d either way", r.N, MaxCalendarDays)
+		}
+	case KindMonths, KindMonthEnd, KindBusinessMonthEnd:
+		if abs > MaxMonths {
+			return bad("%s: count %d, want at most %d either way", r.Kind, r.N, MaxMonths)
+		}
+	case KindNext:
+		if r.N != 0 {
+			return bad("a next rule takes no count")
+		}
+		if r.Time.IsZero() {
+			return bad("a next rule needs a time")
+		}
+	case "":
+		return bad("no kind")
+	default:
+		return bad("unknown kind %q", string(r.Kind))
+	}
+	for _, c := range [...]struct {
+		what string
+		c    Clock
+	}{{"time", r.Time}, {"open", r.Open}, {"close", r.Close}} {
+		if !c.c.IsZero() && !c.c.IsValid() {
+			return bad("%s %d:%d is not a time of day", c.what, c.c.Hour(), c.c.Minute())
+		}
+	}
+	if !r.Close.IsZero() {
+		if r.Open.IsZero() {
+			return bad("close %s without open", r.Close)
+		}
+		if r.Close.minutes() <= r.Open.minutes() {
+			return bad("business hours %s-%s: close must be after open", r.Open, r.Close)
+		}
+	}
+	return nil
+}
+
+func (r Rule) location() (*time.Location, error) {
+	if r.Zone == "" {
+		return time.UTC, nil
+	}
+	loc, err := time.LoadLocation(r.Zone)
+	if err != nil {
+		return nil, fmt.Errorf("%w: zone %q: %w", ErrInvalidRule, r.Zone, err)
+	}
+	return loc, nil
+}
+
+// Due returns the instant r falls due, computed from the instant from with the calendar cal
+// (which may be nil if r does not need one, see [Rule.NeedsCalendar]), in r's zone. The
+// instant may be before from: "7 business days before" is. Due loads r's zone each time
+// (with time.LoadLocation, some microseconds); [Rule.DueIn] takes a loaded one.
+func (r Rule) Due(from time.Time, cal Calendar) (time.Time, error) {
+	if err := r.check(); err != nil {
+		return time.Time{}, err
+	}
+	loc, err := r.location()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return r.due(from, cal, loc)
+}
+
+// DueIn is [Rule.Due] with r's zone already loaded, for callers that keep locations: loc's
+// name must be r.Zone ("UTC" for an empty zone).
+func (r Rule) DueIn(from time.Time, cal Calendar, loc *time.Location) (time.Time, error) {
+	if err := r.check(); err != nil {
+		return time.Time{}, err
+	}
+	want := r.Zone
+	if want == "" {
+		want = "UTC"
+	}
+	if loc == nil || loc.String() != want {
+		return time.Time{}, fmt.Errorf("%w: zone %q given for a rule in %q", ErrInvalidRule, loc, want)
+	}
+	return r.due(from, cal, loc)
+}
+
+func (r Rule) due(from time.Time, cal Calendar, loc *time.Location) (time.Time, error) {
+	if cal == nil && r.NeedsCalendar() {
+		return time.Time{}, fmt.Errorf("%w: nil calendar for rule %q", ErrInvalidCalendar, r)
+	}
+	start := from.In(loc)
+	d := DateOf(start)
+	var err error
+	switch r.Kind {
+	case KindInstant:
+		return r.roll(start, cal, loc)
+	case KindBusinessDays:
+		d, err = addBusinessDays(d, r.N, cal)
+	case KindCalendarDays:
+		d = d.AddDays(r.N)
+	case KindMonths:
+		d = d.AddMonths(r.N)
+	case KindMonthEnd:
+		d = d.AddMonths(r.N).LastOfMonth()
+	case KindBusinessMonthEnd:
+		d, err = lastBusinessDay(d.AddMonths(r.N), cal)
+	case KindNext:
+		t := d.In(r.Time, loc)
+		if !t.After(from) {
+			t = d.AddDays(1).In(r.Time, loc)
+		}
+		return r.roll(t, cal, loc)
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !d.IsValid() {
+		return time.Time{}, fmt.Errorf("%w: rule %q from %s: day %s out of range", ErrInvalidRule, r, from, d)
+	}
+	var t time.Time
+	if r.Time.IsZero() {
+		t = resolve(d, start.Hour(), start.Minute(), start.Second(), start.Nanosecond(), loc)
+	} else {
+		t = d.In(r.Time, loc)
+	}
+	return r.roll(t, cal, loc)
+}
+
+// roll moves t into r's business hours, if r has them.
+func (r Rule) roll(t time.Time, cal Calendar, loc *time.Location) (time.Time, error) {
+	if r.Open.IsZero() {
+		return t, nil
+	}
+	d := DateOf(t)
+	if cal.IsBusinessDay(d) {
+		sec := t.Hour()*3600 + t.Minute()*60 + t.Second()
+		if sec < r.Open.minutes()*60 {
+			return d.In(r.Open, loc), nil
+		}
+		if r.Close.IsZero() || sec < r.Close.minutes()*60 {
+			return t, nil
+		}
+	}
+	next, err := addBusinessDays(d, 1, cal)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return next.In(r.Open, loc), nil
+}
+
+// addBusinessDays returns the n-th business day after d (before d if n < 0).
+func addBusinessDays(d Date, n int, cal Calendar) (Date, error) {
+	step := 1
+	if n < 0 {
+		step, n = -1, -n
+	}
+	for ; n > 0; n-- {
+		for gap := 0; ; gap++ {
+			if gap == maxGap {
+				return Date{}, fmt.Errorf("%w: calendar %s has none in the %d days from %s", ErrNoBusinessDay, RefOf(cal), maxGap, d)
+			}
+			d = d.AddDays(step)
+			if cal.IsBusinessDay(d) {
+				break
+			}
+		}
+	}
+	return d, nil
+}
+
+// lastBusinessDay returns the last business day of d's month.
+func lastBusinessDay(d Date, cal Calendar) (Date, error) {
+	for e := d.LastOfMonth(); e.Day >= 1; e.Day-- {
+		if cal.IsBusinessDay(e) {
+			return e, nil
+		}
+	}
+	return Date{}, fmt.Errorf("%w: calendar %s has none in %04d-%02d", ErrNoBusinessDay, RefOf(cal), d.Year, int(d.Month))
+}
+
+// String returns r the way a person would say it, such as "3 business days after, at 09:00
+// Europe/Warsaw" or "on a business day not before 09:00 America/New_York". The text of a
+// rule does not change between versions of the package; [ParseRule] reads it back. It is
+// for people (an operator's command line, a console); JSON is for storage.
+func (r Rule) String() string {
+	var parts []string
+	switch r.Kind {
+	case KindInstant:
+	case KindBusinessDays:
+		switch r.N {
+		case 1:
+			parts = append(parts, "next business day")
+		case -1:
+			parts = append(parts, "previous business day")
+		default:
+			parts = append(parts, count(r.N, "business day"))
+		}
+	case KindCalendarDays:
+		if r.N == 0 {
+			parts = append(parts, "the same day")
+		} else {
+			parts = append(parts, count(r.N, "calendar day"))
+		}
+	case KindMonths:
+		parts = append(parts, count(r.N, "month"))
+	case KindMonthEnd:
+		parts = append(parts, monthPhrase("last day of", r.N))
+	case KindBusinessMonthEnd:
+		parts = append(parts, monthPhrase("last business day of", r.N))
+	case KindNext:
+		parts = append(parts, "next "+r.Time.String())
+	default:
+		parts = append(parts, fmt.Sprintf("kind %q, n %d", string(r.Kind), r.N))
+	}
+	if !r.Time.IsZero() && r.Kind != KindNext {
+		parts = append(parts, "at "+r.Time.String())
+	}
+	if !r.Open.IsZero() {
+		if r.Close.IsZero() {
+			parts = append(parts, "on a business day not before "+r.Open.String())
+		} else {
+			parts = append(parts, "on a business day within "+r.Open.String()+"-"+r.Close.String())
+		}
+	}
+	s := strings.Join(parts, ", ")
+	zone := r.Zone
+	if zone == "" {
+		zone = "UTC"
+	}
+	if r.Time.IsZero() && r.Open.IsZero() {
+		return s + " in " + zone
+	}
+	return s + " " + zone
+}
+
+// count returns "3 business days after", "1 business day before", "0 months after".
+func count(n int, unit string) string {
+	if n != 1 && n != -1 {
+		unit += "s"
+	}
+	if n < 0 {
+		return strconv.Itoa(-n) + " " + unit + " before"
+	}
+	return strconv.Itoa(n) + " " + unit + " after"
+}
+
+func monthPhrase(what string, n int) string {
+	switch n {
+	case 0:
+		return what + " the month"
+	case 1:
+		return what + " next month"
+	case -1:
+		return what + " previous month"
+	}
+	return what + " the month " + count(n, "month")
+}
+
+// UnmarshalJSON decodes a rule and checks it (but for its zone, which Due loads): unknown
+// fields and invalid rules are errors wrapping [ErrInvalidRule].
+func (r *Rule) UnmarshalJSON(b []byte) error {
+	type plain Rule
+	var v plain
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRule, err)
+	}
+	if err := Rule(v).check(); err != nil {
+		return err
+	}
+	*r = Rule(v)
+	return nil
+}
