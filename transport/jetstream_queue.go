@@ -146,12 +146,12 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 	if q.topic != nil {
 		msg.Header.Set(natsTTL, q.topic.copyTTL) // see jsTopicShape
 	}
-	_, err = q.d.js.PublishMsg(ctx, msg)
-	if isWrongLastSeq(err) {
-		return duplicateOf(ctx, part, key), nil
-	}
+	_, dup, err := q.store(ctx, part, key, msg, m.MessageID != "", "")
 	if err != nil {
 		return SendResult{}, q.d.mapErr(err)
+	}
+	if dup {
+		return duplicateOf(ctx, q.d, part, key), nil
 	}
 	if q.cfg.MaxBytes > 0 {
 		part.sizeMu.Lock()
@@ -177,7 +177,7 @@ func (q *jsQueue) checkFull(ctx context.Context, part *jsPartition, n int) error
 	part.sizeMu.Lock()
 	defer part.sizeMu.Unlock()
 	if time.Since(part.sizeRead) > sizeStale {
-		info, err := part.queue.Info(ctx)
+		info, err := q.d.streamInfo(ctx, part.queue)
 		if err != nil {
 			return q.d.mapErr(err)
 		}
@@ -219,20 +219,26 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 	if q.topic != nil {
 		msg.Header.Set(natsScheduleTTL, q.topic.copyTTL)
 	}
-	ack, err := q.d.js.PublishMsg(ctx, msg)
-	if isWrongLastSeq(err) {
-		return duplicateOf(ctx, part, key), nil
-	}
+	seq, dup, err := q.store(ctx, part, key, msg, m.MessageID != "", q.copySubject(part, key, m))
 	if err != nil {
 		return SendResult{}, q.d.mapErr(err)
 	}
-	return SendResult{Seq: makeSeq(p, true, ack.Sequence)}, nil
+	if dup {
+		return duplicateOf(ctx, q.d, part, key), nil
+	}
+	if seq == 0 {
+		// Stored by a try whose answer was lost, and activated before a
+		// retry could read its number back (it was due within a second
+		// or two): it is delivered, and no Cancel could stop it now.
+		return SendResult{}, nil
+	}
+	return SendResult{Seq: makeSeq(p, true, seq)}, nil
 }
 
 // duplicateOf reports a duplicate of the MessageID whose key is key: with
 // the number of the scheduled message with it, while one is pending.
-func duplicateOf(ctx context.Context, part *jsPartition, key string) SendResult {
-	raw, err := part.sched.GetLastMsgForSubject(ctx, part.n.sSubj+"."+key+".s")
+func duplicateOf(ctx context.Context, d *jsDriver, part *jsPartition, key string) SendResult {
+	raw, err := d.getLast(ctx, part.sched, part.n.sSubj+"."+key+".s")
 	if err != nil {
 		return SendResult{Duplicate: true}
 	}
@@ -269,7 +275,7 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	if local == 0 {
 		return fmt.Errorf("%w: seq %d", ErrNotFound, seq)
 	}
-	raw, err := part.sched.GetMsg(ctx, local)
+	raw, err := q.d.getMsg(ctx, part.sched, local)
 	if isNotFound(err) {
 		return q.cancelledOrActivated(ctx, part, seq)
 	}
@@ -288,16 +294,28 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	rec.Header.Set(natsScheduleNext, "purge")
 	rec.Header.Set(natsScheduler, raw.Subject)
 	rec.Header.Set(natsTTL, fmt.Sprintf("%ds", int64(q.cfg.CancelRecordTTL/time.Second)))
+	// Which Cancel wrote a record, for a retry after an unanswered try
+	// (see tries): the record may be ours.
+	rec.Header.Set(hdrCancelID, nuid.Next())
+	unanswered := false // a try went unanswered: our record may be stored, or in flight
 	backoff := time.Millisecond
 	for {
 		// The server's scheduler may already be activating a message this
 		// close to its time; cancelling it then could only be honoured by
 		// dropping the activation, which would skip an active sequence
 		// number. It counts as activated instead: it will be delivered.
-		if dueErr == nil && time.Until(due) < cancelMargin {
+		// Not once a try went unanswered: our record may land yet, and
+		// only the records can tell then.
+		if dueErr == nil && time.Until(due) < cancelMargin && !unanswered {
 			return fmt.Errorf("%w: seq %d is due at %s, within %v", ErrAlreadyActivated, seq, due.Format(time.RFC3339Nano), cancelMargin)
 		}
-		_, err = q.d.js.PublishMsg(ctx, rec, jetstream.WithExpectLastSequenceForSubject(local, raw.Subject))
+		err = q.d.tries(ctx, func(tctx context.Context) error {
+			_, err := q.d.js.PublishMsg(tctx, rec, jetstream.WithExpectLastSequenceForSubject(local, raw.Subject), noPubRetry)
+			if err != nil && tctx.Err() != nil {
+				unanswered = true
+			}
+			return err
+		})
 		if err == nil {
 			return nil
 		}
@@ -312,7 +330,7 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 		// copy — is stored in the same step as the removal: so once the
 		// schedule is gone, what removed it is readable. Read in that
 		// order, schedule first; while it is still stored, try again.
-		if _, err := part.sched.GetMsg(ctx, local); err == nil {
+		if _, err := q.d.getMsg(ctx, part.sched, local); err == nil {
 			select {
 			case <-ctx.Done():
 				return context.Cause(ctx)
@@ -323,7 +341,10 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 		} else if !isNotFound(err) {
 			return q.d.mapErr(err)
 		}
-		if _, err := part.sched.GetLastMsgForSubject(ctx, recSubj); err == nil {
+		if r, err := q.d.getLast(ctx, part.sched, recSubj); err == nil {
+			if unanswered && r.Header.Get(hdrCancelID) == rec.Header.Get(hdrCancelID) {
+				return nil // our record, stored by a try whose answer was lost
+			}
 			return fmt.Errorf("%w: seq %d was cancelled concurrently", ErrNotFound, seq)
 		} else if !isNotFound(err) {
 			return q.d.mapErr(err)
@@ -344,7 +365,7 @@ func (q *jsQueue) cancelledOrActivated(ctx context.Context, part *jsPartition, s
 	if found {
 		return fmt.Errorf("%w: seq %d was cancelled", ErrNotFound, seq)
 	}
-	info, err := part.sched.Info(ctx)
+	info, err := q.d.streamInfo(ctx, part.sched)
 	if err != nil {
 		return q.d.mapErr(err)
 	}
@@ -365,23 +386,28 @@ func (d *jsDriver) lastBySubject(ctx context.Context, stream, subject string) (b
 	}
 	ctx, cancel := d.apiContext(ctx)
 	defer cancel()
-	resp, err := d.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
-	if err != nil {
-		return false, d.mapErr(err)
-	}
-	var r struct {
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return false, fmt.Errorf("transport: message get: %w", err)
-	}
-	switch {
-	case r.Error == nil:
-		return true, nil
-	case r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return false, nil
-	}
-	return false, d.mapErr(r.Error)
+	found := false
+	err = d.tries(ctx, func(tctx context.Context) error {
+		resp, err := d.nc.RequestWithContext(tctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+		if err != nil {
+			return err
+		}
+		var r struct {
+			Error *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(resp.Data, &r); err != nil {
+			return fmt.Errorf("message get: %w", err)
+		}
+		switch {
+		case r.Error == nil:
+			found = true
+			return nil
+		case r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+			return nil
+		}
+		return r.Error
+	})
+	return found, d.mapErr(err)
 }
 
 func isNotFound(err error) bool {

@@ -66,7 +66,7 @@ func TestClusterOpsAfterStepDown(t *testing.T) {
 	}
 	stepDown := func(stream string) {
 		t.Helper()
-		requestStepDown(t, c, nc, stream)
+		requestStepDown(t, c, nc, stream, "")
 	}
 	took := map[string][]time.Duration{}
 	seq := 0
@@ -108,14 +108,20 @@ func TestClusterOpsAfterStepDown(t *testing.T) {
 			return q.Cancel(ctx, toCancel)
 		}))
 
-		// Complete a message received before the queue stream's stepdown.
+		// Complete a message received before a stepdown of the queue
+		// stream (even rounds) or of its consumer, which takes the ack
+		// (odd rounds).
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		ds, err := q.Receive(rctx, 1)
 		cancel()
 		if err != nil || len(ds) != 1 {
 			t.Fatalf("Receive: %d deliveries, %v", len(ds), err)
 		}
-		stepDown(queueStream(q))
+		if round%2 == 0 {
+			stepDown(queueStream(q))
+		} else {
+			requestStepDown(t, c, nc, queueStream(q), "recv")
+		}
 		took["Complete"] = append(took["Complete"], op(fmt.Sprintf("Complete %d", round), func(ctx context.Context) error {
 			return ds[0].Complete(ctx)
 		}))
@@ -167,7 +173,7 @@ func rawAfterStepDown(t *testing.T, c *embedded.Cluster, nc *nats.Conn) {
 	var took []time.Duration
 	unanswered := 0
 	for i := range stepdownRounds {
-		requestStepDown(t, c, nc, stream)
+		requestStepDown(t, c, nc, stream, "")
 		pctx, cancel := context.WithTimeout(ctx, 6*time.Second)
 		began := time.Now()
 		_, err = js.Publish(pctx, "raw.stepdown."+strconv.Itoa(i), nil, jetstream.WithExpectLastSequencePerSubject(0))
@@ -181,23 +187,30 @@ func rawAfterStepDown(t *testing.T, c *embedded.Cluster, nc *nats.Conn) {
 	logTimes(t, fmt.Sprintf("raw nats.go publish (expected last subject seq, 6 s timeout, no retry; %d of %d failed)", unanswered, stepdownRounds), took)
 }
 
-// requestStepDown waits until stream has a leader whose peers are
-// current, asks it to step down, and returns as soon as the server has
-// accepted the request: the caller's next request may meet the election.
-func requestStepDown(t *testing.T, c *embedded.Cluster, nc *nats.Conn, stream string) {
+// requestStepDown asks the leader of stream (or, if consumer is not "",
+// of that consumer of stream) to step down, once there is one whose
+// peers are current, and returns as soon as the server has accepted the
+// request: the caller's next request may meet the election.
+func requestStepDown(t *testing.T, c *embedded.Cluster, nc *nats.Conn, stream, consumer string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	subject := "$JS.API.STREAM.LEADER.STEPDOWN." + stream
+	if consumer != "" {
+		subject = "$JS.API.CONSUMER.LEADER.STEPDOWN." + stream + "." + consumer
+	}
 	for {
 		if _, err := c.LeaderOf(ctx, stream); err != nil {
 			t.Fatalf("leader of %s: %v", stream, err)
 		}
-		resp, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, nil)
+		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := nc.RequestWithContext(rctx, subject, nil)
+		rcancel()
 		if err == nil && strings.Contains(string(resp.Data), `"success":true`) {
 			return
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("step down %s: %v", stream, err)
+			t.Fatalf("step down %s %s: %v", stream, consumer, err)
 		}
 		// no leader to answer yet, or not all peers current: ask again
 	}
