@@ -39,8 +39,12 @@ var errAgain = errors.New("transport: outcome not settled yet; asking again")
 // tries calls f with a context bounded by the current try limit until f
 // returns nil or an error that asking again cannot change, or ctx ends.
 // f learns whether an earlier try went unanswered from its own state.
+// A context without a deadline gets the broker's API timeout.
 func (d *jsDriver) tries(ctx context.Context, f func(ctx context.Context) error) error {
+	ctx, stop := d.apiContext(ctx)
+	defer stop()
 	limit := tryLimit
+	var noResponders time.Time // since when requests have met no responders
 	for try := 0; ; try++ {
 		tctx, cancel := context.WithTimeout(ctx, limit)
 		err := f(tctx)
@@ -48,6 +52,15 @@ func (d *jsDriver) tries(ctx context.Context, f func(ctx context.Context) error)
 		cancel()
 		if err == nil || ctx.Err() != nil || d.check() != nil || !unanswered && !transient(err) {
 			return err
+		}
+		if isNoResponders(err) {
+			// As during an election; but also what a deleted stream
+			// answers, so not for long.
+			if noResponders.IsZero() {
+				noResponders = time.Now()
+			} else if time.Since(noResponders) > noRespondersPatience {
+				return err
+			}
 		}
 		if !unanswered {
 			select {
@@ -60,12 +73,19 @@ func (d *jsDriver) tries(ctx context.Context, f func(ctx context.Context) error)
 	}
 }
 
+// noRespondersPatience is how long tries asks again while requests meet
+// no responders.
+const noRespondersPatience = 2 * time.Second
+
+func isNoResponders(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
 // transient reports whether err says only that the stream (or consumer)
 // cannot answer yet: no leader, no responders.
 func transient(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.Is(err, errAgain) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrTimeout) ||
+	return errors.Is(err, errAgain) || isNoResponders(err) || errors.Is(err, nats.ErrTimeout) ||
 		errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrClusterNotAvail || apiErr.ErrorCode == jsErrClusterNotLeader)
 }
 
