@@ -79,10 +79,10 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (c *Cluster, err err
 		opts.ReadyTimeout = 30 * time.Second
 	}
 	c = &Cluster{opts: opts, http: &http.Client{Timeout: 2 * time.Second}}
+	started := c // the results are nil on an error
 	defer func() {
 		if err != nil {
-			c.Close()
-			c = nil
+			started.Close()
 		}
 	}()
 	// The ports are free when picked, but a node binds them only when it
