@@ -146,17 +146,15 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 	if q.topic != nil {
 		msg.Header.Set(natsTTL, q.topic.copyTTL) // see jsTopicShape
 	}
-	_, dup, err := q.store(ctx, part, key, msg, m.MessageID != "", "")
+	seq, dup, err := q.store(ctx, part, key, msg, m.MessageID != "", "")
+	// An error leaves the outcome unknown: the copy counts as stored (on
+	// the safe side) until the next read of the size.
+	q.sent(part, size, seq, !dup)
 	if err != nil {
 		return SendResult{}, q.d.mapErr(err)
 	}
 	if dup {
 		return duplicateOf(ctx, q.d, part, key), nil
-	}
-	if q.cfg.MaxBytes > 0 {
-		part.sizeMu.Lock()
-		part.size += uint64(size) // until the next read of the stream's size
-		part.sizeMu.Unlock()
 	}
 	return SendResult{}, nil
 }
@@ -165,11 +163,30 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 // MaxBytes; sends of this broker since the read are added to it.
 const sizeStale = 100 * time.Millisecond
 
+// copyOverhead is what a stored message takes beyond its headers and
+// body (its subject, sequence, time and checksum), rounded up.
+const copyOverhead = 96
+
+// unsourcedKeep is how long a copy this broker sent counts as not yet
+// sourced when no read of the queue stream says otherwise (a read that
+// reports no source sequence).
+const unsourcedKeep = time.Minute
+
 // checkFull refuses a message that would take the partition's active
-// messages past MaxBytes, by the queue stream's size as read at most
-// sizeStale ago. The queue stream enforces the cap itself as well: what
-// passes this check while the partition fills waits in the schedule
-// stream until space frees, and is never dropped.
+// messages past MaxBytes. The size counted is the queue stream's, as read
+// at most sizeStale ago, plus every copy this broker has sent that the
+// queue stream had not sourced yet by then: a copy lands in the schedule
+// stream first and reaches the queue stream a moment later (later still
+// on a replicated stream, where each sourced copy is a proposal of its
+// own), so the stream's size alone lags behind what was accepted. The
+// read takes the sourced sequence first and the size after it, so that
+// the size holds everything up to that sequence. With one broker sending,
+// what Send accepts therefore never exceeds MaxBytes; brokers do not see
+// each other's unsourced copies, so with several the cap can be passed by
+// what the others accepted within sizeStale and their sourcing lag. The
+// queue stream enforces the cap itself as well: what passes this check
+// while the partition is full waits in the schedule stream until space
+// frees, and is never dropped.
 func (q *jsQueue) checkFull(ctx context.Context, part *jsPartition, n int) error {
 	if q.cfg.MaxBytes <= 0 {
 		return nil
@@ -177,15 +194,66 @@ func (q *jsQueue) checkFull(ctx context.Context, part *jsPartition, n int) error
 	part.sizeMu.Lock()
 	defer part.sizeMu.Unlock()
 	if time.Since(part.sizeRead) > sizeStale {
-		info, err := q.d.streamInfo(ctx, part.queue)
-		if err != nil {
+		if err := q.readSize(ctx, part); err != nil {
 			return q.d.mapErr(err)
 		}
-		part.size, part.sizeRead = info.State.Bytes, time.Now()
 	}
-	if int64(part.size)+int64(n) > q.cfg.MaxBytes {
+	if int64(part.size+part.sending)+int64(n)+copyOverhead > q.cfg.MaxBytes {
 		return fmt.Errorf("%w: queue %s partition %d: MaxBytes %d reached", ErrQueueFull, q.cfg.Name, part.idx, q.cfg.MaxBytes)
 	}
+	part.sending += uint64(n) + copyOverhead // until sent (see sent)
+	return nil
+}
+
+// sent settles what checkFull reserved for a send of n bytes: the copy
+// stored under seq counts until a read shows it sourced; a send that
+// stored nothing (stored false) frees its reservation.
+func (q *jsQueue) sent(part *jsPartition, n int, seq uint64, stored bool) {
+	if q.cfg.MaxBytes <= 0 {
+		return
+	}
+	c := sentCopy{seq: seq, size: uint64(n) + copyOverhead, at: time.Now()}
+	part.sizeMu.Lock()
+	defer part.sizeMu.Unlock()
+	part.sending -= c.size
+	if stored {
+		part.size += c.size
+		part.unsourced = append(part.unsourced, c)
+	}
+}
+
+// readSize reads the queue stream's size and adds this broker's copies
+// that it had not sourced yet. part.sizeMu held.
+func (q *jsQueue) readSize(ctx context.Context, part *jsPartition) error {
+	first, err := q.d.streamInfo(ctx, part.queue)
+	if err != nil {
+		return err
+	}
+	var sourced uint64 // the last schedule-stream sequence the queue stream holds
+	for _, si := range first.Sources {
+		if si != nil && si.Name == part.n.sched {
+			sourced = si.Seq
+		}
+	}
+	// The server reads a stream's state before its sources: a copy stored
+	// in between would count as sourced without its bytes. A second read
+	// has them all.
+	info, err := q.d.streamInfo(ctx, part.queue)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	size := info.State.Bytes
+	keep := part.unsourced[:0]
+	for _, c := range part.unsourced {
+		if c.seq > sourced && now.Sub(c.at) < unsourcedKeep {
+			keep = append(keep, c)
+			size += c.size
+		}
+	}
+	clear(part.unsourced[len(keep):])
+	part.unsourced = keep
+	part.size, part.sizeRead = size, now
 	return nil
 }
 
