@@ -137,7 +137,8 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 	if err != nil {
 		return SendResult{}, err
 	}
-	if err := q.checkFull(ctx, part, size); err != nil {
+	stored := part.copySize(msg.Subject, size)
+	if err := q.checkFull(ctx, part, stored); err != nil {
 		return SendResult{}, err
 	}
 	if m.MessageID != "" {
@@ -149,7 +150,7 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 	seq, dup, err := q.store(ctx, part, key, msg, m.MessageID != "", "")
 	// An error leaves the outcome unknown: the copy counts as stored (on
 	// the safe side) until the next read of the size.
-	q.sent(part, size, seq, !dup)
+	q.sent(part, stored, seq, !dup)
 	if err != nil {
 		return SendResult{}, q.d.mapErr(err)
 	}
@@ -163,9 +164,22 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 // MaxBytes; sends of this broker since the read are added to it.
 const sizeStale = 100 * time.Millisecond
 
-// copyOverhead is what a stored message takes beyond its headers and
-// body (its subject, sequence, time and checksum), rounded up.
-const copyOverhead = 96
+// copySize estimates, on the high side, what a copy of wire bytes
+// (headers and body) sent on subject subj takes in the queue stream: the
+// message, its record (subject, sequence, time, checksum: 128 bytes with
+// the header's name and separators), and the Nats-Stream-Source header
+// that sourcing adds, which names the schedule stream, the sequence, the
+// source's subject filters and transforms and the original subject (about
+// 350 bytes on a queue).
+func (part *jsPartition) copySize(subj string, wire int) uint64 {
+	n := wire + 128 + 2*len(subj) + len(part.n.sched)
+	for _, src := range part.queue.CachedInfo().Config.Sources {
+		for _, tr := range src.SubjectTransforms {
+			n += len(tr.Source) + len(tr.Destination)
+		}
+	}
+	return uint64(n)
+}
 
 // unsourcedKeep is how long a copy this broker sent counts as not yet
 // sourced when no read of the queue stream says otherwise (a read that
@@ -187,7 +201,7 @@ const unsourcedKeep = time.Minute
 // queue stream enforces the cap itself as well: what passes this check
 // while the partition is full waits in the schedule stream until space
 // frees, and is never dropped.
-func (q *jsQueue) checkFull(ctx context.Context, part *jsPartition, n int) error {
+func (q *jsQueue) checkFull(ctx context.Context, part *jsPartition, n uint64) error {
 	if q.cfg.MaxBytes <= 0 {
 		return nil
 	}
@@ -198,21 +212,21 @@ func (q *jsQueue) checkFull(ctx context.Context, part *jsPartition, n int) error
 			return q.d.mapErr(err)
 		}
 	}
-	if int64(part.size+part.sending)+int64(n)+copyOverhead > q.cfg.MaxBytes {
+	if part.size+part.sending+n > uint64(q.cfg.MaxBytes) {
 		return fmt.Errorf("%w: queue %s partition %d: MaxBytes %d reached", ErrQueueFull, q.cfg.Name, part.idx, q.cfg.MaxBytes)
 	}
-	part.sending += uint64(n) + copyOverhead // until sent (see sent)
+	part.sending += n // until sent (see sent)
 	return nil
 }
 
-// sent settles what checkFull reserved for a send of n bytes: the copy
+// sent settles what checkFull reserved for a copy of n bytes: the copy
 // stored under seq counts until a read shows it sourced; a send that
 // stored nothing (stored false) frees its reservation.
-func (q *jsQueue) sent(part *jsPartition, n int, seq uint64, stored bool) {
+func (q *jsQueue) sent(part *jsPartition, n uint64, seq uint64, stored bool) {
 	if q.cfg.MaxBytes <= 0 {
 		return
 	}
-	c := sentCopy{seq: seq, size: uint64(n) + copyOverhead, at: time.Now()}
+	c := sentCopy{seq: seq, size: n, at: time.Now()}
 	part.sizeMu.Lock()
 	defer part.sizeMu.Unlock()
 	part.sending -= c.size

@@ -65,6 +65,18 @@ func TestClusterMaxBytesSourcingLags(t *testing.T) {
 	if _, err := js.UpdateStream(ctx, withSource); err != nil {
 		t.Fatalf("give the queue stream its source back: %v", err)
 	}
+	// Every accepted message moves into the queue stream, within its cap.
+	var info *jetstream.StreamInfo
+	for deadline := time.Now().Add(time.Minute); ; {
+		if info, err = s.Info(ctx); err == nil && info.State.Msgs == uint64(stored) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // polling the stream's state
+	}
+	if err != nil || info.State.Msgs != uint64(stored) || info.State.Bytes > max {
+		t.Fatalf("queue stream after sourcing resumed: %+v, %v; want %d messages, at most %d bytes", info.State, err, stored, max)
+	}
+	t.Logf("queue stream holds %d messages, %d bytes (%d a message)", info.State.Msgs, info.State.Bytes, info.State.Bytes/info.State.Msgs)
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	got := 0
