@@ -25,7 +25,7 @@ import (
 // refusal of a retry is told apart from a duplicate (see store, cancel
 // and jsSettler.ack).
 const (
-	tryLimit    = 400 * time.Millisecond
+	tryLimit    = 250 * time.Millisecond
 	maxTryLimit = 2 * time.Second
 	// tryBackoff is the wait before asking again after a quick answer
 	// saying "no leader" (it grows with each try, up to 8 times).
