@@ -140,10 +140,10 @@ func (q *jsQueue) store(ctx context.Context, part *jsPartition, key string, msg 
 		case found:
 			seq = s
 			return nil
+		case isInFlight(pubErr):
+			return errAgain // an earlier try of ours, or another write, not applied yet
 		case !guarded:
 			return nil // its key is its own: stored, and gone on since
-		case isInFlight(pubErr):
-			return errAgain // an earlier try of ours, or another write, not yet applied
 		}
 		dup = true
 		return nil
