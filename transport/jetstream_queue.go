@@ -393,6 +393,9 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 		}
 		err = q.d.tries(ctx, func(tctx context.Context) error {
 			_, err := q.d.js.PublishMsg(tctx, rec, jetstream.WithExpectLastSequenceForSubject(local, raw.Subject), noPubRetry)
+			if err == nil {
+				err = loseAnswer(tctx)
+			}
 			if err != nil && tctx.Err() != nil {
 				unanswered = true
 			}

@@ -120,6 +120,9 @@ func (q *jsQueue) store(ctx context.Context, part *jsPartition, key string, msg 
 			guard(msg, part, key)
 		}
 		ack, pubErr := q.d.js.PublishMsg(tctx, msg, noPubRetry)
+		if pubErr == nil {
+			pubErr = loseAnswer(tctx)
+		}
 		switch {
 		case pubErr == nil:
 			seq = ack.Sequence
@@ -149,6 +152,19 @@ func (q *jsQueue) store(ctx context.Context, part *jsPartition, key string, msg 
 		return nil
 	})
 	return seq, dup, err
+}
+
+// answerLost, set by tests, makes a try that was answered act as one
+// whose answer was lost when it returns true: the write took effect, and
+// the try waits out its limit.
+var answerLost func() bool
+
+func loseAnswer(tctx context.Context) error {
+	if answerLost == nil || !answerLost() {
+		return nil
+	}
+	<-tctx.Done()
+	return tctx.Err()
 }
 
 // isInFlight reports a refusal because a write to the subject is still
@@ -251,6 +267,9 @@ func (s *jsSettler) ack(ctx context.Context) error {
 			}
 		}
 		err := s.msg.DoubleAck(tctx)
+		if err == nil {
+			err = loseAnswer(tctx)
+		}
 		if err != nil && tctx.Err() != nil {
 			unanswered = true
 		}
