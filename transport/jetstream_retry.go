@@ -270,6 +270,9 @@ func (s *jsSettler) ack(ctx context.Context) error {
 		if err == nil {
 			err = loseAnswer(tctx)
 		}
+		if unanswered && errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			return nil // acknowledged meanwhile by this very delivery
+		}
 		if err != nil && tctx.Err() != nil {
 			unanswered = true
 		}
