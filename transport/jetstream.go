@@ -47,6 +47,8 @@ type jsDriver struct {
 	closed atomic.Bool
 	life   context.Context // ends on close, waking blocked receives
 	stop   context.CancelFunc
+
+	answerTime atomic.Int64 // recent answer time of a try, in ns (see tries)
 }
 
 func (d *jsDriver) maxPayload() int64 { return d.nc.MaxPayload() }

@@ -32,6 +32,26 @@ const (
 	tryBackoff = 20 * time.Millisecond
 )
 
+// firstTryLimit is the limit of an operation's first try: tryLimit, or
+// four times the recent answer time when the server answers slowly (a
+// loaded machine), so that slow answers are waited for rather than asked
+// for again, which would only load the server more. Up to maxTryLimit.
+func (d *jsDriver) firstTryLimit() time.Duration {
+	return min(max(tryLimit, 4*time.Duration(d.answerTime.Load())), maxTryLimit)
+}
+
+// noteAnswer folds the time an answered try took into the recent answer
+// time (an exponentially weighted average, weight 1/8).
+func (d *jsDriver) noteAnswer(took time.Duration) {
+	for {
+		old := d.answerTime.Load()
+		next := old + (int64(took)-old)/8
+		if d.answerTime.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
 // errAgain asks tries for another try: the outcome of an earlier one is
 // not settled yet.
 var errAgain = errors.New("transport: outcome not settled yet; asking again")
@@ -43,13 +63,17 @@ var errAgain = errors.New("transport: outcome not settled yet; asking again")
 func (d *jsDriver) tries(ctx context.Context, f func(ctx context.Context) error) error {
 	ctx, stop := d.apiContext(ctx)
 	defer stop()
-	limit := tryLimit
+	limit := d.firstTryLimit()
 	var noResponders time.Time // since when requests have met no responders
 	for try := 0; ; try++ {
 		tctx, cancel := context.WithTimeout(ctx, limit)
+		began := time.Now()
 		err := f(tctx)
 		unanswered := err != nil && tctx.Err() != nil
 		cancel()
+		if !unanswered {
+			d.noteAnswer(time.Since(began))
+		}
 		if err == nil || ctx.Err() != nil || d.check() != nil || !unanswered && !transient(err) {
 			return err
 		}
