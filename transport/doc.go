@@ -328,9 +328,10 @@
 // while it elects a leader (a stepdown, a leader lost) is dropped by
 // every replica, and nats-server sends no error. Each JetStream request
 // on the path of Send, Schedule, Cancel and Complete (and DeadLetter) is
-// therefore one try of 250 ms (doubling with each try, up to 2 s), asked
-// again, as is an answer saying the stream has no leader yet, until the
-// caller's context ends (without a deadline: the broker's API timeout).
+// therefore one try of 250 ms (or four times the recent answer time, on
+// a loaded server; doubling with each try, up to 2 s), asked again, as
+// is an answer saying the stream has no leader yet, until the caller's
+// context ends (without a deadline: the broker's API timeout).
 // After a stepdown these operations answer within a few hundred
 // milliseconds. Retries keep each operation definite: a write retried
 // after an unanswered try is guarded so that the server stores it at
