@@ -44,9 +44,10 @@ type QueueConfig struct {
 	// only cap a schedule stream by evicting pending schedules), and
 	// activations are never dropped: on JetStream an activation into a full
 	// partition waits until space frees; in memory it may exceed the cap.
-	// On JetStream the check is approximate when several brokers send (see
-	// the package documentation); nothing is ever dropped. Default: 0 (no
-	// cap).
+	// On JetStream one broker sending never takes a partition past it (on
+	// one server or a replicated queue); with several brokers sending the
+	// check is approximate (see the package documentation); nothing is
+	// ever dropped. Default: 0 (no cap).
 	MaxBytes int64
 	// Replicas is the JetStream replication factor. Default: 1.
 	Replicas int

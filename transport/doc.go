@@ -309,11 +309,45 @@
 // replicated streams too a subscription gets nothing that entered the
 // topic before it was opened.
 //
-// MaxBytes on JetStream: Send checks the queue stream's size as read at
-// most 100 ms before plus what this broker sent since, and the queue
-// stream enforces the cap itself; messages accepted while other brokers
-// fill it wait in the schedule stream and move in as space frees, never
-// dropped.
+// MaxBytes on JetStream: Send counts the queue stream's size, as read at
+// most 100 ms before, plus every copy this broker sent that the queue
+// stream had not sourced yet when it was read (a sent message lands in
+// the schedule stream and moves into the queue stream a moment later;
+// on a replicated stream the lag is longer, since every sourced copy is
+// a raft proposal of its own). A copy's size is estimated on the high
+// side: the message plus about 350 bytes of record and sourcing header
+// on a queue. So with one broker sending, the messages Send accepts never
+// take a partition past MaxBytes, on one server or R3. Brokers do not see
+// each other's unsourced copies: with several, the partition can be
+// offered more than MaxBytes, by what the others accepted within those
+// 100 ms and their sourcing lag. The queue stream enforces the cap
+// itself (DiscardNew): what exceeds it waits in the schedule stream and
+// moves in as space frees, never dropped.
+//
+// On a cluster a request can go unanswered: one that reaches a stream
+// while it elects a leader (a stepdown, a leader lost) is dropped by
+// every replica, and nats-server sends no error. Each JetStream request
+// on the path of Send, Schedule, Cancel and Complete (and DeadLetter) is
+// therefore one try of 250 ms (or four times the recent answer time, on
+// a loaded server; doubling with each try, up to 2 s), asked again, as
+// is an answer saying the stream has no leader yet, until the caller's
+// context ends (without a deadline: the broker's API timeout).
+// After a stepdown these operations answer within a few hundred
+// milliseconds. Retries keep each operation definite: a write retried
+// after an unanswered try is guarded so that the server stores it at
+// most once (a message without MessageID on its own subject key), and a
+// retry refused because an earlier try was stored counts as stored, not
+// as a duplicate (the stored message is compared with the one sent: same
+// subject, body and Jetsaga headers); a cancel record carries the
+// Cancel's own ID (Jetsaga-Cancel-Id), so a retried Cancel still returns
+// nil for its own record; an ack retried after an unanswered try counts a
+// message gone from the queue stream as acknowledged. Two cases where this
+// cannot be exact: a message without MessageID whose unanswered first
+// copy was already sourced, received and purged (receivers purge sourced
+// copies every 5 s) before a retry is stored twice; and a scheduled
+// message whose try went unanswered and which activated before a retry
+// could read it back (it was due within a second or two) is reported
+// with Seq 0: it is delivered, and there is nothing left to cancel.
 //
 // Limits of the guarantees: a message is safe once Send or Schedule
 // returned; with nats-server's default sync policy it has reached the

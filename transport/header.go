@@ -25,6 +25,7 @@ const (
 	hdrDLSeq         = "Jetsaga-Dead-Letter-Seq"
 	hdrDLEnqueuedAt  = "Jetsaga-Dead-Letter-Enqueued-At"
 	hdrCancelled     = "Jetsaga-Cancelled"
+	hdrCancelID      = "Jetsaga-Cancel-Id" // on a cancel record: which Cancel call wrote it
 	hdrProp          = "Jetsaga-P-"
 )
 

@@ -47,6 +47,8 @@ type jsDriver struct {
 	closed atomic.Bool
 	life   context.Context // ends on close, waking blocked receives
 	stop   context.CancelFunc
+
+	answerTime atomic.Int64 // recent answer time of a try, in ns (see tries)
 }
 
 func (d *jsDriver) maxPayload() int64 { return d.nc.MaxPayload() }
@@ -554,15 +556,26 @@ type jsPartition struct {
 	aged        []checkpoint
 	lastPurge   time.Time
 
-	// The queue stream's size as last read, for MaxBytes (see checkFull).
-	sizeMu   sync.Mutex
-	size     uint64
-	sizeRead time.Time
+	// The queue stream's size as last read plus this broker's copies not
+	// yet sourced into it, and those copies, for MaxBytes (see checkFull).
+	sizeMu    sync.Mutex
+	size      uint64
+	sizeRead  time.Time
+	unsourced []sentCopy
+	sending   uint64 // reserved by sends under way
 
 	// The consumer whose pending count is the number of schedules (see
 	// jsQueue.scheduled).
 	countMu sync.Mutex
 	counter jetstream.Consumer
+}
+
+// sentCopy is a copy Send wrote to the schedule stream: its sequence
+// there (0 if not known), its size, and when it was written.
+type sentCopy struct {
+	seq  uint64
+	size uint64
+	at   time.Time
 }
 
 type checkpoint struct {

@@ -137,7 +137,8 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 	if err != nil {
 		return SendResult{}, err
 	}
-	if err := q.checkFull(ctx, part, size); err != nil {
+	stored := part.copySize(msg.Subject, size)
+	if err := q.checkFull(ctx, part, stored); err != nil {
 		return SendResult{}, err
 	}
 	if m.MessageID != "" {
@@ -146,17 +147,15 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 	if q.topic != nil {
 		msg.Header.Set(natsTTL, q.topic.copyTTL) // see jsTopicShape
 	}
-	_, err = q.d.js.PublishMsg(ctx, msg)
-	if isWrongLastSeq(err) {
-		return duplicateOf(ctx, part, key), nil
-	}
+	seq, dup, err := q.store(ctx, part, key, msg, m.MessageID != "", "")
+	// An error leaves the outcome unknown: the copy counts as stored (on
+	// the safe side) until the next read of the size.
+	q.sent(part, stored, seq, !dup)
 	if err != nil {
 		return SendResult{}, q.d.mapErr(err)
 	}
-	if q.cfg.MaxBytes > 0 {
-		part.sizeMu.Lock()
-		part.size += uint64(size) // until the next read of the stream's size
-		part.sizeMu.Unlock()
+	if dup {
+		return duplicateOf(ctx, q.d, part, key), nil
 	}
 	return SendResult{}, nil
 }
@@ -165,27 +164,110 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 // MaxBytes; sends of this broker since the read are added to it.
 const sizeStale = 100 * time.Millisecond
 
+// copySize estimates, on the high side, what a copy of wire bytes
+// (headers and body) sent on subject subj takes in the queue stream: the
+// message, its record (subject, sequence, time, checksum: 128 bytes with
+// the header's name and separators), and the Nats-Stream-Source header
+// that sourcing adds, which names the schedule stream, the sequence, the
+// source's subject filters and transforms and the original subject (about
+// 350 bytes on a queue).
+func (part *jsPartition) copySize(subj string, wire int) uint64 {
+	n := wire + 128 + 2*len(subj) + len(part.n.sched)
+	for _, src := range part.queue.CachedInfo().Config.Sources {
+		for _, tr := range src.SubjectTransforms {
+			n += len(tr.Source) + len(tr.Destination)
+		}
+	}
+	return uint64(n)
+}
+
+// unsourcedKeep is how long a copy this broker sent counts as not yet
+// sourced when no read of the queue stream says otherwise (a read that
+// reports no source sequence).
+const unsourcedKeep = time.Minute
+
 // checkFull refuses a message that would take the partition's active
-// messages past MaxBytes, by the queue stream's size as read at most
-// sizeStale ago. The queue stream enforces the cap itself as well: what
-// passes this check while the partition fills waits in the schedule
-// stream until space frees, and is never dropped.
-func (q *jsQueue) checkFull(ctx context.Context, part *jsPartition, n int) error {
+// messages past MaxBytes. The size counted is the queue stream's, as read
+// at most sizeStale ago, plus every copy this broker has sent that the
+// queue stream had not sourced yet by then: a copy lands in the schedule
+// stream first and reaches the queue stream a moment later (later still
+// on a replicated stream, where each sourced copy is a proposal of its
+// own), so the stream's size alone lags behind what was accepted. The
+// read takes the sourced sequence first and the size after it, so that
+// the size holds everything up to that sequence. With one broker sending,
+// what Send accepts therefore never exceeds MaxBytes; brokers do not see
+// each other's unsourced copies, so with several the cap can be passed by
+// what the others accepted within sizeStale and their sourcing lag. The
+// queue stream enforces the cap itself as well: what passes this check
+// while the partition is full waits in the schedule stream until space
+// frees, and is never dropped.
+func (q *jsQueue) checkFull(ctx context.Context, part *jsPartition, n uint64) error {
 	if q.cfg.MaxBytes <= 0 {
 		return nil
 	}
 	part.sizeMu.Lock()
 	defer part.sizeMu.Unlock()
 	if time.Since(part.sizeRead) > sizeStale {
-		info, err := part.queue.Info(ctx)
-		if err != nil {
+		if err := q.readSize(ctx, part); err != nil {
 			return q.d.mapErr(err)
 		}
-		part.size, part.sizeRead = info.State.Bytes, time.Now()
 	}
-	if int64(part.size)+int64(n) > q.cfg.MaxBytes {
+	if part.size+part.sending+n > uint64(q.cfg.MaxBytes) {
 		return fmt.Errorf("%w: queue %s partition %d: MaxBytes %d reached", ErrQueueFull, q.cfg.Name, part.idx, q.cfg.MaxBytes)
 	}
+	part.sending += n // until sent (see sent)
+	return nil
+}
+
+// sent settles what checkFull reserved for a copy of n bytes: the copy
+// stored under seq counts until a read shows it sourced; a send that
+// stored nothing (stored false) frees its reservation.
+func (q *jsQueue) sent(part *jsPartition, n uint64, seq uint64, stored bool) {
+	if q.cfg.MaxBytes <= 0 {
+		return
+	}
+	c := sentCopy{seq: seq, size: n, at: time.Now()}
+	part.sizeMu.Lock()
+	defer part.sizeMu.Unlock()
+	part.sending -= c.size
+	if stored {
+		part.size += c.size
+		part.unsourced = append(part.unsourced, c)
+	}
+}
+
+// readSize reads the queue stream's size and adds this broker's copies
+// that it had not sourced yet. part.sizeMu held.
+func (q *jsQueue) readSize(ctx context.Context, part *jsPartition) error {
+	first, err := q.d.streamInfo(ctx, part.queue)
+	if err != nil {
+		return err
+	}
+	var sourced uint64 // the last schedule-stream sequence the queue stream holds
+	for _, si := range first.Sources {
+		if si != nil && si.Name == part.n.sched {
+			sourced = si.Seq
+		}
+	}
+	// The server reads a stream's state before its sources: a copy stored
+	// in between would count as sourced without its bytes. A second read
+	// has them all.
+	info, err := q.d.streamInfo(ctx, part.queue)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	size := info.State.Bytes
+	keep := part.unsourced[:0]
+	for _, c := range part.unsourced {
+		if c.seq > sourced && now.Sub(c.at) < unsourcedKeep {
+			keep = append(keep, c)
+			size += c.size
+		}
+	}
+	clear(part.unsourced[len(keep):])
+	part.unsourced = keep
+	part.size, part.sizeRead = size, now
 	return nil
 }
 
@@ -219,20 +301,26 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 	if q.topic != nil {
 		msg.Header.Set(natsScheduleTTL, q.topic.copyTTL)
 	}
-	ack, err := q.d.js.PublishMsg(ctx, msg)
-	if isWrongLastSeq(err) {
-		return duplicateOf(ctx, part, key), nil
-	}
+	seq, dup, err := q.store(ctx, part, key, msg, m.MessageID != "", q.copySubject(part, key, m))
 	if err != nil {
 		return SendResult{}, q.d.mapErr(err)
 	}
-	return SendResult{Seq: makeSeq(p, true, ack.Sequence)}, nil
+	if dup {
+		return duplicateOf(ctx, q.d, part, key), nil
+	}
+	if seq == 0 {
+		// Stored by a try whose answer was lost, and activated before a
+		// retry could read its number back (it was due within a second
+		// or two): it is delivered, and no Cancel could stop it now.
+		return SendResult{}, nil
+	}
+	return SendResult{Seq: makeSeq(p, true, seq)}, nil
 }
 
 // duplicateOf reports a duplicate of the MessageID whose key is key: with
 // the number of the scheduled message with it, while one is pending.
-func duplicateOf(ctx context.Context, part *jsPartition, key string) SendResult {
-	raw, err := part.sched.GetLastMsgForSubject(ctx, part.n.sSubj+"."+key+".s")
+func duplicateOf(ctx context.Context, d *jsDriver, part *jsPartition, key string) SendResult {
+	raw, err := d.getLast(ctx, part.sched, part.n.sSubj+"."+key+".s")
 	if err != nil {
 		return SendResult{Duplicate: true}
 	}
@@ -269,7 +357,7 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	if local == 0 {
 		return fmt.Errorf("%w: seq %d", ErrNotFound, seq)
 	}
-	raw, err := part.sched.GetMsg(ctx, local)
+	raw, err := q.d.getMsg(ctx, part.sched, local)
 	if isNotFound(err) {
 		return q.cancelledOrActivated(ctx, part, seq)
 	}
@@ -288,16 +376,31 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	rec.Header.Set(natsScheduleNext, "purge")
 	rec.Header.Set(natsScheduler, raw.Subject)
 	rec.Header.Set(natsTTL, fmt.Sprintf("%ds", int64(q.cfg.CancelRecordTTL/time.Second)))
+	// Which Cancel wrote a record, for a retry after an unanswered try
+	// (see tries): the record may be ours.
+	rec.Header.Set(hdrCancelID, nuid.Next())
+	unanswered := false // a try went unanswered: our record may be stored, or in flight
 	backoff := time.Millisecond
 	for {
 		// The server's scheduler may already be activating a message this
 		// close to its time; cancelling it then could only be honoured by
 		// dropping the activation, which would skip an active sequence
 		// number. It counts as activated instead: it will be delivered.
-		if dueErr == nil && time.Until(due) < cancelMargin {
+		// Not once a try went unanswered: our record may land yet, and
+		// only the records can tell then.
+		if dueErr == nil && time.Until(due) < cancelMargin && !unanswered {
 			return fmt.Errorf("%w: seq %d is due at %s, within %v", ErrAlreadyActivated, seq, due.Format(time.RFC3339Nano), cancelMargin)
 		}
-		_, err = q.d.js.PublishMsg(ctx, rec, jetstream.WithExpectLastSequenceForSubject(local, raw.Subject))
+		err = q.d.tries(ctx, func(tctx context.Context) error {
+			_, err := q.d.js.PublishMsg(tctx, rec, jetstream.WithExpectLastSequenceForSubject(local, raw.Subject), noPubRetry)
+			if err == nil {
+				err = loseAnswer(tctx)
+			}
+			if err != nil && tctx.Err() != nil {
+				unanswered = true
+			}
+			return err
+		})
 		if err == nil {
 			return nil
 		}
@@ -312,7 +415,7 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 		// copy — is stored in the same step as the removal: so once the
 		// schedule is gone, what removed it is readable. Read in that
 		// order, schedule first; while it is still stored, try again.
-		if _, err := part.sched.GetMsg(ctx, local); err == nil {
+		if _, err := q.d.getMsg(ctx, part.sched, local); err == nil {
 			select {
 			case <-ctx.Done():
 				return context.Cause(ctx)
@@ -323,7 +426,10 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 		} else if !isNotFound(err) {
 			return q.d.mapErr(err)
 		}
-		if _, err := part.sched.GetLastMsgForSubject(ctx, recSubj); err == nil {
+		if r, err := q.d.getLast(ctx, part.sched, recSubj); err == nil {
+			if unanswered && r.Header.Get(hdrCancelID) == rec.Header.Get(hdrCancelID) {
+				return nil // our record, stored by a try whose answer was lost
+			}
 			return fmt.Errorf("%w: seq %d was cancelled concurrently", ErrNotFound, seq)
 		} else if !isNotFound(err) {
 			return q.d.mapErr(err)
@@ -344,7 +450,7 @@ func (q *jsQueue) cancelledOrActivated(ctx context.Context, part *jsPartition, s
 	if found {
 		return fmt.Errorf("%w: seq %d was cancelled", ErrNotFound, seq)
 	}
-	info, err := part.sched.Info(ctx)
+	info, err := q.d.streamInfo(ctx, part.sched)
 	if err != nil {
 		return q.d.mapErr(err)
 	}
@@ -365,23 +471,28 @@ func (d *jsDriver) lastBySubject(ctx context.Context, stream, subject string) (b
 	}
 	ctx, cancel := d.apiContext(ctx)
 	defer cancel()
-	resp, err := d.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
-	if err != nil {
-		return false, d.mapErr(err)
-	}
-	var r struct {
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return false, fmt.Errorf("transport: message get: %w", err)
-	}
-	switch {
-	case r.Error == nil:
-		return true, nil
-	case r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return false, nil
-	}
-	return false, d.mapErr(r.Error)
+	found := false
+	err = d.tries(ctx, func(tctx context.Context) error {
+		resp, err := d.nc.RequestWithContext(tctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+		if err != nil {
+			return err
+		}
+		var r struct {
+			Error *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(resp.Data, &r); err != nil {
+			return fmt.Errorf("message get: %w", err)
+		}
+		switch {
+		case r.Error == nil:
+			found = true
+			return nil
+		case r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+			return nil
+		}
+		return r.Error
+	})
+	return found, d.mapErr(err)
 }
 
 func isNotFound(err error) bool {

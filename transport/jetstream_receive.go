@@ -534,7 +534,7 @@ func (s *jsSettler) complete(ctx context.Context) error {
 	if err := s.live(); err != nil {
 		return err
 	}
-	return s.acked(ctx, s.msg.DoubleAck(ctx))
+	return s.acked(ctx, s.ack(ctx))
 }
 
 // removalWait bounds how long a settle on a replicated stream waits for
@@ -556,7 +556,9 @@ func (s *jsSettler) acked(ctx context.Context, err error) error {
 	deadline := time.Now().Add(removalWait)
 	backoff := time.Millisecond
 	for {
-		_, err := s.part.queue.GetMsg(ctx, LocalSeq(s.m.Seq))
+		gctx, cancel := context.WithTimeout(ctx, s.q.d.firstTryLimit()) // see tries
+		_, err := s.part.queue.GetMsg(gctx, LocalSeq(s.m.Seq))
+		cancel()
 		if isNotFound(err) || time.Now().After(deadline) || ctx.Err() != nil {
 			return nil
 		}
@@ -611,10 +613,14 @@ func (s *jsSettler) deadLetter(ctx context.Context, reason, description string, 
 	dlq := s.q.dlq.parts[0]
 	msg := &nats.Msg{Subject: dlq.n.qSubj + ".m", Header: encodeHeader(&dl), Data: dl.Body}
 	msg.Header.Set(jetstream.MsgIDHeader, "dl-"+strconv.FormatUint(s.m.Seq, 10)+"-"+s.m.EnqueuedAt.Format(time.RFC3339Nano))
-	if _, err := s.q.d.js.PublishMsg(ctx, msg); err != nil {
+	// Nats-Msg-Id makes a retried try (see tries) a duplicate.
+	if err := s.q.d.tries(ctx, func(tctx context.Context) error {
+		_, err := s.q.d.js.PublishMsg(tctx, msg, noPubRetry)
+		return err
+	}); err != nil {
 		return s.q.d.mapErr(err)
 	}
-	return s.acked(ctx, s.msg.DoubleAck(ctx))
+	return s.acked(ctx, s.ack(ctx))
 }
 
 // Sessions. Each session has its own durable consumer, filtered on the

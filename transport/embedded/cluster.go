@@ -78,71 +78,27 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (c *Cluster, err err
 	if opts.ReadyTimeout == 0 {
 		opts.ReadyTimeout = 30 * time.Second
 	}
-	n := opts.Nodes
-	perNode := 3 // client, route, monitoring
-	if opts.Partitionable {
-		perNode = 4 // and the proxy in front of the route listener
-	}
-	ports, err := freePorts(n * perNode)
-	if err != nil {
-		return nil, err
-	}
 	c = &Cluster{opts: opts, http: &http.Client{Timeout: 2 * time.Second}}
+	started := c // the results are nil on an error
 	defer func() {
 		if err != nil {
-			c.Close()
-			c = nil
+			started.Close()
 		}
 	}()
-	routePort := make([]int, n) // where node i's routes are reached
-	for i := range n {
-		c.urls = append(c.urls, "nats://127.0.0.1:"+strconv.Itoa(ports[i*perNode]))
-		c.monitor = append(c.monitor, ports[i*perNode+2])
-		routePort[i] = ports[i*perNode+1]
+	// The ports are free when picked, but a node binds them only when it
+	// starts: another process may take one in between. The nodes then
+	// start again, on fresh ports.
+	for attempt := 1; ; attempt++ {
+		err = c.startNodes()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrAddrInUse) || attempt == maxPortAttempts || ctx.Err() != nil {
+			return nil, err
+		}
+		c.stopNodes()
 	}
-	if opts.Partitionable {
-		c.proxy = newRouteProxy()
-		for i := range n {
-			front := ports[i*perNode+3]
-			if err := c.proxy.listen(i, front, ports[i*perNode+1]); err != nil {
-				return nil, err
-			}
-			routePort[i] = front
-		}
-	}
-	for i := range n {
-		o := Options{
-			Host:       "127.0.0.1",
-			Port:       ports[i*perNode],
-			MaxPayload: opts.MaxPayload,
-			SyncAlways: opts.SyncAlways,
-			Debug:      opts.Debug,
-			// a child's ReadyTimeout is its own start; the cluster's bounds the wait for READY
-			ReadyTimeout: opts.ReadyTimeout,
-			ServerName:   nodeName(i),
-			ClusterName:  opts.Name,
-			ClusterPort:  ports[i*perNode+1],
-			MonitorPort:  ports[i*perNode+2],
-		}
-		if opts.Partitionable {
-			o.ClusterAdvertise = "127.0.0.1:" + strconv.Itoa(routePort[i])
-		}
-		for j := range n {
-			if j != i {
-				o.Routes = append(o.Routes, "nats-route://127.0.0.1:"+strconv.Itoa(routePort[j]))
-			}
-		}
-		p, err := StartProcess(o)
-		if err != nil {
-			return nil, fmt.Errorf("embedded: node %d: %w", i, err)
-		}
-		c.mu.Lock()
-		c.nodes = append(c.nodes, p)
-		c.mu.Unlock()
-		if c.proxy != nil {
-			c.proxy.setID(i, p.ID())
-		}
-	}
+	n := opts.Nodes
 	for i := range n {
 		nc, err := nats.Connect(c.urls[i], nats.Name("jetsaga-cluster-admin"), nats.RetryOnFailedConnect(true),
 			nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
@@ -157,6 +113,95 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (c *Cluster, err err
 		return nil, err
 	}
 	return c, nil
+}
+
+// portsPicked, if set, is called with the ports startNodes picked before
+// any is bound: tests take one to see the start recover.
+var portsPicked func(ports []int)
+
+// maxPortAttempts bounds how often StartCluster picks fresh ports.
+const maxPortAttempts = 5
+
+// startNodes picks ports and starts every node (and the route proxies).
+func (c *Cluster) startNodes() error {
+	n := c.opts.Nodes
+	perNode := 3 // client, route, monitoring
+	if c.opts.Partitionable {
+		perNode = 4 // and the proxy in front of the route listener
+	}
+	ports, err := freePorts(n * perNode)
+	if err != nil {
+		return err
+	}
+	if portsPicked != nil {
+		portsPicked(ports)
+	}
+	routePort := make([]int, n) // where node i's routes are reached
+	for i := range n {
+		c.urls = append(c.urls, "nats://127.0.0.1:"+strconv.Itoa(ports[i*perNode]))
+		c.monitor = append(c.monitor, ports[i*perNode+2])
+		routePort[i] = ports[i*perNode+1]
+	}
+	if c.opts.Partitionable {
+		c.proxy = newRouteProxy()
+		for i := range n {
+			front := ports[i*perNode+3]
+			if err := c.proxy.listen(i, front, ports[i*perNode+1]); err != nil {
+				return err
+			}
+			routePort[i] = front
+		}
+	}
+	for i := range n {
+		o := Options{
+			Host:       "127.0.0.1",
+			Port:       ports[i*perNode],
+			MaxPayload: c.opts.MaxPayload,
+			SyncAlways: c.opts.SyncAlways,
+			Debug:      c.opts.Debug,
+			// a child's ReadyTimeout is its own start; the cluster's bounds the wait for READY
+			ReadyTimeout: c.opts.ReadyTimeout,
+			ServerName:   nodeName(i),
+			ClusterName:  c.opts.Name,
+			ClusterPort:  ports[i*perNode+1],
+			MonitorPort:  ports[i*perNode+2],
+		}
+		if c.opts.Partitionable {
+			o.ClusterAdvertise = "127.0.0.1:" + strconv.Itoa(routePort[i])
+		}
+		for j := range n {
+			if j != i {
+				o.Routes = append(o.Routes, "nats-route://127.0.0.1:"+strconv.Itoa(routePort[j]))
+			}
+		}
+		p, err := StartProcess(o)
+		if err != nil {
+			return fmt.Errorf("embedded: node %d: %w", i, err)
+		}
+		c.mu.Lock()
+		c.nodes = append(c.nodes, p)
+		c.mu.Unlock()
+		if c.proxy != nil {
+			c.proxy.setID(i, p.ID())
+		}
+	}
+	return nil
+}
+
+// stopNodes stops what startNodes started and forgets the ports.
+func (c *Cluster) stopNodes() {
+	c.mu.Lock()
+	nodes := c.nodes
+	c.nodes = nil
+	c.mu.Unlock()
+	for _, p := range nodes {
+		p.closeWithin(10 * time.Second)
+	}
+	if c.proxy != nil {
+		c.proxy.close()
+		c.proxy = nil
+	}
+	c.urls, c.monitor = nil, nil
 }
 
 // freePorts returns n distinct loopback ports that were free a moment

@@ -3,12 +3,14 @@ package embedded
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -47,6 +49,9 @@ func (p *routeProxy) setID(i int, id string) {
 // listen relays connections to port front on to node's route port back.
 func (p *routeProxy) listen(node, front, back int) error {
 	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(front))
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%w: route proxy: %w", ErrAddrInUse, err)
+	}
 	if err != nil {
 		return fmt.Errorf("embedded: route proxy: %w", err)
 	}

@@ -8,12 +8,19 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/logger"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
 
 // ErrNotReady is returned when the server does not accept connections in time.
 var ErrNotReady = errors.New("embedded: nats-server not ready")
+
+// ErrAddrInUse is returned when the server cannot listen on a port it was
+// given (client, route or monitoring) because something else holds it.
+// Restart retries such a port until ReadyTimeout; StartCluster picks
+// fresh ports.
+var ErrAddrInUse = errors.New("embedded: address in use")
 
 // Options configure an embedded server. The zero value is a loopback
 // server on a random port with a temporary store directory.
@@ -126,13 +133,34 @@ func (s *Server) start() error {
 	if err != nil {
 		return fmt.Errorf("embedded: %w", err)
 	}
+	// nats-server reports a listener it cannot open through its logger's
+	// Fatalf and then never gets ready: catch that, so that a port taken
+	// fails the start at once.
+	fl := &fatalLogger{fatal: make(chan string, 1)}
 	if s.opts.Debug {
-		ns.ConfigureLogger()
+		fl.inner = logger.NewStdLogger(true, false, false, true, true) // as ConfigureLogger makes it
 	}
+	ns.SetLogger(fl, false, false)
 	go ns.Start()
-	if !ns.ReadyForConnections(s.opts.ReadyTimeout) {
-		ns.Shutdown()
-		return fmt.Errorf("%w after %v", ErrNotReady, s.opts.ReadyTimeout)
+	deadline := time.Now().Add(s.opts.ReadyTimeout)
+	for !ns.ReadyForConnections(50 * time.Millisecond) {
+		var err error
+		select {
+		case msg := <-fl.fatal:
+			err = fmt.Errorf("embedded: nats-server: %s", msg)
+			if isAddrInUse(msg) {
+				err = fmt.Errorf("%w: %s", ErrAddrInUse, msg)
+			}
+		default:
+			if time.Now().After(deadline) {
+				err = fmt.Errorf("%w after %v", ErrNotReady, s.opts.ReadyTimeout)
+			}
+		}
+		if err != nil {
+			ns.Shutdown()
+			ns.WaitForShutdown()
+			return err
+		}
 	}
 	s.ns = ns
 	// Keep the port across Restart so clients reconnect to the same URL.
@@ -158,10 +186,65 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 
 // Restart shuts the server down gracefully and starts it again on the same
 // port and store directory, as an operator restarting nats-server would.
+// Should another process have taken one of its ports meanwhile, it tries
+// again until ReadyTimeout.
 func (s *Server) Restart() error {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
-	return s.start()
+	return retryBind(s.opts.ReadyTimeout, s.start)
+}
+
+// retryBind calls start until it succeeds, fails otherwise than with
+// ErrAddrInUse, or within has passed.
+func retryBind(within time.Duration, start func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := start()
+		if !errors.Is(err, ErrAddrInUse) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(bindRetryWait) // waiting for the port's holder to let go; there is nothing to watch
+	}
+}
+
+// bindRetryWait is the pause between two tries to listen on a taken port.
+const bindRetryWait = 100 * time.Millisecond
+
+// fatalLogger passes nats-server's log on to inner (if set) and reports
+// its first fatal error on fatal. It never exits the process.
+type fatalLogger struct {
+	inner server.Logger
+	fatal chan string
+}
+
+func (l *fatalLogger) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if l.inner != nil {
+		l.inner.Errorf("%s", msg)
+	}
+	select {
+	case l.fatal <- msg:
+	default:
+	}
+}
+
+func (l *fatalLogger) Noticef(format string, v ...any) { l.log(server.Logger.Noticef, format, v) }
+func (l *fatalLogger) Warnf(format string, v ...any)   { l.log(server.Logger.Warnf, format, v) }
+func (l *fatalLogger) Errorf(format string, v ...any)  { l.log(server.Logger.Errorf, format, v) }
+func (l *fatalLogger) Debugf(format string, v ...any)  { l.log(server.Logger.Debugf, format, v) }
+func (l *fatalLogger) Tracef(format string, v ...any)  { l.log(server.Logger.Tracef, format, v) }
+
+func (l *fatalLogger) log(f func(server.Logger, string, ...any), format string, v []any) {
+	if l.inner != nil {
+		f(l.inner, format, v...)
+	}
+}
+
+// isAddrInUse reports whether a nats-server fatal error says a port was
+// taken (Linux and macOS say "address already in use", Windows "Only one
+// usage of each socket address").
+func isAddrInUse(msg string) bool {
+	return strings.Contains(msg, "address already in use") || strings.Contains(msg, "Only one usage of each socket address")
 }
 
 // Shutdown stops the server gracefully and waits until it has stopped. A

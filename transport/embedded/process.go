@@ -16,6 +16,10 @@ import (
 
 const childEnv = "JETSAGA_EMBEDDED_NATS_CHILD"
 
+// childAddrInUse is a child's exit status when a port it was given is
+// taken (ErrAddrInUse).
+const childAddrInUse = 3
+
 // RunChildIfRequested turns the current process into an embedded server
 // when StartProcess started it, and never returns in that case. Call it
 // first thing in TestMain (or main) of a program that uses StartProcess;
@@ -33,6 +37,9 @@ func RunChildIfRequested() {
 	s, err := Start(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "embedded child:", err)
+		if errors.Is(err, ErrAddrInUse) {
+			os.Exit(childAddrInUse)
+		}
 		os.Exit(2)
 	}
 	fmt.Printf("READY %s %s\n", s.ClientURL(), s.ID())
@@ -93,7 +100,9 @@ func (p *Process) start() error {
 		return fmt.Errorf("embedded: start child: %w", err)
 	}
 	ready := make(chan string, 1)
+	gone := make(chan struct{}) // the child closed its stdout: it exited
 	go func() {
+		defer close(gone)
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			if rest, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
@@ -109,6 +118,12 @@ func (p *Process) start() error {
 	case rest := <-ready:
 		url, id, _ := strings.Cut(rest, " ")
 		p.url, p.id, p.cmd = url, id, cmd
+	case <-gone:
+		err := cmd.Wait()
+		if cmd.ProcessState != nil && cmd.ProcessState.ExitCode() == childAddrInUse {
+			return fmt.Errorf("%w: child exited: %v", ErrAddrInUse, err)
+		}
+		return fmt.Errorf("%w: child exited before it was ready: %v", ErrNotReady, err)
 	case <-time.After(timeout):
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -162,14 +177,20 @@ func (p *Process) kill() error {
 	return err
 }
 
-// Restart starts the server process again after Kill or Stop.
+// Restart starts the server process again after Kill or Stop, on the
+// same ports. Should another process have taken one of them meanwhile, it
+// tries again until ReadyTimeout (default 30s).
 func (p *Process) Restart() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
 		return errors.New("embedded: process still running")
 	}
-	return p.start()
+	within := p.opts.ReadyTimeout
+	if within == 0 {
+		within = 30 * time.Second
+	}
+	return retryBind(within, p.start)
 }
 
 // Stop asks the server process to shut down gracefully and waits for it.
