@@ -53,7 +53,7 @@
 // [DefaultDeadlockDetectionTimeout] (10 s, the task's own timeout) before
 // the SDK calls it deadlocked, where the SDK's default is 1 s: on a CPU
 // too busy to run a workflow goroutine for a second, the SDK's check
-// fails the task, and Temporal's retries of it hold up the cancels.
+// fails the task, and the cancels wait for Temporal's retries of it.
 //
 // # How a timeout runs
 //

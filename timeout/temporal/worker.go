@@ -89,9 +89,10 @@ const (
 // default, 10 s), where the SDK's default is 1 s. The timeout workflow
 // never blocks, so on a worker that runs only it the SDK's deadlock check
 // only ever fires on a CPU so loaded that a workflow goroutine waits a
-// second for it — measured on 2 busy cores under -race — and then fails
-// the workflow task, which Temporal retries with a backoff that holds up
-// the cancels waiting on it.
+// second for it — seen on 2 saturated cores under -race — and then fails
+// the workflow task: the cancels waiting on it wait for Temporal's retry
+// of the task, and from its third attempt on Temporal refuses updates and
+// backs the retries off.
 const DefaultDeadlockDetectionTimeout = 10 * time.Second
 
 // workerOptions returns o with the engine's default pollers where o sets
