@@ -31,6 +31,30 @@
 // the engine and its workers alike. [Register] registers the workflow and
 // the activity on a worker you already run instead.
 //
+// # Worker pollers
+//
+// [NewWorker] polls workflow and activity tasks with Temporal's poller
+// autoscaling (worker.NewPollerBehaviorAutoscaling), not the SDK's
+// default of 2 fixed pollers: [DefaultInitialPollers] (5) of each kind to
+// start with, scaled between [DefaultMinPollers] (1) and
+// [DefaultMaxPollers] (100) as the server asks. Every Cancel is a workflow
+// task the worker must run within [WithCancelTimeout], so a burst of
+// cancels needs pollers; and a worker with a fixed number of pollers
+// shares them between its sticky queue and the task queue, and sends
+// them all to the sticky queue for as long as that queue last reported a
+// backlog — measured under load: the task queue went unpolled for 30 s,
+// and the cancels of timeouts whose update Temporal had moved there
+// (after it could not start on the sticky queue within 5 s) got no
+// answer. Autoscaling gives each queue pollers of its own. Set other
+// pollers with [WithWorkerOptions] (WorkflowTaskPollerBehavior,
+// ActivityTaskPollerBehavior, or the MaxConcurrent…TaskPollers fields);
+// on a worker you run yourself ([Register]), prefer autoscaling pollers
+// for the same reasons. NewWorker also lets a workflow task run
+// [DefaultDeadlockDetectionTimeout] (10 s, the task's own timeout) before
+// the SDK calls it deadlocked, where the SDK's default is 1 s: on a CPU
+// too busy to run a workflow goroutine for a second, the SDK's check
+// fails the task, and the cancels wait for Temporal's retries of it.
+//
 // # How a timeout runs
 //
 // [Engine.Schedule] starts a workflow of type [WorkflowType] whose ID is
@@ -77,6 +101,10 @@
 // Cancel of a pending timeout needs a worker running: the update is
 // handled by workflow code, so Cancel waits for a worker to pick it up,
 // up to [WithCancelTimeout] (30 s by default) or the context's deadline.
+// Within that time Cancel sends its update again if the update failed
+// without an answer while the workflow still runs, under the same update
+// ID, which Temporal deduplicates: a resent update joins the one already
+// waiting, and one answered before the workflow closed answers again.
 // Any error other than these outcomes leaves the outcome unknown — an
 // update that timed out may still be handled once a worker comes — and
 // calling Cancel again is safe (it then reports ErrNotFound if the

@@ -2,6 +2,8 @@ package temporal
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"iter"
@@ -132,7 +134,10 @@ func WithDeliveryTimeout(d time.Duration) Option { return func(c *config) { c.de
 func WithCancelTimeout(d time.Duration) Option { return func(c *config) { c.cancelTimeout = d } }
 
 // WithWorkerOptions sets the options of the worker NewWorker creates
-// (concurrency, rate limits, identity, ...). NewWorker only.
+// (concurrency, rate limits, identity, pollers, ...). Pollers it leaves
+// unset (neither the poller behavior nor the maximum of a kind) are the
+// engine's: autoscaling, DefaultInitialPollers to start with, between
+// DefaultMinPollers and DefaultMaxPollers. NewWorker only.
 func WithWorkerOptions(o worker.Options) Option { return func(c *config) { c.workerOptions = o } }
 
 func newConfig(opts []Option) (config, error) {
@@ -262,8 +267,14 @@ func (e *Engine) Cancel(ctx context.Context, ref timeout.Ref) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.cancelTimeout)
 	defer cancel()
+	// One update ID for every attempt of this call: Temporal deduplicates
+	// updates by ID, so an attempt sent again after an error joins the
+	// update already admitted instead of queueing a second one, and once
+	// the workflow has closed it answers with that update's outcome (this
+	// call cancelled it) rather than "workflow completed".
+	updateID := newUpdateID()
 	for attempt := 0; ; attempt++ {
-		outcome, err := e.sendCancel(ctx, wid)
+		outcome, err := e.sendCancel(ctx, wid, updateID)
 		switch {
 		case err == nil && outcome == outcomeCancelled:
 			return nil
@@ -271,17 +282,17 @@ func (e *Engine) Cancel(ctx context.Context, ref timeout.Ref) error {
 			return fmt.Errorf("%w: %s", timeout.ErrAlreadyFired, ref)
 		case err == nil:
 			return fmt.Errorf("temporal: cancelling %s: unknown outcome %q", ref, outcome)
-		case ctx.Err() != nil:
+		case expired(ctx):
 			return e.noAnswer(ctx, ref, err)
 		}
 		// The update failed: the workflow does not exist, or it closed
 		// (before the update, or with the update pending), or the update
-		// was rejected before the workflow saw it (its workflow task failed
-		// or was retried: a new event came in as it completed). Which one
-		// the workflow tells.
+		// was aborted before the workflow saw it (its workflow task failed,
+		// or the server dropped the workflow from its cache). Which one the
+		// workflow tells.
 		running, oerr := e.closedOutcome(ctx, ref, wid, err)
 		definite := oerr == nil || errors.Is(oerr, timeout.ErrNotFound) || errors.Is(oerr, timeout.ErrAlreadyFired)
-		if ctx.Err() != nil && !definite {
+		if !definite && expired(ctx) {
 			return e.noAnswer(ctx, ref, err)
 		}
 		if !running || attempt == cancelAttempts-1 {
@@ -297,17 +308,43 @@ func (e *Engine) Cancel(ctx context.Context, ref timeout.Ref) error {
 
 // noAnswer is Cancel's error when ctx ended before an outcome.
 func (e *Engine) noAnswer(ctx context.Context, ref timeout.Ref, err error) error {
-	return fmt.Errorf("temporal: cancelling %s: no answer (is a worker running on task queue %s?): %w (%w)", ref, e.cfg.taskQueue, ctx.Err(), err)
+	cause := ctx.Err()
+	if cause == nil {
+		cause = context.DeadlineExceeded // past the deadline, ctx's timer not yet run
+	}
+	return fmt.Errorf("temporal: cancelling %s: no answer (is a worker running on task queue %s?): %w (%w)", ref, e.cfg.taskQueue, cause, err)
+}
+
+// expired reports whether ctx is done or past its deadline. An RPC can
+// fail on the deadline before ctx's own timer marks ctx done: measured, an
+// update failed with "stream terminated by RST_STREAM" and the describe
+// after it with DeadlineExceeded while ctx.Err() was still nil.
+func expired(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // cancelAttempts bounds how many times Cancel sends its update to a
-// running workflow that rejected it without seeing it.
+// running workflow that failed it without answering.
 const cancelAttempts = 10
 
-// sendCancel sends the cancel update and returns its outcome.
-func (e *Engine) sendCancel(ctx context.Context, wid string) (string, error) {
+// newUpdateID returns a random update ID, one per Cancel call: a second
+// call must not join the first one's update, whose answer (cancelled) is
+// not the second call's (ErrNotFound).
+func newUpdateID() string {
+	var b [16]byte
+	rand.Read(b[:]) // never fails (crypto/rand)
+	return "jetsaga-cancel-" + hex.EncodeToString(b[:])
+}
+
+// sendCancel sends the cancel update with ID updateID and returns its
+// outcome.
+func (e *Engine) sendCancel(ctx context.Context, wid, updateID string) (string, error) {
 	h, err := e.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID: wid, UpdateName: UpdateCancel, WaitForStage: client.WorkflowUpdateStageCompleted,
+		UpdateID: updateID, WorkflowID: wid, UpdateName: UpdateCancel, WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err != nil {
 		return "", err
