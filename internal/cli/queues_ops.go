@@ -436,9 +436,9 @@ func (e *env) pendingTimeouts(ctx context.Context, queue, sagaType, id string) (
 	var out []PendingView
 	var errs []error
 	for _, name := range queues {
-		q, err := e.broker.Queue(ctx, name)
+		q, err := e.listedQueue(ctx, name)
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("queue %s: %w", name, err))
 			continue
 		}
 		for p := range q.Config().Partitions {
@@ -480,6 +480,28 @@ func (e *env) pendingTimeouts(ctx context.Context, queue, sagaType, id string) (
 		return out, fmt.Errorf("%w: %w", ErrPartial, errors.Join(errs...))
 	}
 	return out, nil
+}
+
+// queueSettle bounds how long listedQueue waits for a queue to be whole.
+const queueSettle = 2 * time.Second
+
+// listedQueue opens a queue a listing found. A queue is created (and
+// deleted) one stream at a time, so a listing can meet one that is not
+// whole yet: it is waited for, up to queueSettle; a queue still missing a
+// stream after that is damaged, and its error is returned.
+func (e *env) listedQueue(ctx context.Context, name string) (*transport.Queue, error) {
+	deadline := time.Now().Add(queueSettle)
+	for {
+		q, err := e.broker.Queue(ctx, name)
+		if err == nil || !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrConsumerNotFound) || time.Now().After(deadline) {
+			return q, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (e *env) listQueueNames(ctx context.Context) ([]string, error) {
