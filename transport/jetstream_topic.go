@@ -743,11 +743,13 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 		if err := q.d.check(); err != nil {
 			return err
 		}
-		b, err := part.cons.FetchNoWait(batch)
+		p := q.puller(part)
+		pl, err := p.request(batch, 0, true)
 		if err != nil {
 			return q.d.mapErr(err)
 		}
-		msgs, _ := q.drain(ctx, b)
+		p.waitEnd(ctx, pl, time.Now().Add(pullSlack))
+		hs := p.take(-1)
 		// Per session, within this batch (whose messages all entered
 		// before the checks): whether it is being collected, and whether
 		// its consumer was seen. A collection that starts after the check
@@ -755,7 +757,8 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 		// and then it does not matter who acknowledges them here.
 		collecting := make(map[string]bool)
 		ensured := make(map[string]bool)
-		for _, msg := range msgs {
+		for _, h := range hs {
+			msg := h.msg
 			var m Message
 			decodeHeader(msg.Headers(), &m)
 			md, err := msg.Metadata()
@@ -783,7 +786,7 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 				return q.d.mapErr(err)
 			}
 		}
-		if len(msgs) < batch {
+		if len(hs) < batch {
 			return nil
 		}
 	}
