@@ -926,9 +926,7 @@ func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
 		if err := s.renewSoon(ctx); err != nil {
 			return nil, err
 		}
-		// Aside: over a slow link a hand-over takes several round trips,
-		// and the lock's renewal must not wait for them.
-		go s.q.maybeHandOver(context.WithoutCancel(ctx), s.part)
+		s.q.maybeHandOver(ctx, s.part)
 		if ds := s.q.collect(ctx, s.part, s.p, s.p.take(1)); len(ds) > 0 {
 			return ds[0], nil
 		}

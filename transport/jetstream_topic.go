@@ -716,7 +716,10 @@ func (t *jsTopicShape) sessionConsumerConfig(q *jsQueue, part *jsPartition, id s
 }
 
 // maybeHandOver hands over part's messages if it is a session
-// subscription's and handoverEvery has passed since the last time.
+// subscription's and handoverEvery has passed since the last time. It
+// does so in the background: over a slow link a hand-over takes several
+// round trips, which a receive (and the renewal of its session lock)
+// must not wait for.
 func (q *jsQueue) maybeHandOver(ctx context.Context, part *jsPartition) {
 	if q.topic == nil || q.topic.sub == "" || !q.cfg.RequiresSession {
 		return
@@ -725,14 +728,18 @@ func (q *jsQueue) maybeHandOver(ctx context.Context, part *jsPartition) {
 	if !h.mu.TryLock() {
 		return
 	}
-	defer h.mu.Unlock()
 	if time.Since(h.last) < handoverEvery {
+		h.mu.Unlock()
 		return
 	}
 	h.last = time.Now()
-	if err := q.handOver(ctx, part); err != nil {
-		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: handing messages over to sessions failed", slogErr(err), slogQueue(q.cfg.Name))
-	}
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer h.mu.Unlock()
+		if err := q.handOver(ctx, part); err != nil && q.d.check() == nil {
+			q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: handing messages over to sessions failed", slogErr(err), slogQueue(q.cfg.Name))
+		}
+	}()
 }
 
 // handOver moves the interest in every message the subscription's
