@@ -282,7 +282,8 @@
 // message that no Receive takes within twice LockDuration (at least 10 s)
 // is released, as by Abandon (that counts as a delivery), and so is what
 // a SessionReceiver or the Broker still holds, or still gets, when it
-// closes. A pull the server never ends (it restarted) is given up 30 s
+// closes, and what a pull brings after its Receive's context was
+// cancelled (not a deadline: cancelling says the receiver stops). A pull the server never ends (it restarted) is given up 30 s
 // after its expiry; a message it brings later waits out its lock. While
 // a Receive waits, its session lock is renewed in the background, so a
 // slow link does not cost the session.

@@ -73,6 +73,9 @@ type pull struct {
 	expiry time.Duration
 	ended  chan struct{} // closed when the server ended it (or it was forgotten)
 	err    error         // why the server ended it, if it failed
+	// release: its receive was cancelled (its receiver is stopping), so
+	// what it still brings is released at once rather than kept.
+	release bool
 }
 
 // held is a message kept until a receive takes it.
@@ -146,7 +149,7 @@ func (p *puller) arrive(pl *pull, m *nats.Msg) {
 		return
 	}
 	msg := &pulledMsg{d: p.d, msg: m}
-	if p.closed || p.d.check() != nil {
+	if p.closed || pl.release || p.d.check() != nil {
 		_ = msg.Nak()
 	} else {
 		now := time.Now()
@@ -344,6 +347,14 @@ func (p *puller) wait(ctx context.Context, pl *pull, until time.Time) {
 	}
 }
 
+// cancelled marks pl's receive cancelled: what pl still brings is
+// released (Nak) as it arrives.
+func (p *puller) cancelled(pl *pull) {
+	p.mu.Lock()
+	pl.release = true
+	p.mu.Unlock()
+}
+
 // live returns a pull of batch 1 that waits for a message and may still
 // bring one (its expiry and pullSlack not yet passed), or nil.
 func (p *puller) live() *pull {
@@ -351,7 +362,7 @@ func (p *puller) live() *pull {
 	defer p.mu.Unlock()
 	now := time.Now()
 	for pl := range p.pulls {
-		if pl.expiry > 0 && pl.batch == 1 && now.Before(pl.sent.Add(pl.expiry+pullSlack)) {
+		if pl.expiry > 0 && pl.batch == 1 && !pl.release && now.Before(pl.sent.Add(pl.expiry+pullSlack)) {
 			return pl
 		}
 	}

@@ -102,6 +102,9 @@ func (q *jsQueue) pullNow(ctx context.Context, part *jsPartition, max int) ([]*D
 		return nil, q.d.mapErr(err)
 	}
 	p.waitEnd(ctx, pl, time.Now().Add(pullSlack))
+	if errors.Is(ctx.Err(), context.Canceled) {
+		p.cancelled(pl) // the receiver is stopping
+	}
 	q.pullEnded(ctx, pl)
 	return q.collect(ctx, part, p, p.take(max)), nil
 }
@@ -168,7 +171,8 @@ func (q *jsQueue) checkSourcing(ctx context.Context, part *jsPartition) {
 // The pull asks the server to give up pullGuard before ctx's deadline.
 // Over a slow link the server still holds the pull when the client stops
 // waiting; what it brings then is kept for the next receive (see
-// puller).
+// puller), unless ctx was cancelled (not a deadline): then its receiver
+// is stopping, and what the pull brings is released at once.
 func (q *jsQueue) pullOne(ctx context.Context, p *puller, wait time.Duration, by time.Time) error {
 	expires := wait
 	if dl, ok := ctx.Deadline(); ok {
@@ -198,6 +202,11 @@ func (q *jsQueue) pullOne(ctx context.Context, p *puller, wait time.Duration, by
 		until = by
 	}
 	p.wait(ctx, pl, until)
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// Not a deadline: the receiver is stopping.
+		p.cancelled(pl)
+		return nil
+	}
 	if q.pullEnded(ctx, pl) && !p.ready() {
 		// The pull failed at once (the consumer or stream has no
 		// leader during an election, say): wait out the slice rather
