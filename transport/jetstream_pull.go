@@ -67,6 +67,7 @@ type puller struct {
 // pull is one pull request.
 type pull struct {
 	sub    *nats.Subscription
+	forget *time.Timer // ends it if the server never does
 	batch  int
 	got    int
 	sent   time.Time
@@ -115,7 +116,6 @@ func (p *puller) request(batch int, expires time.Duration, noWait bool) (*pull, 
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	p.forgetLocked(time.Now())
 	pl := &pull{batch: batch, sent: time.Now(), expiry: expires, ended: make(chan struct{})}
 	// An inbox of its own: the messages a pull brings carry their stream
 	// subjects, only its statuses the reply subject.
@@ -126,6 +126,11 @@ func (p *puller) request(batch int, expires time.Duration, noWait bool) (*pull, 
 		return nil, err
 	}
 	pl.sub = sub
+	pl.forget = time.AfterFunc(expires+pullForget, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.endLocked(pl, nil)
+	})
 	p.pulls[pl] = struct{}{}
 	p.mu.Unlock()
 	if err := p.d.nc.PublishRequest(p.subject, reply, body); err != nil {
@@ -180,20 +185,11 @@ func (p *puller) endLocked(pl *pull, err error) {
 		return
 	}
 	delete(p.pulls, pl)
+	pl.forget.Stop()
 	_ = pl.sub.Unsubscribe()
 	pl.err = err
 	close(pl.ended)
 	p.signalLocked()
-}
-
-// forgetLocked forgets pulls the server should have ended by now (with
-// pullForget to spare for the link).
-func (p *puller) forgetLocked(now time.Time) {
-	for pl := range p.pulls {
-		if now.After(pl.sent.Add(pl.expiry + pullForget)) {
-			p.endLocked(pl, nil)
-		}
-	}
 }
 
 func (p *puller) signalLocked() {
@@ -232,7 +228,6 @@ func (p *puller) keep() {
 	}
 	clear(p.held[len(kept):])
 	p.held = kept
-	p.forgetLocked(now)
 	p.renewLocked()
 }
 
@@ -380,20 +375,6 @@ func (p *puller) close() {
 	}
 	clear(p.held)
 	p.held = nil
-	if len(p.pulls) > 0 {
-		// Forget them when they should have ended.
-		var last time.Time
-		for pl := range p.pulls {
-			if t := pl.sent.Add(pl.expiry + pullForget); t.After(last) {
-				last = t
-			}
-		}
-		time.AfterFunc(time.Until(last)+time.Millisecond, func() {
-			p.mu.Lock()
-			defer p.mu.Unlock()
-			p.forgetLocked(time.Now())
-		})
-	}
 }
 
 // pulledMsg is a message a puller received, acknowledged on its reply
