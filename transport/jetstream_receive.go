@@ -101,9 +101,14 @@ func (q *jsQueue) pullNow(ctx context.Context, part *jsPartition, max int) ([]*D
 	if err != nil {
 		return nil, q.d.mapErr(err)
 	}
-	p.waitEnd(ctx, pl, time.Now().Add(pullSlack))
-	if errors.Is(ctx.Err(), context.Canceled) {
+	until := time.Now().Add(pullSlack)
+	p.waitEnd(ctx, pl, until)
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
 		p.cancelled(pl) // the receiver is stopping
+	case ctx.Err() != nil:
+		// A deadline: the answer is on its way (see pullOne).
+		p.waitEnd(context.WithoutCancel(ctx), pl, until)
 	}
 	q.pullEnded(ctx, pl)
 	return q.collect(ctx, part, p, p.take(max)), nil
@@ -168,11 +173,13 @@ func (q *jsQueue) checkSourcing(ctx context.Context, part *jsPartition) {
 // broker closes, or by (if set), with a pull for one message (or one
 // still live from an earlier call). The message, if any, is left to take.
 //
-// The pull asks the server to give up pullGuard before ctx's deadline.
-// Over a slow link the server still holds the pull when the client stops
-// waiting; what it brings then is kept for the next receive (see
-// puller), unless ctx was cancelled (not a deadline): then its receiver
-// is stopping, and what the pull brings is released at once.
+// The pull asks the server to give up pullGuard before ctx's deadline,
+// and pullOne then waits for the pull's end (a message, or the server's
+// end-of-pull status) even a little past that deadline, for up to
+// pullSlack past the pull's expiry. Over a slow link the server still
+// holds the pull after that; what it brings then is kept for the next
+// receive (see puller), unless ctx was cancelled (not a deadline): then
+// its receiver is stopping, and what the pull brings is released at once.
 func (q *jsQueue) pullOne(ctx context.Context, p *puller, wait time.Duration, by time.Time) error {
 	expires := wait
 	if dl, ok := ctx.Deadline(); ok {
@@ -202,10 +209,18 @@ func (q *jsQueue) pullOne(ctx context.Context, p *puller, wait time.Duration, by
 		until = by
 	}
 	p.wait(ctx, pl, until)
-	if errors.Is(ctx.Err(), context.Canceled) {
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
 		// Not a deadline: the receiver is stopping.
 		p.cancelled(pl)
 		return nil
+	case ctx.Err() != nil:
+		// A deadline: the pull expired pullGuard before it on the server,
+		// so its end (or its message) is on its way; waiting for it, for
+		// up to pullSlack, keeps the pull from outliving the receive
+		// (its message would then wait for the next one, or, if the
+		// receiver closes meanwhile, be released and count a delivery).
+		p.wait(context.WithoutCancel(ctx), pl, until)
 	}
 	if q.pullEnded(ctx, pl) && !p.ready() {
 		// The pull failed at once (the consumer or stream has no

@@ -756,6 +756,10 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 			return q.d.mapErr(err)
 		}
 		p.waitEnd(ctx, pl, time.Now().Add(pullSlack))
+		// What the pull brings later is released at once, for the next
+		// hand-over, of any receiver, to read: kept here, it would wait
+		// for this receiver's next hand-over, which may never come.
+		p.cancelled(pl)
 		hs := p.take(-1)
 		// Per session, within this batch (whose messages all entered
 		// before the checks): whether it is being collected, and whether
@@ -764,39 +768,48 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 		// and then it does not matter who acknowledges them here.
 		collecting := make(map[string]bool)
 		ensured := make(map[string]bool)
-		for _, h := range hs {
-			msg := h.msg
-			var m Message
-			decodeHeader(msg.Headers(), &m)
-			md, err := msg.Metadata()
-			if err != nil {
-				return fmt.Errorf("transport: hand-over: %w", err)
-			}
-			c, seen := collecting[m.SessionID]
-			if !seen {
-				if c, err = q.sessionCollecting(ctx, part, m.SessionID); err != nil {
-					return err
+		for i, h := range hs {
+			if err := q.handOverOne(ctx, part, h.msg, collecting, ensured); err != nil {
+				// The rest is released, for the next hand-over to read at
+				// once rather than after handoverAckWait.
+				for _, h := range hs[i:] {
+					_ = h.msg.Nak()
 				}
-				collecting[m.SessionID] = c
-			}
-			if c {
-				continue // redelivered to a later hand-over
-			}
-			if !ensured[m.SessionID] {
-				c, err := q.subSessionConsumer(ctx, part, m.SessionID, md.Sequence.Stream)
-				if err != nil {
-					return err
-				}
-				ensured[m.SessionID] = c != nil
-			}
-			if err := msg.Ack(); err != nil {
-				return q.d.mapErr(err)
+				return err
 			}
 		}
 		if len(hs) < batch {
 			return nil
 		}
 	}
+}
+
+// handOverOne hands over msg (see handOver).
+func (q *jsQueue) handOverOne(ctx context.Context, part *jsPartition, msg *pulledMsg, collecting, ensured map[string]bool) error {
+	var m Message
+	decodeHeader(msg.Headers(), &m)
+	md, err := msg.Metadata()
+	if err != nil {
+		return fmt.Errorf("transport: hand-over: %w", err)
+	}
+	c, seen := collecting[m.SessionID]
+	if !seen {
+		if c, err = q.sessionCollecting(ctx, part, m.SessionID); err != nil {
+			return err
+		}
+		collecting[m.SessionID] = c
+	}
+	if c {
+		return nil // redelivered to a later hand-over
+	}
+	if !ensured[m.SessionID] {
+		c, err := q.subSessionConsumer(ctx, part, m.SessionID, md.Sequence.Stream)
+		if err != nil {
+			return err
+		}
+		ensured[m.SessionID] = c != nil
+	}
+	return q.d.mapErr(msg.Ack())
 }
 
 // gcMark is the body of a session lock held by collectSession.
