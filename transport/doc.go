@@ -270,6 +270,32 @@
 // pull consumer per partition; each session has its own durable consumer
 // with MaxAckPending 1. The dead-letter queue is the stream P_D_N.
 //
+// Receivers pull: each Receive asks a consumer's leader for messages, and
+// the server hands a message to a pull for as long as the pull lives
+// there, from the moment the request reaches it until it expires. Over a
+// slow link (requests reaching the server a second or more late), or from
+// a loaded server, that lasts past the Receive that made the pull (a
+// Receive whose deadline passed waits up to a second more for its pull's
+// end, which on a fast link comes at once). What such a pull brings is not
+// lost: the broker keeps it, renewing its lock, for the next Receive on
+// the same [Queue], [Subscription] or [SessionReceiver], which gets it
+// with its DeliveryCount unchanged and its lock counted from when it
+// arrived or was last renewed. A kept message that no Receive takes within
+// twice LockDuration (at least 10 s) is released, as by Abandon (that
+// counts as a delivery), and so is what a SessionReceiver or the Broker
+// still holds, or still gets, when it closes, and what a pull brings after
+// its Receive's context was cancelled (not a deadline: cancelling says the
+// receiver stops). A pull the server never ends (it restarted) is given up
+// 30 s after its expiry; a message it brings later waits out its lock.
+// While a Receive waits, its session lock is renewed in the background, so
+// a slow link does not cost the session.
+//
+// A receiver that cannot tell whether an activation was cancelled in the
+// instant it activated (see Cancel below: the lookup of its cancel record
+// failed, say timed out) does not deliver it: it keeps it, locked, and
+// tries again every 250 ms until the lookup answers. Keeping it back does
+// not count as a delivery.
+//
 // Cancel writes a cancel record that the server accepts only while the
 // schedule is still stored (an expected-last-subject-sequence condition),
 // and that purges the schedule in the same step. Once a message is due,

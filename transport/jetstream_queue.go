@@ -38,8 +38,14 @@ type jsQueue struct {
 
 	mu       sync.Mutex
 	sessions map[string]jetstream.Consumer
+	pullers  map[*jsPartition]*puller // see puller
 
-	lastPullWarn atomic.Int64 // unix nanos of the last "pull failed" log
+	lastPullWarn   atomic.Int64 // unix nanos of the last "pull failed" log
+	lastLookupWarn atomic.Int64 // unix nanos of the last "cancel record lookup failed" log
+
+	// lookupFault, when set (by tests), fails cancel record lookups with
+	// the error it returns.
+	lookupFault func() error
 
 	// topic is set on a topic and its subscriptions (jetstream_topic.go).
 	topic *jsTopicShape

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,17 +34,21 @@ func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
 		if err := q.d.check(); err != nil {
 			return nil, err
 		}
+		// First what earlier pulls brought after their receive returned
+		// (see puller).
+		for i := range q.parts {
+			part := q.parts[(start+i)%len(q.parts)]
+			p := q.puller(part)
+			if ds := q.collect(ctx, part, p, p.take(max)); len(ds) > 0 {
+				return ds, nil
+			}
+		}
 		// One pass without waiting over every partition, then a short
 		// blocking pull on one of them.
 		for i := range q.parts {
-			part := q.parts[(start+i)%len(q.parts)]
-			b, err := part.cons.FetchNoWait(max)
-			if err != nil {
-				return nil, q.d.mapErr(err)
-			}
-			msgs, _ := q.drain(ctx, b)
-			if ds := q.collect(ctx, part, msgs); len(ds) > 0 {
-				return ds, nil
+			ds, err := q.pullNow(ctx, q.parts[(start+i)%len(q.parts)], max)
+			if err != nil || len(ds) > 0 {
+				return ds, err
 			}
 		}
 		if err := ctx.Err(); err != nil {
@@ -56,24 +61,57 @@ func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
 			wait = pullWait
 		}
 		part := q.parts[start]
-		msgs, err := q.fetchOne(ctx, part.cons, wait)
-		if err != nil {
+		p := q.puller(part)
+		if err := q.pullOne(ctx, p, wait, time.Time{}); err != nil {
 			return nil, err
 		}
-		if len(msgs) == 0 {
-			q.checkSourcing(ctx, part)
-		}
-		if ds := q.collect(ctx, part, msgs); len(ds) > 0 {
-			if max > 1 {
-				if b, err := part.cons.FetchNoWait(max - 1); err == nil {
-					more, _ := q.drain(ctx, b)
-					ds = append(ds, q.collect(ctx, part, more)...)
-				}
+		if ds := q.collect(ctx, part, p, p.take(max)); len(ds) > 0 {
+			if max > len(ds) {
+				more, _ := q.pullNow(ctx, part, max-len(ds))
+				ds = append(ds, more...)
 			}
 			return ds, nil
 		}
+		q.checkSourcing(ctx, part)
 		start = (start + 1) % len(q.parts)
 	}
+}
+
+// puller returns the puller of part's consumer (see puller).
+func (q *jsQueue) puller(part *jsPartition) *puller {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.pullers == nil {
+		q.pullers = map[*jsPartition]*puller{}
+	}
+	p := q.pullers[part]
+	if p == nil {
+		p = newPuller(q.d, part.cons, q.cfg.LockDuration)
+		q.pullers[part] = p
+	}
+	return p
+}
+
+// pullNow pulls up to max messages from part without waiting for any to
+// be sent, and returns the deliveries among them. It waits for the
+// server's answer for at most pullSlack: what arrives later is kept.
+func (q *jsQueue) pullNow(ctx context.Context, part *jsPartition, max int) ([]*Delivery, error) {
+	p := q.puller(part)
+	pl, err := p.request(max, 0, true)
+	if err != nil {
+		return nil, q.d.mapErr(err)
+	}
+	until := time.Now().Add(pullSlack)
+	p.waitEnd(ctx, pl, until)
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		p.cancelled(pl) // the receiver is stopping
+	case ctx.Err() != nil:
+		// A deadline: the answer is on its way (see pullOne).
+		p.waitEnd(context.WithoutCancel(ctx), pl, until)
+	}
+	q.pullEnded(ctx, pl)
+	return q.collect(ctx, part, p, p.take(max)), nil
 }
 
 // Sourcing watch. After the leader of a schedule stream changes, the
@@ -131,74 +169,70 @@ func (q *jsQueue) checkSourcing(ctx context.Context, part *jsPartition) {
 	}
 }
 
-// fetchOne pulls at most one message, waiting up to wait, until ctx ends
-// or the broker closes.
+// pullOne waits for a message from p for up to wait, until ctx ends, the
+// broker closes, or by (if set), with a pull for one message (or one
+// still live from an earlier call). The message, if any, is left to take.
 //
-// The pull asks the server to give up pullGuard before ctx's deadline, and
-// fetchOne then waits for the pull's end (a message, or the server's
-// end-of-pull status) even a little past that deadline: a message the
-// server hands to a pull the client no longer reads would stay locked,
-// unseen, for LockDuration, and come back with its DeliveryCount raised.
-// That race is real on a cluster, where the consumer's leader may be one
-// route hop away. Only a cancelled ctx, or the broker closing, stops the
-// wait early; a message that still arrives is then released (Nak) at once.
-func (q *jsQueue) fetchOne(ctx context.Context, c jetstream.Consumer, wait time.Duration) ([]jetstream.Msg, error) {
+// The pull asks the server to give up pullGuard before ctx's deadline,
+// and pullOne then waits for the pull's end (a message, or the server's
+// end-of-pull status) even a little past that deadline, for up to
+// pullSlack past the pull's expiry. Over a slow link the server still
+// holds the pull after that; what it brings then is kept for the next
+// receive (see puller), unless ctx was cancelled (not a deadline): then
+// its receiver is stopping, and what the pull brings is released at once.
+func (q *jsQueue) pullOne(ctx context.Context, p *puller, wait time.Duration, by time.Time) error {
 	expires := wait
 	if dl, ok := ctx.Deadline(); ok {
 		expires = min(expires, time.Until(dl)-pullGuard)
 	}
 	if expires < minPull {
-		// Too short a pull to be worth a request (nats.go refuses those
-		// close to a deadline): wait out the rest.
-		wctx, cancel := q.d.waitContext(ctx, max(expires+pullGuard, 0))
-		defer cancel()
-		<-wctx.Done()
-		return nil, nil
-	}
-	b, err := c.Fetch(1, jetstream.FetchMaxWait(expires))
-	if err != nil {
-		if ctx.Err() != nil || q.d.check() != nil {
-			return nil, nil // the caller reports why it stopped
+		// Too short a pull to be worth a request: wait out the rest.
+		until := time.Now().Add(max(expires+pullGuard, 0))
+		if !by.IsZero() && by.Before(until) {
+			until = by
 		}
-		return nil, q.d.mapErr(err)
+		p.wait(ctx, nil, until)
+		return nil
 	}
-	var msgs []jetstream.Msg
-	for {
-		select {
-		case msg, ok := <-b.Messages():
-			if ok {
-				msgs = append(msgs, msg)
-				continue
+	pl := p.live()
+	if pl == nil {
+		var err error
+		if pl, err = p.request(1, expires, false); err != nil {
+			if ctx.Err() != nil || q.d.check() != nil {
+				return nil // the caller reports why it stopped
 			}
-			failed := q.pullFailed(ctx, b.Error())
-			if failed && len(msgs) == 0 {
-				// The pull failed at once (the consumer or stream has no
-				// leader during an election, say): wait out the slice
-				// rather than spin.
-				wctx, cancel := q.d.waitContext(ctx, expires)
-				<-wctx.Done()
-				cancel()
-			}
-			return msgs, nil
-		case <-q.d.life.Done():
-		case <-ctx.Done():
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				// A deadline: the pull ends on its own within pullGuard.
-				ctx = context.WithoutCancel(ctx)
-				continue
-			}
+			return q.d.mapErr(err)
 		}
-		// Cancelled or closing: release whatever the pull still brings.
-		go func() {
-			for _, m := range msgs {
-				_ = m.Nak()
-			}
-			for m := range b.Messages() {
-				_ = m.Nak()
-			}
-		}()
-		return nil, nil
 	}
+	until := pl.sent.Add(pl.expiry + pullSlack)
+	if !by.IsZero() && by.Before(until) {
+		until = by
+	}
+	p.wait(ctx, pl, until)
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+		// Not a deadline: the receiver is stopping.
+		p.cancelled(pl)
+		return nil
+	case ctx.Err() != nil:
+		// A deadline: the pull expired pullGuard before it on the server,
+		// so its end (or its message) is on its way; waiting for it, for
+		// up to pullSlack, keeps the pull from outliving the receive
+		// (its message would then wait for the next one, or, if the
+		// receiver closes meanwhile, be released and count a delivery).
+		p.wait(context.WithoutCancel(ctx), pl, until)
+	}
+	if q.pullEnded(ctx, pl) && !p.ready() {
+		// The pull failed at once (the consumer or stream has no
+		// leader during an election, say): wait out the slice rather
+		// than spin.
+		until := time.Now().Add(expires)
+		if !by.IsZero() && by.Before(until) {
+			until = by
+		}
+		p.wait(ctx, nil, until)
+	}
+	return nil
 }
 
 // pullGuard is how long before a receive's deadline its pull expires on
@@ -211,14 +245,14 @@ const (
 // pullWarnEvery bounds how often a queue logs failed pulls.
 const pullWarnEvery = 5 * time.Second
 
-// drain reads a pulled batch to its end, and reports whether the pull
-// failed (see pullFailed).
-func (q *jsQueue) drain(ctx context.Context, b jetstream.MessageBatch) ([]jetstream.Msg, bool) {
-	var msgs []jetstream.Msg
-	for msg := range b.Messages() {
-		msgs = append(msgs, msg)
+// pullEnded reports whether pl ended in failure (see pullFailed).
+func (q *jsQueue) pullEnded(ctx context.Context, pl *pull) bool {
+	select {
+	case <-pl.ended:
+		return q.pullFailed(ctx, pl.err)
+	default:
+		return false
 	}
-	return msgs, q.pullFailed(ctx, b.Error())
 }
 
 // pullFailed reports whether a pull's err is a failure (not merely its
@@ -235,42 +269,59 @@ func (q *jsQueue) pullFailed(ctx context.Context, err error) bool {
 	return true
 }
 
-// collect turns pulled messages into deliveries, dropping those the
-// transport settles itself (cancelled activations, exhausted ones).
-func (q *jsQueue) collect(ctx context.Context, part *jsPartition, msgs []jetstream.Msg) []*Delivery {
+// collect turns messages taken from p into deliveries, dropping those
+// the transport settles itself (cancelled activations, exhausted ones),
+// and giving back to p, for lookupRetry, activations of which it cannot
+// tell yet whether they were cancelled.
+func (q *jsQueue) collect(ctx context.Context, part *jsPartition, p *puller, hs []*held) []*Delivery {
+	if len(hs) == 0 {
+		return nil
+	}
 	var out []*Delivery
-	cancelled := q.cancelledActivations(ctx, part, msgs)
-	for _, msg := range msgs {
-		if d := q.delivery(ctx, part, msg, cancelled); d != nil {
+	var back []*held
+	cancelled, unknown := q.cancelledActivations(ctx, part, hs)
+	for _, h := range hs {
+		if unknown[h.msg.Headers().Get(natsScheduler)] {
+			back = append(back, h)
+			continue
+		}
+		if d := q.delivery(ctx, part, h, cancelled); d != nil {
 			out = append(out, d)
 		}
 	}
+	if len(back) > 0 {
+		p.holdBack(back, time.Now().Add(lookupRetry))
+	}
 	return out
 }
+
+// lookupRetry is how long an activation waits for another try after the
+// lookup of its cancel record failed.
+const lookupRetry = 250 * time.Millisecond
 
 // delivery turns one pulled message into a delivery, or settles it and
 // returns nil. cancelled holds the schedule subjects, among this pull's
 // activations, whose cancel record landed as they activated (see
 // cancelledActivations).
-func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream.Msg, cancelled map[string]bool) *Delivery {
+func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, h *held, cancelled map[string]bool) *Delivery {
+	msg := h.msg
 	md, err := msg.Metadata()
 	if err != nil {
 		q.d.o.logger.LogAttrs(ctx, slog.LevelError, "transport: message without metadata", slogErr(err), slogQueue(q.cfg.Name))
 		return nil
 	}
-	received := time.Now()
 	m := &Message{
 		Body:       msg.Data(),
 		Seq:        makeSeq(part.idx, false, md.Sequence.Stream),
 		EnqueuedAt: md.Timestamp.UTC(),
 		State:      Active,
 	}
-	h := msg.Headers()
-	decodeHeader(h, m)
-	s := &jsSettler{q: q, part: part, msg: msg, m: m, lockedUntil: received.Add(q.cfg.LockDuration)}
+	hd := msg.Headers()
+	decodeHeader(hd, m)
+	s := &jsSettler{q: q, part: part, msg: msg, m: m, lockedUntil: h.lockedAt.Add(q.cfg.LockDuration)}
 	if !q.isDLQ {
-		part.noteSourced(h.Get(natsStreamSource), m.EnqueuedAt)
-		if sched := h.Get(natsScheduler); sched != "" && cancelled[sched] {
+		part.noteSourced(hd.Get(natsStreamSource), m.EnqueuedAt)
+		if sched := hd.Get(natsScheduler); sched != "" && cancelled[sched] {
 			if err := msg.Ack(); err != nil {
 				q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: ack of cancelled activation failed", slogErr(err), slogQueue(q.cfg.Name))
 			}
@@ -280,7 +331,10 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream
 	}
 	count := int(md.NumDelivered)
 	if count > q.cfg.MaxDeliveryCount && !q.isDLQ {
-		if err := s.deadLetter(ctx, ReasonMaxDeliveryCountExceeded,
+		// Not the receive's context, which may end meanwhile.
+		dctx, cancel := q.d.apiContext(context.WithoutCancel(ctx))
+		defer cancel()
+		if err := s.deadLetter(dctx, ReasonMaxDeliveryCountExceeded,
 			fmt.Sprintf("delivered %d times, MaxDeliveryCount is %d", count-1, q.cfg.MaxDeliveryCount), nil); err != nil {
 			q.d.o.logger.LogAttrs(ctx, slog.LevelError, "transport: dead-lettering failed", slogErr(err), slogQueue(q.cfg.Name))
 		}
@@ -290,38 +344,44 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, msg jetstream
 }
 
 // cancelledActivations returns the schedule subjects (P.S.N.p.<key>.s),
-// among the activations in msgs, whose activation must be dropped because
+// among the activations in hs, whose activation must be dropped because
 // a cancel record for them landed in the instant they activated (see
-// dropCancelled). On a stream with one replica it asks once for the whole
-// pull: a direct get of the last message on each <key>.x.* (multi_last),
-// answered by a single "no results" when none was cancelled, which is the
-// rule. A lookup per activation was the receivers' bottleneck in a burst:
-// a million activations meant a million JetStream API requests queued
+// dropCancelled), and those whose lookup failed: whether they were
+// cancelled is not known, and they must not be delivered yet. On a
+// stream with one replica it asks once for the whole pull: a direct get
+// of the last message on each <key>.x.* (multi_last), answered by a
+// single "no results" when none was cancelled, which is the rule. A
+// lookup per activation was the receivers' bottleneck in a burst: a
+// million activations meant a million JetStream API requests queued
 // behind the scheduler's store lock. On replicated streams any replica may
 // answer a direct get, and a follower may not have stored the record yet,
 // so there it asks the leader once per activation, as before.
-func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, msgs []jetstream.Msg) map[string]bool {
+func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, hs []*held) (cancelled, unknown map[string]bool) {
 	if q.isDLQ {
-		return nil
+		return nil, nil
 	}
 	var scheds []string
-	for _, msg := range msgs {
-		if sched := msg.Headers().Get(natsScheduler); sched != "" {
+	for _, h := range hs {
+		if sched := h.msg.Headers().Get(natsScheduler); sched != "" {
 			scheds = append(scheds, sched)
 		}
 	}
 	if len(scheds) == 0 {
-		return nil
+		return nil, nil
 	}
-	out := map[string]bool{}
+	cancelled, unknown = map[string]bool{}, map[string]bool{}
 	if part.replicated {
 		// Direct gets are off there (see leaderReads).
 		for _, sched := range scheds {
-			if q.dropCancelled(ctx, part, sched) {
-				out[sched] = true
+			found, err := q.dropCancelled(ctx, part, sched)
+			switch {
+			case err != nil:
+				unknown[sched] = true
+			case found:
+				cancelled[sched] = true
 			}
 		}
-		return out
+		return cancelled, unknown
 	}
 	prefix := part.n.sSubj + "."
 	for len(scheds) > 0 {
@@ -336,20 +396,44 @@ func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, m
 		if len(filters) == 0 {
 			continue
 		}
-		found, err := q.d.lastBySubjects(ctx, part.n.sched, filters)
+		found, err := q.lookupCancelRecords(ctx, part, filters)
 		if err != nil {
-			// Deliver: a cancel record lands after activation only when a
-			// Cancel request was delayed past the cancel margin.
-			q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: cancel record lookup failed; delivering", slogErr(err), slogQueue(q.cfg.Name))
+			// Not delivered while unknown: Cancel may have returned nil.
+			q.lookupFailed(ctx, err)
+			for _, sched := range chunk {
+				unknown[sched] = true
+			}
 			continue
 		}
 		for _, subj := range found {
 			if i := strings.LastIndex(subj, ".x."); i > 0 {
-				out[subj[:i]+".s"] = true
+				cancelled[subj[:i]+".s"] = true
 			}
 		}
 	}
-	return out
+	return cancelled, unknown
+}
+
+// lookupCancelRecords returns the subjects of the last cancel records on
+// filters in part's schedule stream (see lastBySubjects).
+func (q *jsQueue) lookupCancelRecords(ctx context.Context, part *jsPartition, filters []string) ([]string, error) {
+	if q.lookupFault != nil {
+		if err := q.lookupFault(); err != nil {
+			return nil, err
+		}
+	}
+	// Not the receive's context: it may end during the lookup.
+	return q.d.lastBySubjects(context.WithoutCancel(ctx), part.n.sched, filters)
+}
+
+// lookupFailed logs a failed cancel record lookup, at most every
+// pullWarnEvery per queue.
+func (q *jsQueue) lookupFailed(ctx context.Context, err error) {
+	now := time.Now().UnixNano()
+	if last := q.lastLookupWarn.Load(); now-last >= int64(pullWarnEvery) && q.lastLookupWarn.CompareAndSwap(last, now) {
+		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: cancel record lookup failed; keeping the activation until it answers (logged at most every 5s)",
+			slogErr(err), slogQueue(q.cfg.Name))
+	}
 }
 
 // multiLastMax bounds the subjects of one multi_last direct get (the
@@ -416,22 +500,26 @@ const multiLastResponses = 1024
 // dropCancelled reports whether the activation of the schedule on
 // subject sched (P.S.N.p.<key>.s) was cancelled in the instant it
 // activated: then Cancel returned nil and the message must not be
-// delivered.
-func (q *jsQueue) dropCancelled(ctx context.Context, part *jsPartition, sched string) bool {
+// delivered. An error means it cannot tell.
+func (q *jsQueue) dropCancelled(ctx context.Context, part *jsPartition, sched string) (bool, error) {
 	key, ok := strings.CutSuffix(sched, ".s")
 	if !ok || !strings.HasPrefix(key, part.n.sSubj+".") {
-		return false
+		return false, nil
+	}
+	if q.lookupFault != nil {
+		if err := q.lookupFault(); err != nil {
+			q.lookupFailed(ctx, err)
+			return false, err
+		}
 	}
 	// Not the receive's context: it may end during the lookup, and a
 	// cancelled activation must not be delivered then.
 	found, err := q.d.lastBySubject(context.WithoutCancel(ctx), part.n.sched, key+".x.*")
 	if err != nil {
-		// Deliver: a cancel record lands after activation only when a
-		// Cancel request was delayed past the cancel margin.
-		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: cancel record lookup failed; delivering", slogErr(err), slogQueue(q.cfg.Name))
-		return false
+		q.lookupFailed(ctx, err)
+		return false, err
 	}
-	return found
+	return found, nil
 }
 
 // noteSourced records the schedule-stream sequence of a copy that reached
@@ -515,7 +603,7 @@ func (q *jsQueue) maybePurge(ctx context.Context, part *jsPartition) {
 type jsSettler struct {
 	q           *jsQueue
 	part        *jsPartition
-	msg         jetstream.Msg
+	msg         *pulledMsg
 	m           *Message
 	lockedUntil time.Time
 }
@@ -643,13 +731,52 @@ func (q *jsQueue) acceptSession(ctx context.Context, id string, p int) (sessionD
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
+	// Finding or making the session's consumer takes a few requests (on a
+	// subscription, up to four), which over a slow link may take longer
+	// than the lock: renew it meanwhile.
+	stop := s.renewWhile(ctx)
 	c, err := q.sessionConsumer(ctx, part, id)
+	if lerr := stop(); err == nil && lerr != nil {
+		err = lerr
+	}
 	if err != nil {
 		_ = s.close()
 		return nil, err
 	}
 	s.c = c
+	s.p = newPuller(q.d, c, q.cfg.LockDuration)
 	return s, nil
+}
+
+// renewWhile renews the session lock when due until stop is called, and
+// stop returns the first renewal's error, if one failed.
+func (s *jsSession) renewWhile(ctx context.Context) (stop func() error) {
+	done := make(chan struct{})
+	failed := make(chan error, 1)
+	go func() {
+		t := time.NewTicker(max(s.q.cfg.LockDuration/8, 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := s.renewDue(ctx); err != nil {
+					failed <- err
+					return
+				}
+			}
+		}
+	}()
+	return func() error {
+		close(done)
+		select {
+		case err := <-failed:
+			return err
+		default:
+			return nil
+		}
+	}
 }
 
 // sessionConsumer returns the durable consumer of session id, creating
@@ -719,13 +846,17 @@ type jsSession struct {
 	id       string
 	lockSubj string
 	c        jetstream.Consumer
+	p        *puller // pulls from c; nil on a session being collected
 
 	holder []byte // the lock's body: a NUID naming this receiver
 
-	mu      sync.Mutex
-	seq     uint64    // the stream sequence of our lock message
-	renewAt time.Time // renew the lock when receiving after this
-	closed  bool
+	mu     sync.Mutex
+	seq    uint64 // the stream sequence of our lock message
+	closed bool
+
+	renewAt  atomic.Int64 // unix nanos: renew the lock when receiving after this
+	renewing atomic.Bool  // a renewal runs in the background (see renewSoon)
+	renewErr atomic.Pointer[error]
 }
 
 // lock takes the session lock, or returns ErrSessionLocked.
@@ -744,7 +875,8 @@ func (s *jsSession) lock(ctx context.Context) error {
 		return s.q.d.mapErr(err)
 	}
 	s.mu.Lock()
-	s.seq, s.renewAt = ack.Sequence, start.Add(s.q.cfg.LockDuration/2)
+	s.seq = ack.Sequence
+	s.renewAt.Store(start.Add(s.q.cfg.LockDuration / 2).UnixNano())
 	s.mu.Unlock()
 	return nil
 }
@@ -769,20 +901,46 @@ func (s *jsSession) renew(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, s.q.d.mapErr(err)
 	}
-	s.seq, s.renewAt = ack.Sequence, start.Add(s.q.cfg.LockDuration/2)
+	s.seq = ack.Sequence
+	s.renewAt.Store(start.Add(s.q.cfg.LockDuration / 2).UnixNano())
 	return start.Add(s.q.cfg.LockDuration), nil
 }
 
 // renewDue renews the lock if half its duration has passed.
 func (s *jsSession) renewDue(ctx context.Context) error {
-	s.mu.Lock()
-	due := time.Now().After(s.renewAt)
-	s.mu.Unlock()
-	if !due {
+	if time.Now().UnixNano() <= s.renewAt.Load() {
 		return nil
 	}
 	_, err := s.renew(ctx)
 	return err
+}
+
+// renewSoon starts renewing the lock in the background if half its
+// duration has passed and no renewal runs, and returns the error of a
+// renewal that failed since the last call. A receive does not wait for
+// the renewal (over a slow link it takes a round trip, during which
+// messages that arrive would wait too), unless the lock has expired by
+// the receiver's clock: then it renews at once, and fails if that fails.
+func (s *jsSession) renewSoon(ctx context.Context) error {
+	if err := s.renewErr.Swap(nil); err != nil {
+		return *err
+	}
+	now := time.Now().UnixNano()
+	if now > s.renewAt.Load()+int64(s.q.cfg.LockDuration/2) {
+		return s.renewDue(ctx)
+	}
+	if now <= s.renewAt.Load() || !s.renewing.CompareAndSwap(false, true) {
+		return nil
+	}
+	go func() {
+		defer s.renewing.Store(false)
+		rctx, cancel := s.q.d.apiContext(context.WithoutCancel(ctx))
+		defer cancel()
+		if _, err := s.renew(rctx); err != nil && !errors.Is(err, ErrClosed) {
+			s.renewErr.Store(&err)
+		}
+	}()
+	return nil
 }
 
 func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
@@ -795,15 +953,17 @@ func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, context.Cause(ctx)
 		}
-		if err := s.renewDue(ctx); err != nil {
+		if err := s.renewSoon(ctx); err != nil {
 			return nil, err
 		}
 		s.q.maybeHandOver(ctx, s.part)
-		b, err := s.q.fetchOne(ctx, s.c, wait)
-		if err != nil {
+		if ds := s.q.collect(ctx, s.part, s.p, s.p.take(1)); len(ds) > 0 {
+			return ds[0], nil
+		}
+		if err := s.q.pullOne(ctx, s.p, wait, time.Unix(0, s.renewAt.Load())); err != nil {
 			return nil, err
 		}
-		if ds := s.q.collect(ctx, s.part, b); len(ds) > 0 {
+		if ds := s.q.collect(ctx, s.part, s.p, s.p.take(1)); len(ds) > 0 {
 			return ds[0], nil
 		}
 		s.q.checkSourcing(ctx, s.part)
@@ -820,6 +980,9 @@ func (s *jsSession) close() error {
 		return nil
 	}
 	s.closed = true
+	if s.p != nil {
+		s.p.close()
+	}
 	if s.q.d.check() != nil {
 		return nil
 	}

@@ -716,7 +716,10 @@ func (t *jsTopicShape) sessionConsumerConfig(q *jsQueue, part *jsPartition, id s
 }
 
 // maybeHandOver hands over part's messages if it is a session
-// subscription's and handoverEvery has passed since the last time.
+// subscription's and handoverEvery has passed since the last time. It
+// does so in the background: over a slow link a hand-over takes several
+// round trips, which a receive (and the renewal of its session lock)
+// must not wait for.
 func (q *jsQueue) maybeHandOver(ctx context.Context, part *jsPartition) {
 	if q.topic == nil || q.topic.sub == "" || !q.cfg.RequiresSession {
 		return
@@ -725,14 +728,18 @@ func (q *jsQueue) maybeHandOver(ctx context.Context, part *jsPartition) {
 	if !h.mu.TryLock() {
 		return
 	}
-	defer h.mu.Unlock()
 	if time.Since(h.last) < handoverEvery {
+		h.mu.Unlock()
 		return
 	}
 	h.last = time.Now()
-	if err := q.handOver(ctx, part); err != nil {
-		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: handing messages over to sessions failed", slogErr(err), slogQueue(q.cfg.Name))
-	}
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer h.mu.Unlock()
+		if err := q.handOver(ctx, part); err != nil && q.d.check() == nil {
+			q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: handing messages over to sessions failed", slogErr(err), slogQueue(q.cfg.Name))
+		}
+	}()
 }
 
 // handOver moves the interest in every message the subscription's
@@ -743,11 +750,17 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 		if err := q.d.check(); err != nil {
 			return err
 		}
-		b, err := part.cons.FetchNoWait(batch)
+		p := q.puller(part)
+		pl, err := p.request(batch, 0, true)
 		if err != nil {
 			return q.d.mapErr(err)
 		}
-		msgs, _ := q.drain(ctx, b)
+		p.waitEnd(ctx, pl, time.Now().Add(pullSlack))
+		// What the pull brings later is released at once, for the next
+		// hand-over, of any receiver, to read: kept here, it would wait
+		// for this receiver's next hand-over, which may never come.
+		p.cancelled(pl)
+		hs := p.take(-1)
 		// Per session, within this batch (whose messages all entered
 		// before the checks): whether it is being collected, and whether
 		// its consumer was seen. A collection that starts after the check
@@ -755,38 +768,48 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 		// and then it does not matter who acknowledges them here.
 		collecting := make(map[string]bool)
 		ensured := make(map[string]bool)
-		for _, msg := range msgs {
-			var m Message
-			decodeHeader(msg.Headers(), &m)
-			md, err := msg.Metadata()
-			if err != nil {
-				return fmt.Errorf("transport: hand-over: %w", err)
-			}
-			c, seen := collecting[m.SessionID]
-			if !seen {
-				if c, err = q.sessionCollecting(ctx, part, m.SessionID); err != nil {
-					return err
+		for i, h := range hs {
+			if err := q.handOverOne(ctx, part, h.msg, collecting, ensured); err != nil {
+				// The rest is released, for the next hand-over to read at
+				// once rather than after handoverAckWait.
+				for _, h := range hs[i:] {
+					_ = h.msg.Nak()
 				}
-				collecting[m.SessionID] = c
-			}
-			if c {
-				continue // redelivered to a later hand-over
-			}
-			if !ensured[m.SessionID] {
-				c, err := q.subSessionConsumer(ctx, part, m.SessionID, md.Sequence.Stream)
-				if err != nil {
-					return err
-				}
-				ensured[m.SessionID] = c != nil
-			}
-			if err := msg.Ack(); err != nil {
-				return q.d.mapErr(err)
+				return err
 			}
 		}
-		if len(msgs) < batch {
+		if len(hs) < batch {
 			return nil
 		}
 	}
+}
+
+// handOverOne hands over msg (see handOver).
+func (q *jsQueue) handOverOne(ctx context.Context, part *jsPartition, msg *pulledMsg, collecting, ensured map[string]bool) error {
+	var m Message
+	decodeHeader(msg.Headers(), &m)
+	md, err := msg.Metadata()
+	if err != nil {
+		return fmt.Errorf("transport: hand-over: %w", err)
+	}
+	c, seen := collecting[m.SessionID]
+	if !seen {
+		if c, err = q.sessionCollecting(ctx, part, m.SessionID); err != nil {
+			return err
+		}
+		collecting[m.SessionID] = c
+	}
+	if c {
+		return nil // redelivered to a later hand-over
+	}
+	if !ensured[m.SessionID] {
+		c, err := q.subSessionConsumer(ctx, part, m.SessionID, md.Sequence.Stream)
+		if err != nil {
+			return err
+		}
+		ensured[m.SessionID] = c != nil
+	}
+	return q.d.mapErr(msg.Ack())
 }
 
 // gcMark is the body of a session lock held by collectSession.

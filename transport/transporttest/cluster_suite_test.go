@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/transport/embedded"
 	"github.com/jetsaga/jetsaga/transport/transporttest"
 )
 
@@ -33,6 +35,27 @@ func TestJetStreamCluster(t *testing.T) {
 		// timeout (4-9s in nats-server's raft).
 		ActivationSlack: 10 * time.Second,
 		CancelMargin:    500 * time.Millisecond,
+		// Through one node, and only through it (its INFO names the
+		// others, which would be reached at full speed after a
+		// reconnect).
+		SlowLink: func(t *testing.T, delay time.Duration) *transport.Broker {
+			nc, err := nats.Connect(transporttest.DelayProxy(t, c.ClientURL(0), delay),
+				embedded.ForceReplicas(3), nats.IgnoreDiscoveredServers(), nats.MaxReconnects(-1),
+				nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
+			if err != nil {
+				t.Fatalf("connect through the slow link: %v", err)
+			}
+			// Attaching takes a few requests in one API call.
+			b, err := transport.NewJetStream(nc, transport.WithAPITimeout(30*time.Second))
+			if err != nil {
+				t.Fatalf("NewJetStream: %v", err)
+			}
+			t.Cleanup(func() {
+				b.Close()
+				nc.Close()
+			})
+			return b
+		},
 		Restart: func(t *testing.T, abrupt bool, downtime time.Duration) {
 			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 			defer cancel()

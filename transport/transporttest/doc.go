@@ -48,6 +48,10 @@
 //     race.
 //   - Restart: scheduled and active messages, topics and subscriptions
 //     survive a server restart (only when Features.Restart is set).
+//   - SlowLink: through a link whose requests reach the server 1.2 s late
+//     (DelayProxy), a queue, a subscription and sessions of both get each
+//     message first with DeliveryCount 1, soon, and dead-letter nothing
+//     (only when Features.SlowLink is set).
 //
 // # Time
 //

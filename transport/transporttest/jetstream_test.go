@@ -26,13 +26,13 @@ func TestJetStream(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Close() })
 
-	newBroker := func(t *testing.T) *transport.Broker {
-		nc, err := nats.Connect(srv.ClientURL(),
+	connect := func(t *testing.T, url string, opts ...transport.Option) *transport.Broker {
+		nc, err := nats.Connect(url,
 			nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond), nats.RetryOnFailedConnect(true))
 		if err != nil {
 			t.Fatalf("connect: %v", err)
 		}
-		b, err := transport.NewJetStream(nc)
+		b, err := transport.NewJetStream(nc, opts...)
 		if err != nil {
 			t.Fatalf("NewJetStream: %v", err)
 		}
@@ -42,9 +42,14 @@ func TestJetStream(t *testing.T) {
 		})
 		return b
 	}
+	newBroker := func(t *testing.T) *transport.Broker { return connect(t, srv.ClientURL()) }
 	transporttest.Run(t, newBroker, transporttest.Features{
 		ActivationSlack: time.Second,
 		CancelMargin:    500 * time.Millisecond,
+		SlowLink: func(t *testing.T, delay time.Duration) *transport.Broker {
+			// Attaching takes a few requests in one API call.
+			return connect(t, transporttest.DelayProxy(t, srv.ClientURL(), delay), transport.WithAPITimeout(30*time.Second))
+		},
 		Restart: func(t *testing.T, abrupt bool, downtime time.Duration) {
 			stop := srv.Stop
 			if abrupt {

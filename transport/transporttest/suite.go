@@ -37,6 +37,11 @@ type Features struct {
 	// its DuplicateWindow has passed. Without it, the suite checks only
 	// that IDs are remembered for at least the window.
 	DedupForgetsOnTime bool
+	// SlowLink makes a broker on the backend's server whose requests
+	// reach the server delay late (see DelayProxy). nil: the backend has
+	// no link to slow down (the slow-link tests are skipped with a
+	// message saying so).
+	SlowLink func(t *testing.T, delay time.Duration) *transport.Broker
 }
 
 // Run runs every test of the contract against brokers made by newBroker
@@ -67,6 +72,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) *transport.Broker, f Feature
 		{"Input", s.testInput},
 		{"Topic", s.testTopic},
 		{"Counts", s.testCounts},
+		{"SlowLink", s.testSlowLink},
 	} {
 		parallel(t, g.name, g.run)
 	}
