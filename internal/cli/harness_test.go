@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/timeout"
@@ -76,11 +77,7 @@ func newWorkload(t *testing.T, hooks ...saga.Hooks) *workload {
 // made by timeouts (nil: the default).
 func newWorkloadWith(t *testing.T, timeouts func(*transport.Broker) timeout.Scheduler, hooks ...saga.Hooks) *workload {
 	t.Helper()
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := testutil.StartServer(t, embedded.Options{})
 	nc, err := srv.Connect()
 	if err != nil {
 		t.Fatal(err)

@@ -148,11 +148,7 @@ func TestTraceAcrossTimeoutMemory(t *testing.T) {
 }
 
 func TestTraceAcrossTimeoutJetStream(t *testing.T) {
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	srv := testutil.StartServer(t, embedded.Options{})
 	nc, err := srv.Connect()
 	if err != nil {
 		t.Fatal(err)
