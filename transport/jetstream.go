@@ -59,14 +59,6 @@ func (d *jsDriver) close() error {
 	return nil
 }
 
-// waitContext returns a context for one blocking pull: it ends after wait,
-// when ctx ends, or when the broker closes.
-func (d *jsDriver) waitContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
-	wctx, cancel := context.WithTimeout(ctx, wait)
-	unhook := context.AfterFunc(d.life, cancel)
-	return wctx, func() { unhook(); cancel() }
-}
-
 // check returns ErrClosed once the broker or its connection closed.
 func (d *jsDriver) check() error {
 	if d.closed.Load() || d.nc.IsClosed() {

@@ -411,32 +411,34 @@ var (
 	ackProgress = []byte("+WPI")
 )
 
-func (m *pulledMsg) Ack() error        { return m.reply(nil, ackAck) }
-func (m *pulledMsg) Nak() error        { return m.reply(nil, ackNak) }
-func (m *pulledMsg) InProgress() error { return m.reply(nil, ackProgress) }
+func (m *pulledMsg) Ack() error        { return m.reply(ackAck, m.publish) }
+func (m *pulledMsg) Nak() error        { return m.reply(ackNak, m.publish) }
+func (m *pulledMsg) InProgress() error { return m.reply(ackProgress, m.publish) }
+
+// publish sends an acknowledgement without waiting for the server.
+func (m *pulledMsg) publish(kind []byte) error { return m.d.nc.Publish(m.msg.Reply, kind) }
 
 // DoubleAck acknowledges and waits for the server's confirmation.
 func (m *pulledMsg) DoubleAck(ctx context.Context) error {
 	ctx, cancel := m.d.apiContext(ctx)
 	defer cancel()
-	return m.reply(ctx, ackAck)
+	return m.reply(ackAck, func(kind []byte) error {
+		_, err := m.d.nc.RequestWithContext(ctx, m.msg.Reply, kind)
+		return err
+	})
 }
 
-// reply sends an acknowledgment of kind, waiting for the server's answer
-// if ctx is set. Only progress may be sent more than once.
-func (m *pulledMsg) reply(ctx context.Context, kind []byte) error {
+// reply sends an acknowledgment of kind with send (a publish, or a
+// request that waits for the server's answer). Only progress may be sent
+// more than once.
+func (m *pulledMsg) reply(kind []byte, send func(kind []byte) error) error {
 	progress := string(kind) == string(ackProgress)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.ackd {
 		return jetstream.ErrMsgAlreadyAckd
 	}
-	var err error
-	if ctx != nil {
-		_, err = m.d.nc.RequestWithContext(ctx, m.msg.Reply, kind)
-	} else {
-		err = m.d.nc.Publish(m.msg.Reply, kind)
-	}
+	err := send(kind)
 	if err == nil && !progress {
 		m.ackd = true
 	}

@@ -159,7 +159,7 @@ func runSlowLink(t *testing.T, receive func(context.Context, int) ([]*transport.
 			if err != nil {
 				if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 					mu.Lock()
-					errs = append(errs, fmt.Errorf("Receive: %w", err))
+					errs = append(errs, fmt.Errorf("receive: %w", err))
 					mu.Unlock()
 				}
 				continue
