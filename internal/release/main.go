@@ -310,13 +310,22 @@ func env(proxy, gobin string) []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "GOPROXY", "GOWORK", "GOFLAGS", "GONOSUMDB", "GONOSUMCHECK", "GOPRIVATE", "GOBIN", "PWD":
+		case "GOPROXY", "GOWORK", "GOFLAGS", "GONOSUMDB", "GONOSUMCHECK", "GOPRIVATE", "GOBIN", "PWD", "GODEBUG":
 			continue
 		}
 		e = append(e, kv)
 	}
+	// goindex=0: the go command indexes a module's packages in its build
+	// cache by path and version, which never change for a published
+	// version; a check packs the same version from a changed tree, and a
+	// stale index hides packages the tree added since (the module cache
+	// itself is cleared by forgetCached).
+	godebug := "goindex=0"
+	if v := os.Getenv("GODEBUG"); v != "" {
+		godebug = v + "," + godebug
+	}
 	return append(e, "GOPROXY=file://"+proxy+",https://proxy.golang.org", "GOWORK=off",
-		"GONOSUMDB="+rootPath, "GOFLAGS=-modcacherw", "GOBIN="+gobin)
+		"GONOSUMDB="+rootPath, "GOFLAGS=-modcacherw", "GOBIN="+gobin, "GODEBUG="+godebug)
 }
 
 func run(dir string, env []string, name string, args ...string) ([]byte, error) {
@@ -360,7 +369,11 @@ func check() error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	if os.Getenv("JETSAGA_RELEASE_KEEP") == "" {
+		defer os.RemoveAll(tmp)
+	} else {
+		step("keeping %s (JETSAGA_RELEASE_KEEP)", tmp)
+	}
 	proxy := filepath.Join(tmp, "proxy")
 	step("packing the released modules at %s into %s", version, proxy)
 	mods, err := pack(version, proxy)
