@@ -26,6 +26,11 @@ func (JSON) ContentType() string                { return "application/json" }
 // moved; implement Named on messages that outlive a refactoring:
 //
 //	func (CodeRequested) MessageName() string { return "twofactor.CodeRequested" }
+//
+// Timeout payloads travel under their name too, and need it most: a
+// timeout requested today is handled weeks later, perhaps by a binary in
+// which the payload's type has been renamed or moved. One whose name no
+// OnTimeout knows any more is dead-lettered as an unknown type.
 type Named interface {
 	MessageName() string
 }

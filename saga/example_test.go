@@ -33,6 +33,10 @@ type (
 	codeExpired   struct{} // the timeout's payload
 )
 
+// A timeout waits for weeks under its payload's name: a stable one survives
+// renaming the type or moving the package (saga.Named; any message may).
+func (codeExpired) MessageName() string { return "twofactor.CodeExpired" }
+
 var TwoFactor = saga.Define[OTP]("twofactor")
 
 func init() {
