@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -756,12 +757,15 @@ func (s *suite) testCounts(t *testing.T) {
 
 func awaitCounts(t *testing.T, what string, get func(context.Context) (transport.Counts, error), want transport.Counts) {
 	t.Helper()
-	var last transport.Counts
-	var lastErr error
-	eventually(t, awaitMargin, func() bool {
-		last, lastErr = get(t.Context())
-		return lastErr == nil && last == want
-	}, "%s counts %+v (err %v), want %+v", what, last, lastErr, want)
+	// The explanation is made at each poll, so that a failure shows the
+	// last counts read (formatted once, before polling, it showed zeros).
+	testutil.Await(t, awaitMargin, func() string {
+		got, err := get(t.Context())
+		if err == nil && got == want {
+			return ""
+		}
+		return fmt.Sprintf("%s counts %+v (err %v), want %+v", what, got, err, want)
+	})
 }
 
 func (s *suite) testCountsQueue(t *testing.T) {
