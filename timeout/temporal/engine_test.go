@@ -39,12 +39,7 @@ func TestConformanceRouter(t *testing.T) {
 	timeouttest.Run(t, func(t *testing.T) timeouttest.Env {
 		c := srv.Client(t)
 		b := broker(t, ns)
-		tq := newTaskQueue()
-		startWorker(t, c, b, WithTaskQueue(tq))
-		e, err := New(c, WithTaskQueue(tq))
-		if err != nil {
-			t.Fatal(err)
-		}
+		e, _ := servedEngine(t, c, b)
 		r := &timeout.Router{Default: timeout.NewTransport(b), Routes: []timeout.Route{e.Route(1200 * time.Millisecond)}}
 		return timeouttest.Env{Scheduler: r, Broker: b}
 	}, timeouttest.Features{Slack: 5 * time.Second, ListingLag: 5 * time.Second, RaceRounds: 50})
@@ -58,12 +53,7 @@ func TestCancelUpdateDeduplicated(t *testing.T) {
 	srv, ns := servers(t)
 	c := srv.Client(t)
 	b := broker(t, ns)
-	tq := newTaskQueue()
-	startWorker(t, c, b, WithTaskQueue(tq))
-	e, err := New(c, WithTaskQueue(tq))
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, tq := servedEngine(t, c, b)
 	ref, err := e.Schedule(t.Context(), timeout.Timeout{ID: "dedup", Queue: "dedup-" + tq, At: time.Now().Add(time.Hour), Message: &transport.Message{}})
 	if err != nil {
 		t.Fatal(err)

@@ -88,6 +88,21 @@ func newTaskQueue() string {
 	return fmt.Sprintf("tq-%d-%d", time.Now().UnixNano()%1e9, taskQueues.Add(1))
 }
 
+// servedEngine returns an engine on a task queue of its own, with a
+// worker serving it until t ends, and the task queue's name. opts go to
+// both the worker and the engine.
+func servedEngine(t *testing.T, c client.Client, b *transport.Broker, opts ...Option) (*Engine, string) {
+	t.Helper()
+	tq := newTaskQueue()
+	opts = append([]Option{WithTaskQueue(tq)}, opts...)
+	startWorker(t, c, b, opts...)
+	e, err := New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, tq
+}
+
 // startWorker runs a worker on c and b with opts until t ends.
 func startWorker(t *testing.T, c client.Client, b *transport.Broker, opts ...Option) {
 	t.Helper()

@@ -1,12 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/timeout/temporal"
 	"github.com/jetsaga/jetsaga/timeout/temporal/temporaltest"
@@ -27,7 +26,7 @@ func TestWorkerDelivers(t *testing.T) {
 	}
 	t.Cleanup(ns.Shutdown)
 
-	var logs syncBuffer
+	var logs testutil.Buffer
 	ctx, cancel := context.WithCancel(t.Context())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
@@ -88,21 +87,4 @@ func TestWorkerDelivers(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the worker did not stop")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
