@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/timeout"
 )
 
@@ -53,6 +54,14 @@ type ScheduledTimeout struct {
 	// Seq is the scheduled sequence number on the dispatcher's queue, for
 	// a timeout on the transport engine; 0 on other engines.
 	Seq uint64
+	// Handle is the timeout's handle in its instance (see PendingTimeout).
+	Handle TimeoutHandle
+	// Rule and Calendar are those of a timeout requested by a rule
+	// (Context.RequestTimeoutBy), as its message carries them
+	// (PropertyRule, PropertyCalendar): the rule and the calendar version
+	// its due time was computed with. Empty for other timeouts.
+	Rule     string
+	Calendar calendar.Ref
 }
 
 // ScheduledTimeouts lists the pending timeouts of saga sagaName (all
@@ -77,7 +86,9 @@ func (d *Dispatcher) ScheduledTimeouts(ctx context.Context, sagaName string) ite
 			if p.Saga == "" || p.Properties[propType] == flushType {
 				continue
 			}
-			st := ScheduledTimeout{Saga: p.Saga, ID: p.Instance, Type: p.Properties[propType], At: p.At, Ref: p.Ref, Seq: p.Seq}
+			st := ScheduledTimeout{Saga: p.Saga, ID: p.Instance, Type: p.Properties[propType], At: p.At, Ref: p.Ref, Seq: p.Seq,
+				Handle: TimeoutHandle(p.Properties[propToken])}
+			scheduledPlan(&st, p)
 			if !yield(st, nil) {
 				return
 			}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -81,7 +82,7 @@ func (c *Context[S]) RequestTimeout(d time.Duration, payload any) (TimeoutHandle
 
 // RequestTimeoutAt asks for payload to come back to this instance at at.
 func (c *Context[S]) RequestTimeoutAt(at time.Time, payload any) (TimeoutHandle, error) {
-	return c.step.requestTimeout(at, payload)
+	return c.step.requestTimeout(at, payload, nil)
 }
 
 // CancelTimeout cancels a timeout requested earlier. If it has fired but
@@ -136,6 +137,16 @@ type PendingTimeout struct {
 	Handle TimeoutHandle
 	Type   string
 	At     time.Time
+	// Rule is the calendar rule a timeout requested with RequestTimeoutBy
+	// was computed by, as calendar.Rule.String writes it (ParseRule reads
+	// it back); "" for a timeout requested by a duration or an instant.
+	Rule string
+	// Calendar names the calendar and version At was computed with; zero
+	// if the rule needs none.
+	Calendar calendar.Ref
+	// From is the instant the rule counted from (the handler's Now, or
+	// RuleFrom); zero without a rule.
+	From time.Time
 }
 
 // PendingTimeouts lists the instance's pending timeouts, including those

@@ -39,6 +39,8 @@ type route[S any] struct {
 	find    func(ctx context.Context, m any) (string, error)
 	decode  func(c Codec, body []byte) (any, error)
 	handler func(ctx context.Context, c *Context[S], m any) error
+	catchUp catchUp // timeouts
+	late    func(ctx context.Context, c *Context[S], m any, l Lateness) error
 }
 
 type routeKind int
@@ -131,8 +133,37 @@ func Handles[S, M any](d *Definition[S], find Finder[M], h Handler[S, M]) {
 // OnTimeout makes timeouts with payload type T, requested with
 // Context.RequestTimeout, be handled by h. A timeout that arrives after it
 // was cancelled or rescheduled, or after the saga completed, is dropped.
-func OnTimeout[S, T any](d *Definition[S], h Handler[S, T]) {
+//
+// Options set the type's catch-up policy: what happens to a timeout of
+// type T handled more than a tolerance after its due time, because the
+// server or the dispatchers were down, the queue backed up, or the
+// timeout moved between engines (see CatchUp and HandleLate). Default: it
+// is handled by h, however late.
+func OnTimeout[S, T any](d *Definition[S], h Handler[S, T], opts ...TimeoutOption) {
 	addRoute[S, T](d, routeTimeout, nil, h)
+	name := MessageName[T]()
+	r := d.routes[name]
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o.apply(&r.catchUp); err != nil && d.err == nil {
+			d.err = fmt.Errorf("%w: saga %s: OnTimeout %s: %w", ErrInvalidDefinition, d.name, name, err)
+		}
+	}
+	if r.catchUp.late != nil {
+		lh, ok := r.catchUp.late.(LateHandler[S, T])
+		if !ok && d.err == nil {
+			d.err = fmt.Errorf("%w: saga %s: OnTimeout %s: HandleLate's handler is a %T, want a saga.LateHandler[%T, %s]", ErrInvalidDefinition, d.name, name, r.catchUp.late, *new(S), name)
+		}
+		if ok {
+			r.late = func(ctx context.Context, c *Context[S], m any, l Lateness) error { return lh(ctx, c, m.(T), l) }
+		}
+	}
+	if r.catchUp.policy == CatchUpLate && r.late == nil && d.err == nil {
+		d.err = fmt.Errorf("%w: saga %s: OnTimeout %s: the late policy needs a handler: use HandleLate", ErrInvalidDefinition, d.name, name)
+	}
+	d.routes[name] = r
 }
 
 func addRoute[S, M any](d *Definition[S], kind routeKind, find Finder[M], h Handler[S, M]) {
@@ -177,6 +208,7 @@ type sagaRuntime interface {
 	policy() NotFoundPolicy
 	timeoutEngine() string
 	lookup(msgType string) (routeKind, bool)
+	catchUpOf(msgType string) catchUp
 	decode(c Codec, msgType string, body []byte) (any, error)
 	find(ctx context.Context, msgType string, m any) (string, error)
 	// run runs the handler for m on the instance in rec (nil: new) and
@@ -213,6 +245,8 @@ func (d *Definition[S]) lookup(msgType string) (routeKind, bool) {
 	return r.kind, ok
 }
 
+func (d *Definition[S]) catchUpOf(msgType string) catchUp { return d.routes[msgType].catchUp }
+
 func (d *Definition[S]) decode(c Codec, msgType string, body []byte) (any, error) {
 	return d.routes[msgType].decode(c, body)
 }
@@ -232,7 +266,14 @@ func (d *Definition[S]) run(ctx context.Context, s *stepState, msgType string, m
 			return fmt.Errorf("saga %s: decoding stored data: %w", d.name, err)
 		}
 	}
-	if err := d.routes[msgType].handler(ctx, c, m); err != nil {
+	r := d.routes[msgType]
+	var err error
+	if s.late != nil && r.late != nil {
+		err = r.late(ctx, c, m, *s.late)
+	} else {
+		err = r.handler(ctx, c, m)
+	}
+	if err != nil {
 		return err
 	}
 	data, err := s.codec.Marshal(&c.Data)

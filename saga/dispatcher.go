@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -30,6 +31,8 @@ type Dispatcher struct {
 	openErr  error
 
 	records records // the store, behind the record cache unless it is off
+
+	zones calendar.Zones // the zones of rules (RequestTimeoutBy), loaded once
 
 	// mayKeepOutbox: outboxes of timeouts may stay in the stored record
 	// (see carryOutKept). Not with several timeout engines: another

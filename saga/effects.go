@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -51,7 +52,8 @@ type stepState struct {
 	isNew    bool
 	now      time.Time
 	codec    Codec
-	timeout  string // token of the timeout being handled, if one is
+	timeout  string    // token of the timeout being handled, if one is
+	late     *Lateness // the timeout goes to its late handler (CatchUpLate)
 	n        int    // effects so far, for effect IDs
 }
 
@@ -139,7 +141,14 @@ func (s *stepState) reply(to *address, m any, opts []SendOption) error {
 	return s.send(to.ReplyTo, m, append([]SendOption{WithCorrelationID(to.CorrelationID)}, opts...))
 }
 
-func (s *stepState) requestTimeout(at time.Time, payload any) (TimeoutHandle, error) {
+// plan is how a timeout requested by a calendar rule was planned.
+type plan struct {
+	rule string        // calendar.Rule.String()
+	cal  *calendar.Ref // nil if the rule needs no calendar
+	from time.Time
+}
+
+func (s *stepState) requestTimeout(at time.Time, payload any, p *plan) (TimeoutHandle, error) {
 	if payload == nil {
 		return "", Permanent(fmt.Errorf("saga %s/%s: %w: nil timeout payload", s.sagaName, s.id, transport.ErrInvalidMessage))
 	}
@@ -160,13 +169,18 @@ func (s *stepState) requestTimeout(at time.Time, payload any) (TimeoutHandle, er
 		e.Properties = make(map[string]string, 3)
 	}
 	e.Properties[propSaga], e.Properties[propSagaID], e.Properties[propToken] = s.sagaName, s.id, token
+	te := timeoutEntry{Type: e.Type, At: at}
+	if p != nil {
+		p.label(e.Properties)
+		te.Rule, te.Calendar, te.From, te.Msg = p.rule, p.cal, p.from, e
+	}
 	if err := s.check(e); err != nil {
 		return "", err
 	}
 	if s.rec.Timeouts == nil {
 		s.rec.Timeouts = make(map[string]timeoutEntry)
 	}
-	s.rec.Timeouts[token] = timeoutEntry{Type: e.Type, At: at}
+	s.rec.Timeouts[token] = te
 	eff := effect{Kind: effectSchedule, Queue: s.d.queueName, Msg: e, At: at, Token: token}
 	if s.rt != nil {
 		eff.Engine = s.rt.timeoutEngine()
@@ -197,7 +211,11 @@ func (s *stepState) pending() []PendingTimeout {
 	out := make([]PendingTimeout, 0, len(s.rec.Timeouts))
 	for _, tok := range slices.Sorted(maps.Keys(s.rec.Timeouts)) {
 		te := s.rec.Timeouts[tok]
-		out = append(out, PendingTimeout{Handle: TimeoutHandle(tok), Type: te.Type, At: te.At})
+		pt := PendingTimeout{Handle: TimeoutHandle(tok), Type: te.Type, At: te.At, Rule: te.Rule, From: te.From}
+		if te.Calendar != nil {
+			pt.Calendar = *te.Calendar
+		}
+		out = append(out, pt)
 	}
 	slices.SortStableFunc(out, func(a, b PendingTimeout) int { return a.At.Compare(b.At) })
 	return out

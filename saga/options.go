@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -34,6 +35,9 @@ type config struct {
 	cacheSize   int
 	batch       int
 	topic       *transport.TopicConfig // WithTopic
+	calendars   *calendar.Registry      // WithCalendars
+	currentCal  map[string]calendar.Ref // WithCalendars: the version requests use, by name
+	defaultCal  string                  // WithCalendars: the calendar of a request that names none
 }
 
 // RetryPolicy says how a failing message is retried before it is
@@ -151,6 +155,16 @@ func (a Hooks) then(h Hooks) Hooks {
 		out.Outgoing = func(ctx context.Context, props map[string]string) {
 			first(ctx, props)
 			second(ctx, props)
+		}
+	}
+	switch {
+	case a.TimeoutLate == nil:
+		out.TimeoutLate = h.TimeoutLate
+	case h.TimeoutLate != nil:
+		first, second := a.TimeoutLate, h.TimeoutLate
+		out.TimeoutLate = func(ctx context.Context, l LateTimeout) {
+			first(ctx, l)
+			second(ctx, l)
 		}
 	}
 	return out
@@ -294,6 +308,11 @@ type Hooks struct {
 	// step's StepInfo.Properties). Keys must be 1-64 characters of
 	// [A-Za-z0-9_-], values valid UTF-8 without control characters.
 	Outgoing func(ctx context.Context, props map[string]string)
+	// TimeoutLate is called for a timeout handled more than its type's
+	// catch-up tolerance after its due time (OnTimeout, CatchUp,
+	// HandleLate), once its step committed, with what its policy did.
+	// Types without a tolerance never call it.
+	TimeoutLate func(ctx context.Context, late LateTimeout)
 }
 
 // StepInfo identifies a step for hooks.
@@ -352,6 +371,10 @@ const (
 	EffectsPending Outcome = "effects-pending"
 	Duplicate      Outcome = "duplicate"     // already handled: no second effect
 	Dropped        Outcome = "dropped"       // stale timeout, or no instance (NotFoundPolicy applied)
+	// Skipped: a timeout handled beyond its type's catch-up tolerance was
+	// dropped by its policy (CatchUpSkip, CatchUpCoalesce); the instance
+	// no longer waits for it.
+	Skipped Outcome = "skipped"
 	Retried        Outcome = "retried"       // rescheduled for a delayed retry
 	DeadLettered   Outcome = "dead-lettered" // moved to the dead-letter queue
 	Abandoned      Outcome = "abandoned"     // left to redelivery (e.g. on shutdown)

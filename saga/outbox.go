@@ -1,6 +1,7 @@
 package saga
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,7 +97,7 @@ func (d *Dispatcher) carryOut(ctx context.Context, key string, rec *record, e ef
 	case effectSchedule:
 		m := e.Msg.transportMessage()
 		ref, err := d.cfg.timeouts.Schedule(ctx, timeout.Timeout{
-			ID: e.Token, Queue: e.Queue, At: e.At, Message: m,
+			ID: cmp.Or(e.ID, e.Token), Queue: e.Queue, At: e.At, Message: m,
 			Saga: m.Properties[propSaga], Instance: m.Properties[propSagaID], Engine: e.Engine,
 		})
 		if errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {

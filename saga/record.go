@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/timeout"
 )
 
@@ -79,12 +80,28 @@ func (r *record) remember(id string) {
 	}
 }
 
-// timeoutEntry is a pending timeout. Ref is empty until the timeout has
-// been scheduled.
+// timeoutEntry is a pending timeout, keyed in record.Timeouts by its
+// token (the handle). Ref is empty until the timeout has been scheduled.
+//
+// A timeout requested by a calendar rule (Context.RequestTimeoutBy) also
+// keeps the rule, the calendar and the instant the rule counted from, and
+// its message, so that it can be planned again under another version of
+// the calendar (Dispatcher.ReplanTimeouts). Records written before these
+// fields existed load as timeouts requested by an instant.
 type timeoutEntry struct {
 	Type string      `json:"type"`
 	At   time.Time   `json:"at"`
 	Ref  timeout.Ref `json:"ref,omitempty"`
+
+	Rule     string        `json:"rule,omitempty"`     // calendar.Rule.String()
+	Calendar *calendar.Ref `json:"calendar,omitempty"` // nil: the rule needs none
+	From     time.Time     `json:"from,omitzero"`      // the instant the rule counted from
+	Msg      *envelope     `json:"msg,omitempty"`      // the timeout's message, rule timeouts only
+	// ID is the timeout's ID on its engine (and its message's MessageID)
+	// when it is not the token: a re-planned timeout is scheduled again
+	// under a new ID, and a message with another ID (the one scheduled
+	// before, if its cancel lost the race) is dropped.
+	ID string `json:"id,omitempty"`
 }
 
 type address struct {
@@ -100,6 +117,9 @@ type effect struct {
 	At    time.Time   `json:"at,omitzero"`
 	Token string      `json:"token,omitempty"`
 	Ref   timeout.Ref `json:"ref,omitempty"`
+	// ID is the timeout's ID on its engine if it is not Token (a
+	// re-planned timeout).
+	ID string `json:"id,omitempty"`
 	// Engine is the timeout engine the saga asks for (TimeoutEngine).
 	Engine string `json:"engine,omitempty"`
 }

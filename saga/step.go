@@ -243,18 +243,31 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		rec.Originator = &address{ReplyTo: del.ReplyTo, CorrelationID: cmp.Or(del.CorrelationID, del.MessageID)}
 	}
 	var token string
+	var te timeoutEntry
 	if t.kind == routeTimeout {
 		token = del.Properties[propToken]
-		if _, ok := rec.Timeouts[token]; !ok {
+		var ok bool
+		if te, ok = rec.Timeouts[token]; !ok {
 			return fresh(Dropped, nil) // cancelled, rescheduled or already handled
+		}
+		if te.ID != "" && te.ID != cmp.Or(del.Properties[propMessageID], del.MessageID) {
+			return fresh(Dropped, nil) // scheduled before a re-plan, whose cancel came too late
 		}
 		delete(rec.Timeouts, token)
 	}
 	s := &stepState{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
 		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token}
 	typ := del.Properties[propType]
-	if err := callHandler(ctx, t.rt, s, typ, t.m); err != nil {
-		return fresh("", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
+	var late *LateTimeout
+	if t.kind == routeTimeout {
+		late = s.catchUp(t.rt.catchUpOf(typ), token, te)
+	}
+	if late != nil && late.Skipped {
+		rec.Updated = now
+	} else {
+		if err := callHandler(ctx, t.rt, s, typ, t.m); err != nil {
+			return fresh("", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
+		}
 	}
 	rec.remember(identity)
 	if rec.Completed {
@@ -265,6 +278,9 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			return "", err
 		}
 		return fresh("", err)
+	}
+	if late != nil {
+		d.reportLate(ctx, *late)
 	}
 	switch {
 	case len(rec.Outbox) == 0:
@@ -284,6 +300,9 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 				return EffectsPending, err
 			}
 		}
+	}
+	if late != nil && late.Skipped {
+		return Skipped, nil
 	}
 	return Handled, nil
 }

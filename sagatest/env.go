@@ -431,7 +431,9 @@ func (e *Env) leaks() []string {
 			out = append(out, fmt.Sprintf("timeout %s of %s/%s: %v", st.Type, st.Saga, st.ID, err))
 		case inst.Completed:
 			out = append(out, fmt.Sprintf("timeout %s of %s/%s still scheduled for %s, but the instance completed", st.Type, st.Saga, st.ID, e.offset(st.At)))
-		case !slices.ContainsFunc(inst.Timeouts, func(p saga.PendingTimeout) bool { return string(p.Handle) == m.MessageID }):
+		case !slices.ContainsFunc(inst.Timeouts, func(p saga.PendingTimeout) bool {
+			return p.Handle == st.Handle && p.At.Equal(st.At) // a re-planned timeout's old message is not waited for
+		}):
 			out = append(out, fmt.Sprintf("timeout %s of %s/%s still scheduled for %s, but the instance no longer waits for it", st.Type, st.Saga, st.ID, e.offset(st.At)))
 		}
 	}

@@ -1,0 +1,397 @@
+package saga
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jetsaga/jetsaga/calendar"
+	"github.com/jetsaga/jetsaga/timeout"
+)
+
+// Timeouts in business time: a handler requests a timeout by a calendar
+// rule (RequestTimeoutBy); the dispatcher computes its instant once, from
+// the handler's Now and a calendar of its Registry (WithCalendars), and
+// keeps the rule, the calendar's name and version and the instant the
+// rule counted from with the timeout, so that operators see the rule and
+// ReplanTimeouts can compute the instant again under a new version.
+
+// Properties of a timeout's message requested by a calendar rule, so that
+// listings of the engines (ScheduledTimeouts, jetsaga timeouts list) show
+// the rule beside the due time.
+const (
+	// PropertyRule carries the rule, as calendar.Rule.String writes it.
+	PropertyRule = "jetsaga-rule"
+	// PropertyCalendar and PropertyCalendarVersion name the calendar the
+	// due time was computed with; absent if the rule needs none.
+	PropertyCalendar        = "jetsaga-calendar"
+	PropertyCalendarVersion = "jetsaga-calendar-version"
+)
+
+// WithCalendars gives the dispatcher the calendars that timeouts requested
+// by a rule (Context.RequestTimeoutBy) are computed with, and that
+// ReplanTimeouts looks new versions up in. reg may gain calendars after
+// the dispatcher is built (a new version to re-plan to).
+//
+// current names, for a calendar name, the version that new requests use;
+// a name not in current is used at the one version of it reg holds (a
+// name reg holds at several versions must be in current). The first of
+// current, or reg's only calendar, is the default: the calendar of a
+// request that names none (OnCalendar). Each of current must be in reg.
+func WithCalendars(reg *calendar.Registry, current ...calendar.Ref) Option {
+	return optionFunc(func(c *config) error {
+		if reg == nil {
+			return fmt.Errorf("%w: nil calendar registry", ErrInvalidOption)
+		}
+		cur := make(map[string]calendar.Ref, len(current))
+		for _, ref := range current {
+			if _, err := reg.Lookup(ref); err != nil {
+				return fmt.Errorf("%w: WithCalendars: %w", ErrInvalidOption, err)
+			}
+			if prev, dup := cur[ref.Name]; dup {
+				return fmt.Errorf("%w: WithCalendars: two current versions of calendar %q: %s and %s", ErrInvalidOption, ref.Name, prev.Version, ref.Version)
+			}
+			cur[ref.Name] = ref
+		}
+		c.calendars, c.currentCal = reg, cur
+		if len(current) > 0 {
+			c.defaultCal = current[0].Name
+		}
+		return nil
+	})
+}
+
+// RuleOption qualifies a timeout requested by a rule (RequestTimeoutBy).
+type RuleOption func(*ruleRequest)
+
+type ruleRequest struct {
+	calendar string
+	from     time.Time
+}
+
+// OnCalendar computes the rule with the calendar named name, at the
+// version WithCalendars makes current. Default: the dispatcher's default
+// calendar (see WithCalendars).
+func OnCalendar(name string) RuleOption { return func(r *ruleRequest) { r.calendar = name } }
+
+// RuleFrom makes the rule count from t instead of the handler's Now: "seven
+// business days before renewal" counts from the renewal. The instant is
+// kept with the timeout; a re-plan counts from it again.
+func RuleFrom(t time.Time) RuleOption { return func(r *ruleRequest) { r.from = t } }
+
+// RequestTimeoutBy asks for payload to come back to this instance when
+// rule falls due, counted from the handler's Now (or RuleFrom), as
+// calendar.Rule.Due computes it with the calendar the dispatcher's
+// registry holds (WithCalendars, OnCalendar). The instant is computed
+// once, here; the timeout keeps the rule, the calendar's name and version
+// and the instant it counted from, which PendingTimeouts, Instance,
+// ScheduledTimeouts and the jetsaga command show, and from which
+// ReplanTimeouts computes it again under a new version of the calendar. A
+// rule due in the past (seven business days before a renewal that is six
+// days away) fires at once, as RequestTimeoutAt does.
+//
+// Errors match ErrPermanent and, beside those of RequestTimeoutAt, the
+// calendar package's: calendar.ErrInvalidRule for an invalid rule or an
+// unknown zone, calendar.ErrUnknownCalendar when the calendar is not in
+// the registry (or the dispatcher has none), calendar.ErrNoBusinessDay
+// when the calendar has no business day where the rule looks for one.
+func (c *Context[S]) RequestTimeoutBy(rule calendar.Rule, payload any, opts ...RuleOption) (TimeoutHandle, error) {
+	req := ruleRequest{from: c.step.now}
+	for _, o := range opts {
+		if o != nil {
+			o(&req)
+		}
+	}
+	s := c.step
+	at, p, err := s.d.planRule(rule, req)
+	if err != nil {
+		return "", Permanent(fmt.Errorf("saga %s/%s: timeout %T by rule %q: %w", s.sagaName, s.id, payload, rule, err))
+	}
+	return s.requestTimeout(at, payload, p)
+}
+
+// planRule computes the due time of rule for a request.
+func (d *Dispatcher) planRule(rule calendar.Rule, req ruleRequest) (time.Time, *plan, error) {
+	if err := rule.Validate(); err != nil {
+		return time.Time{}, nil, err
+	}
+	if req.from.IsZero() {
+		return time.Time{}, nil, fmt.Errorf("%w: zero instant to count from", calendar.ErrInvalidRule)
+	}
+	p := &plan{rule: rule.String(), from: req.from}
+	var cal calendar.Calendar
+	if rule.NeedsCalendar() || req.calendar != "" {
+		ref, err := d.currentCalendar(req.calendar)
+		if err != nil {
+			return time.Time{}, nil, err
+		}
+		if cal, err = d.cfg.calendars.Lookup(ref); err != nil {
+			return time.Time{}, nil, err
+		}
+		p.cal = &ref
+	}
+	at, err := d.due(rule, req.from, cal)
+	return at, p, err
+}
+
+// due computes rule from from with cal, with the zone loaded once per
+// dispatcher.
+func (d *Dispatcher) due(rule calendar.Rule, from time.Time, cal calendar.Calendar) (time.Time, error) {
+	loc, err := d.zones.Load(rule.Zone)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if rule.Zone == "" {
+		return rule.Due(from, cal) // UTC: nothing to load
+	}
+	return rule.DueIn(from, cal, loc)
+}
+
+// currentCalendar returns the version of the calendar name that requests
+// use; "" is the default calendar.
+func (d *Dispatcher) currentCalendar(name string) (calendar.Ref, error) {
+	reg := d.cfg.calendars
+	if reg == nil {
+		return calendar.Ref{}, fmt.Errorf("%w: the dispatcher has no calendars (saga.WithCalendars)", calendar.ErrUnknownCalendar)
+	}
+	if name == "" {
+		name = d.cfg.defaultCal
+	}
+	if ref, ok := d.cfg.currentCal[name]; ok {
+		return ref, nil
+	}
+	var found []calendar.Ref
+	for _, ref := range reg.Refs() {
+		if name == "" || ref.Name == name {
+			found = append(found, ref)
+		}
+	}
+	switch {
+	case len(found) == 1:
+		return found[0], nil
+	case len(found) == 0:
+		return calendar.Ref{}, fmt.Errorf("%w: no calendar named %q in the dispatcher's registry", calendar.ErrUnknownCalendar, name)
+	case name == "":
+		return calendar.Ref{}, fmt.Errorf("%w: no default calendar: the registry holds %d; name one (saga.OnCalendar) or make one current (saga.WithCalendars)", calendar.ErrUnknownCalendar, len(found))
+	}
+	return calendar.Ref{}, fmt.Errorf("%w: calendar %q has %d versions in the registry; name the current one in saga.WithCalendars", calendar.ErrUnknownCalendar, name, len(found))
+}
+
+// label sets the properties that show p in engines' listings.
+func (p *plan) label(props map[string]string) {
+	props[PropertyRule] = p.rule
+	if p.cal != nil {
+		props[PropertyCalendar], props[PropertyCalendarVersion] = p.cal.Name, p.cal.Version
+	} else {
+		delete(props, PropertyCalendar)
+		delete(props, PropertyCalendarVersion)
+	}
+}
+
+// Replanned reports what re-planning did to one pending timeout requested
+// by a rule on the calendar re-planned.
+type Replanned struct {
+	Saga, ID string
+	Handle   TimeoutHandle
+	Type     string
+	Rule     string    // as calendar.Rule.String writes it
+	From     time.Time // the instant the rule counts from
+	// Old is the calendar the timeout was planned with, OldAt its due time
+	// then; New and NewAt are the same after the re-plan. NewAt equal to
+	// OldAt: the due time did not change, and the timeout stays scheduled
+	// as it was (its record names the new version).
+	Old, New     calendar.Ref
+	OldAt, NewAt time.Time
+	// Err, if not nil, says why the timeout was left as it was (New and
+	// NewAt are then zero): the rule could not be read, or the new
+	// calendar has no business day where the rule looks for one.
+	Err error
+}
+
+// Changed reports whether the re-plan moved the timeout.
+func (r Replanned) Changed() bool { return r.Err == nil && !r.NewAt.Equal(r.OldAt) }
+
+// ReplanTimeouts plans again, under the calendar to (a version in the
+// dispatcher's registry, WithCalendars), every pending timeout of saga
+// sagaName requested by a rule on a calendar of to's name at another
+// version: each is computed from its rule and the instant it counted from,
+// and, if its due time changes, cancelled on its engine and scheduled
+// again for the new one, under the same handle. Instances are found
+// through the engines' listings (ScheduledTimeouts) and each is re-planned
+// as one step (see ReplanInstance), so a re-plan never races a handler.
+//
+// The result has one entry per such timeout, in instance order: moved,
+// unchanged, or left as it was with its error. The error joins what made
+// an instance's re-plan fail as a whole (its timeouts are then not in the
+// result); an error matching ErrEffectsPending says that an instance's
+// re-plan was committed but carrying it out to the engine failed, and is
+// retried (see EffectsPending): its entries are in the result.
+//
+// Timeouts keep their instants when a calendar changes until they are
+// re-planned; requests made before the dispatcher's current version
+// (WithCalendars) changes keep using the old one. Deploy the new version
+// as current first, then re-plan.
+func (d *Dispatcher) ReplanTimeouts(ctx context.Context, sagaName string, to calendar.Ref) ([]Replanned, error) {
+	if _, err := d.lookupCalendar(to); err != nil {
+		return nil, err
+	}
+	ids := make(map[string]bool)
+	var errs []error
+	for st, err := range d.ScheduledTimeouts(ctx, sagaName) {
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if st.Calendar.Name == to.Name {
+			ids[st.ID] = true
+		}
+	}
+	var out []Replanned
+	for _, id := range slices.Sorted(maps.Keys(ids)) {
+		res, err := d.ReplanInstance(ctx, sagaName, id, to)
+		out = append(out, res...)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func (d *Dispatcher) lookupCalendar(ref calendar.Ref) (calendar.Calendar, error) {
+	if d.cfg.calendars == nil {
+		return nil, fmt.Errorf("%w: %s: the dispatcher has no calendars (saga.WithCalendars)", calendar.ErrUnknownCalendar, ref)
+	}
+	return d.cfg.calendars.Lookup(ref)
+}
+
+// ReplanInstance re-plans the pending timeouts of one instance under the
+// calendar to, as ReplanTimeouts does, as a step like CancelTimeouts: it
+// carries out any effects an earlier step left pending, commits the new
+// due times (again on fresh state after a conflict with a concurrent
+// step), then cancels and schedules the moved timeouts on their engines.
+// An error other than ErrEffectsPending means that nothing changed.
+func (d *Dispatcher) ReplanInstance(ctx context.Context, sagaName, id string, to calendar.Ref) ([]Replanned, error) {
+	if err := validateID(id); err != nil {
+		return nil, fmt.Errorf("%w: %s/%.64q: %w", ErrNotFound, sagaName, id, err)
+	}
+	cal, err := d.lookupCalendar(to)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.open(ctx); err != nil {
+		return nil, err
+	}
+	key := storeKey(sagaName, id)
+	identity := "replan:" + strconv.FormatInt(d.cfg.now().UnixNano(), 10)
+	conflicts := 0
+	for {
+		rec, rev, err := d.load(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if len(rec.Outbox) > 0 {
+			if rev, err = d.flush(ctx, key, rec, rev); errors.Is(err, ErrConflict) && conflicts < d.cfg.conflicts {
+				conflicts++
+				continue
+			} else if err != nil {
+				return nil, fmt.Errorf("saga %s/%s: nothing re-planned: an earlier step's effects cannot be carried out: %w", sagaName, id, err)
+			}
+		}
+		if rec.Completed {
+			return nil, nil
+		}
+		s := &stepState{d: d, sagaName: sagaName, id: id, key: key, rec: rec}
+		out, changed := s.replan(to, cal)
+		if !changed {
+			return out, nil
+		}
+		rec.Updated = d.cfg.now()
+		rev, err = d.records.commit(ctx, key, rec, rev)
+		if errors.Is(err, ErrConflict) && conflicts < d.cfg.conflicts {
+			conflicts++
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("saga %s/%s: nothing re-planned: %w", sagaName, id, err)
+		}
+		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
+			serr := d.scheduleFlush(ctx, sagaName, id, identity, 1)
+			return out, fmt.Errorf("%w: saga %s/%s: re-planned in its state; rescheduling on the engines failed and will be retried: %w",
+				ErrEffectsPending, sagaName, id, errors.Join(err, serr))
+		}
+		return out, nil
+	}
+}
+
+// replan re-plans the instance's timeouts on to's calendar name in the
+// record, adding the cancels and schedules to its outbox. changed reports
+// whether the record changed.
+func (s *stepState) replan(to calendar.Ref, cal calendar.Calendar) (out []Replanned, changed bool) {
+	for _, tok := range slices.Sorted(maps.Keys(s.rec.Timeouts)) {
+		te := s.rec.Timeouts[tok]
+		if te.Calendar == nil || te.Calendar.Name != to.Name || *te.Calendar == to {
+			continue
+		}
+		r := Replanned{Saga: s.sagaName, ID: s.id, Handle: TimeoutHandle(tok), Type: te.Type, Rule: te.Rule, From: te.From,
+			Old: *te.Calendar, OldAt: te.At}
+		at, err := s.replanOne(te, cal)
+		if err != nil {
+			r.Err = err
+			out = append(out, r)
+			continue
+		}
+		r.New, r.NewAt = to, at
+		out = append(out, r)
+		changed = true
+		ref := to
+		te.Calendar = &ref
+		if at.Equal(te.At) {
+			s.rec.Timeouts[tok] = te
+			continue
+		}
+		// Schedule it again under a new ID: the engines deduplicate a
+		// schedule by ID, so the old one cannot be reused.
+		msg := *te.Msg
+		msg.Properties = maps.Clone(te.Msg.Properties)
+		msg.ID = effectID(s.key, "replan\x00"+tok+"\x00"+te.ID+"\x00"+te.At.UTC().Format(time.RFC3339Nano)+"\x00"+to.String(), 0)
+		(&plan{rule: te.Rule, cal: &ref, from: te.From}).label(msg.Properties)
+		if te.Ref != "" {
+			s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectCancel, Ref: te.Ref, Token: tok})
+		}
+		te.At, te.ID, te.Ref, te.Msg = at, msg.ID, "", &msg
+		s.rec.Timeouts[tok] = te
+		eff := effect{Kind: effectSchedule, Queue: s.d.queueName, Msg: &msg, At: at, Token: tok, ID: msg.ID}
+		if rt := s.d.byName[s.sagaName]; rt != nil {
+			eff.Engine = rt.timeoutEngine()
+		}
+		s.rec.Outbox = append(s.rec.Outbox, eff)
+	}
+	return out, changed
+}
+
+func (s *stepState) replanOne(te timeoutEntry, cal calendar.Calendar) (time.Time, error) {
+	if te.Msg == nil || te.From.IsZero() {
+		return time.Time{}, fmt.Errorf("%w: timeout record without its message or start instant", calendar.ErrInvalidRule)
+	}
+	rule, err := calendar.ParseRule(te.Rule)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return s.d.due(rule, te.From, cal)
+}
+
+// scheduledPlan fills the rule fields of a listed timeout from its
+// message's properties.
+func scheduledPlan(st *ScheduledTimeout, p timeout.Pending) {
+	st.Rule = p.Properties[PropertyRule]
+	if name := p.Properties[PropertyCalendar]; name != "" {
+		st.Calendar = calendar.Ref{Name: name, Version: p.Properties[PropertyCalendarVersion]}
+	}
+}
