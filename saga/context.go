@@ -27,9 +27,11 @@ func (c *Context[S]) ID() string { return c.step.id }
 // IsNew reports whether this step creates the instance.
 func (c *Context[S]) IsNew() bool { return c.step.isNew }
 
-// Now returns the current time: the dispatcher's clock, which in sagatest
-// is virtual.
-func (c *Context[S]) Now() time.Time { return c.step.now }
+// Now returns the time the step started, in UTC (as times come back from
+// the store and from messages): the dispatcher's clock, which in sagatest
+// is virtual. It is the same instant for the whole step, and the instant
+// RequestTimeout and RequestTimeoutBy count from.
+func (c *Context[S]) Now() time.Time { return c.step.now.UTC() }
 
 // Incoming returns the message being handled, with its transport
 // metadata (Seq, EnqueuedAt, ScheduledAt, MessageID, ...). Do not modify it.

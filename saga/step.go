@@ -69,10 +69,10 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 			res.Conflicts = conflicts
 			return res
 		}
-		if o != Handled && o != Duplicate {
+		if o != Handled && o != Duplicate && o != Skipped {
 			inInbox = false
 		}
-		if outcome != EffectsPending && (o == Handled || o == Dropped && outcome == Duplicate) {
+		if outcome != EffectsPending && (o == Handled || (o == Dropped || o == Skipped) && outcome == Duplicate) {
 			outcome = o
 		}
 	}

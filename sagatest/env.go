@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/memstore"
 	"github.com/jetsaga/jetsaga/transport"
@@ -38,6 +39,11 @@ type config struct {
 	budget     int
 	explore    exploreConfig
 }
+
+// defaultStart is where the virtual clock starts unless WithStart says
+// otherwise: Monday 1 January 2024, 00:00 UTC, a business day in most
+// calendars' weekends (not a holiday: New Year's Day is one in many).
+func defaultStart() time.Time { return time.Date(2024, time.January, 1, 0, 0, 0, 0, time.UTC) }
 
 // DefaultStepBudget is how many steps the dispatcher may run during one
 // call of Send, Advance, AdvanceTo or Settle unless WithStepBudget says
@@ -79,14 +85,29 @@ func WithCodec(codec saga.Codec) Option {
 }
 
 // WithStart moves the virtual clock to start before the dispatcher starts.
-// Default: the bubble's epoch, midnight UTC 2000-01-01, which start may not
-// precede.
+// Default: Monday 2024-01-01 00:00 UTC (see the package documentation,
+// "Time"). start may not precede the bubble's epoch, midnight UTC
+// 2000-01-01.
 func WithStart(start time.Time) Option {
 	return optionFunc(func(c *config) error {
 		if start.IsZero() {
 			return errors.New("sagatest: zero start time")
 		}
 		c.start = start
+		return nil
+	})
+}
+
+// WithCalendars gives the dispatcher calendars, as saga.WithCalendars
+// does: the registry that timeouts requested by a rule
+// (saga.Context.RequestTimeoutBy) and re-plans (Env.Dispatcher's
+// ReplanTimeouts) look calendars up in, and the current versions.
+func WithCalendars(reg *calendar.Registry, current ...calendar.Ref) Option {
+	return optionFunc(func(c *config) error {
+		if reg == nil {
+			return errors.New("sagatest: WithCalendars: nil registry")
+		}
+		c.dispatcher = append(c.dispatcher, saga.WithCalendars(reg, current...))
 		return nil
 	})
 }
@@ -225,13 +246,14 @@ func buildConfig(t *testing.T, sagas []saga.Saga, opts []Option) (config, bool) 
 
 func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 	t.Helper()
-	if !cfg.start.IsZero() {
-		d := time.Until(cfg.start)
-		if d < 0 {
-			t.Fatalf("sagatest: WithStart(%v): before the bubble's epoch %v", cfg.start, time.Now().UTC())
-		}
-		time.Sleep(d)
+	if cfg.start.IsZero() {
+		cfg.start = defaultStart()
 	}
+	d := time.Until(cfg.start)
+	if d < 0 {
+		t.Fatalf("sagatest: WithStart(%v): before the bubble's epoch %v", cfg.start, time.Now().UTC())
+	}
+	time.Sleep(d)
 	e := &Env{
 		t: t, codec: cfg.codec, start: time.Now().UTC(), budget: cfg.budget,
 		snaps:   make(map[instanceKey]*saga.Instance),
@@ -551,10 +573,40 @@ func (e *Env) AdvanceTo(t time.Time) {
 }
 
 // Now returns the virtual time, in UTC and without a monotonic clock
-// reading, as times come back from the store and from messages. (Handlers'
-// Context.Now and time.Now in the bubble return the same instant in
-// time.Local.)
+// reading, as times come back from the store and from messages: what a
+// handler's Context.Now returns at the same instant. (time.Now in the
+// bubble returns the same instant in time.Local.)
 func (e *Env) Now() time.Time { return time.Now().UTC() }
+
+// Outage simulates an outage of d: the virtual clock moves on by d while
+// the dispatcher handles nothing — timeouts come due and wait on the
+// queue, as they would while the server or every dispatcher is down —
+// then the dispatcher comes back and handles the backlog in queue order,
+// which for timeouts is due order, and Outage returns once it has, with
+// the clock at the end of the outage. Handlers see the time the outage
+// ended (Context.Now), so timeouts due during it are late by up to d: what
+// their types' catch-up policies (saga.CatchUp, saga.HandleLate) act on.
+// It fails the test if d is negative.
+func (e *Env) Outage(d time.Duration) {
+	e.t.Helper()
+	e.drive()
+	if d < 0 {
+		e.t.Fatalf("sagatest: Outage(%v): negative duration; the virtual clock only moves forward (now %s)", d, e.offset(time.Now()))
+		return
+	}
+	e.settle()
+	e.pause()
+	e.mu.Lock()
+	e.recordLocked(0, time.Now(), fmt.Sprintf("outage for %v: nothing handled", d))
+	e.mu.Unlock()
+	time.Sleep(d)
+	synctest.Wait() // what comes due during the outage is on the queue
+	e.mu.Lock()
+	e.recordLocked(0, time.Now(), "outage over: the backlog arrives")
+	e.mu.Unlock()
+	e.resume()
+	e.settle()
+}
 
 // Start returns the virtual time at which the Env started, in UTC; the
 // journal shows times as offsets from it.

@@ -151,7 +151,7 @@ func TestEqualInstantsCompareEqual(t *testing.T) {
 		// instant from the virtual clock, or in another location, is equal.
 		env.AssertSent(t, "stamps", Stamp{At: now})
 		env.AssertSent(t, "stamps", Stamp{At: now.In(time.FixedZone("CET", 3600))})
-		env.AssertSent(t, "stamps", Stamp{At: time.Date(2000, 1, 1, 2, 30, 0, 0, time.FixedZone("CET", 3600))})
+		env.AssertSent(t, "stamps", Stamp{At: time.Date(2024, 1, 1, 2, 30, 0, 0, time.FixedZone("CET", 3600))})
 		if loc := env.Now().Location(); loc != time.UTC {
 			t.Errorf("Env.Now: got location %v, want UTC", loc)
 		}
@@ -179,10 +179,10 @@ func TestEqualInstantsInState(t *testing.T) {
 		sagatest.AssertState(t, env, d, "w", when{At: env.Now()})
 		// The same instant in another location: the machine's own, and
 		// fixed zones east and west of UTC (the bubble starts at midnight
-		// 1 January 2000 UTC), so the check holds in any TZ.
+		// 1 January 2024 UTC), so the check holds in any TZ.
 		sagatest.AssertState(t, env, d, "w", when{At: env.Now().In(time.Local)})
-		sagatest.AssertState(t, env, d, "w", when{At: time.Date(2000, 1, 1, 5, 30, 0, 0, time.FixedZone("IST", 5*3600+1800))})
-		sagatest.AssertState(t, env, d, "w", when{At: time.Date(1999, 12, 31, 19, 0, 0, 0, time.FixedZone("EST", -5*3600))})
+		sagatest.AssertState(t, env, d, "w", when{At: time.Date(2024, 1, 1, 5, 30, 0, 0, time.FixedZone("IST", 5*3600+1800))})
+		sagatest.AssertState(t, env, d, "w", when{At: time.Date(2023, 12, 31, 19, 0, 0, 0, time.FixedZone("EST", -5*3600))})
 		ft := &fakeT{TB: t}
 		sagatest.AssertState(ft, env, d, "w", when{At: env.Now().Add(time.Nanosecond)})
 		if len(ft.errors) != 1 {
