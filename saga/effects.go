@@ -54,7 +54,7 @@ type stepState struct {
 	codec    Codec
 	timeout  string    // token of the timeout being handled, if one is
 	late     *Lateness // the timeout goes to its late handler (CatchUpLate)
-	n        int    // effects so far, for effect IDs
+	n        int       // effects so far, for effect IDs
 }
 
 func (s *stepState) envelope(m any, opts []SendOption) (*envelope, error) {

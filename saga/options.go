@@ -34,7 +34,7 @@ type config struct {
 	now         func() time.Time
 	cacheSize   int
 	batch       int
-	topic       *transport.TopicConfig // WithTopic
+	topic       *transport.TopicConfig  // WithTopic
 	calendars   *calendar.Registry      // WithCalendars
 	currentCal  map[string]calendar.Ref // WithCalendars: the version requests use, by name
 	defaultCal  string                  // WithCalendars: the calendar of a request that names none
@@ -371,11 +371,12 @@ const (
 	EffectsPending Outcome = "effects-pending"
 	Duplicate      Outcome = "duplicate"     // already handled: no second effect
 	Dropped        Outcome = "dropped"       // stale timeout, or no instance (NotFoundPolicy applied)
+	Retried        Outcome = "retried"       // rescheduled for a delayed retry
+	DeadLettered   Outcome = "dead-lettered" // moved to the dead-letter queue
+	Abandoned      Outcome = "abandoned"     // left to redelivery (e.g. on shutdown)
+
 	// Skipped: a timeout handled beyond its type's catch-up tolerance was
 	// dropped by its policy (CatchUpSkip, CatchUpCoalesce); the instance
 	// no longer waits for it.
 	Skipped Outcome = "skipped"
-	Retried        Outcome = "retried"       // rescheduled for a delayed retry
-	DeadLettered   Outcome = "dead-lettered" // moved to the dead-letter queue
-	Abandoned      Outcome = "abandoned"     // left to redelivery (e.g. on shutdown)
 )

@@ -10,6 +10,8 @@ import (
 	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/sagatest"
+	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
 )
 
 // Business time in the Env: timeouts requested by a calendar rule,
@@ -168,8 +170,8 @@ func TestTimeoutByRuleErrors(t *testing.T) {
 // every business-day rule.
 type closed struct{}
 
-func (closed) Name() string                      { return "bank" }
-func (closed) Version() string                   { return "closed" }
+func (closed) Name() string                     { return "bank" }
+func (closed) Version() string                  { return "closed" }
 func (closed) IsBusinessDay(calendar.Date) bool { return false }
 
 func TestReplanUnderANewCalendarVersion(t *testing.T) {
@@ -222,6 +224,23 @@ func TestReplanUnderANewCalendarVersion(t *testing.T) {
 		if len(ts) != 1 || ts[0].Handle != h || !ts[0].At.Equal(newDue) || ts[0].Calendar != calendar.RefOf(v2) {
 			t.Fatalf("pending after re-plan: %+v; want handle %s at %v on bank@2", ts, h, newDue)
 		}
+		// The message scheduled before the re-plan, had its cancel come too
+		// late, arrives: it is dropped. (As a delayed retry's copy, which
+		// names its original's MessageID, the handle: the queue would drop
+		// a message with that MessageID as a duplicate.)
+		old := &transport.Message{MessageID: "copy-" + string(h), Body: []byte("{}"), Properties: map[string]string{
+			"jetsaga-message-id": string(h),
+			saga.TypeProperty:    "test.grace-over", timeout.PropertySaga: "grace", timeout.PropertyInstance: "a", "jetsaga-token": string(h),
+			timeout.PropertyTimeout: "1", timeout.PropertyDue: oldDue.Format(time.RFC3339Nano)}}
+		q, err := env.Broker().Queue(t.Context(), sagatest.Queue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := q.Send(t.Context(), old); err != nil || r.Duplicate {
+			t.Fatalf("sending the old message: %+v, %v", r, err)
+		}
+		env.Settle()
+		sagatest.AssertState(t, env, d, "a", ledger{Grace: h})
 		env.AdvanceTo(oldDue)
 		sagatest.AssertState(t, env, d, "a", ledger{Grace: h}) // the old instant passes: nothing
 		env.AdvanceTo(newDue)
