@@ -193,16 +193,22 @@ func (r *record) clone() *record {
 	c.JSONData = slices.Clone(r.JSONData)
 	c.BinData = slices.Clone(r.BinData)
 	c.Timeouts = maps.Clone(r.Timeouts)
+	for tok, te := range c.Timeouts {
+		if te.Calendar == nil && te.Msg == nil {
+			continue
+		}
+		if te.Calendar != nil {
+			ref := *te.Calendar
+			te.Calendar = &ref
+		}
+		te.Msg = te.Msg.clone()
+		c.Timeouts[tok] = te
+	}
 	c.Inbox = slices.Clone(r.Inbox)
 	if r.Outbox != nil {
 		c.Outbox = make([]effect, len(r.Outbox))
 		for i, e := range r.Outbox {
-			if e.Msg != nil {
-				m := *e.Msg
-				m.Body = slices.Clone(m.Body)
-				m.Properties = maps.Clone(m.Properties)
-				e.Msg = &m
-			}
+			e.Msg = e.Msg.clone()
 			c.Outbox[i] = e
 		}
 	}
@@ -211,6 +217,17 @@ func (r *record) clone() *record {
 		c.Originator = &o
 	}
 	return &c
+}
+
+// clone returns a deep copy of e (nil for nil).
+func (e *envelope) clone() *envelope {
+	if e == nil {
+		return nil
+	}
+	m := *e
+	m.Body = slices.Clone(m.Body)
+	m.Properties = maps.Clone(m.Properties)
+	return &m
 }
 
 // hitRate estimates, over the last few hundred steps that found a record,

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/jetsaga/jetsaga/calendar"
 )
 
 // sampleRecord builds a record with every field set, nested ones too (the
@@ -15,13 +17,19 @@ func sampleRecord() *record {
 		JSONData: []byte(`{"n":1}`),
 		BinData:  []byte{1, 2, 3},
 		Timeouts: map[string]timeoutEntry{
-			"t1": {Type: "T", At: time.Unix(1, 0).UTC(), Ref: "queue:q:1"},
-			"t2": {Type: "U", At: time.Unix(3, 0).UTC(), Ref: "queue:q:2"},
+			"t1": {Type: "T", At: time.Unix(1, 0).UTC(), Ref: "queue:q:1", Rule: "next business day in UTC",
+				Calendar: &calendar.Ref{Name: "c", Version: "1"}, From: time.Unix(0, 1).UTC(), ID: "t1-r",
+				Msg: &envelope{ID: "t1-r", Type: "T", Body: []byte("{}"), ContentType: "application/json",
+					CorrelationID: "c", ReplyTo: "rq", SessionID: "s", Properties: map[string]string{"k": "v"}}},
+			"t2": {Type: "U", At: time.Unix(3, 0).UTC(), Ref: "queue:q:2", Rule: "next business day in UTC",
+				Calendar: &calendar.Ref{Name: "c", Version: "2"}, From: time.Unix(0, 2).UTC(), ID: "t2-r",
+				Msg: &envelope{ID: "t2-r", Type: "U", Body: []byte("{}"), ContentType: "application/json",
+					CorrelationID: "c", ReplyTo: "rq", SessionID: "s", Properties: map[string]string{"k": "v"}}},
 		},
 		Inbox: []string{"a", "b"},
 		Outbox: []effect{
 			{
-				Kind: effectSend, Queue: "q", At: time.Unix(4, 0).UTC(), Token: "tok", Ref: "queue:q:3", Engine: "eng",
+				Kind: effectSend, Queue: "q", At: time.Unix(4, 0).UTC(), Token: "tok", Ref: "queue:q:3", Engine: "eng", ID: "id",
 				Msg: &envelope{
 					ID: "e", Type: "M", Body: []byte("x"), ContentType: "application/json",
 					CorrelationID: "c", ReplyTo: "rq", SessionID: "s",
@@ -43,12 +51,21 @@ func sampleRecord() *record {
 func mutateRecord(r *record) {
 	r.JSONData[0] = 'X'
 	r.BinData[0] = 9
-	r.Timeouts["t1"] = timeoutEntry{Type: "changed", At: time.Unix(10, 0), Ref: "changed"}
+	t2 := r.Timeouts["t2"]
+	t2.Calendar.Version = "changed"
+	t2.Msg.Body[0] = 'y'
+	t2.Msg.Properties["k"] = "w"
+	full := func(typ string, at int64) timeoutEntry {
+		return timeoutEntry{Type: typ, At: time.Unix(at, 0), Ref: "changed", Rule: "changed", Calendar: &calendar.Ref{Name: "x", Version: "y"},
+			From: time.Unix(at, 1), ID: "changed", Msg: &envelope{ID: "m", Type: typ, Body: []byte("z"), ContentType: "c",
+				CorrelationID: "c", ReplyTo: "r", SessionID: "s", Properties: map[string]string{"a": "b"}}}
+	}
+	r.Timeouts["t1"] = full("changed", 10)
 	delete(r.Timeouts, "t2")
-	r.Timeouts["t3"] = timeoutEntry{Type: "new", At: time.Unix(11, 0), Ref: "new"}
+	r.Timeouts["t3"] = full("new", 11)
 	r.Inbox[0] = "z"
 	e := &r.Outbox[0]
-	e.Kind, e.Queue, e.At, e.Token, e.Ref, e.Engine = effectPublish, "other", time.Unix(40, 0), "t", "r", "e"
+	e.Kind, e.Queue, e.At, e.Token, e.Ref, e.Engine, e.ID = effectPublish, "other", time.Unix(40, 0), "t", "r", "e", "i"
 	m := e.Msg
 	m.ID, m.Type, m.ContentType, m.CorrelationID, m.ReplyTo, m.SessionID = "1", "2", "3", "4", "5", "6"
 	m.Body[0] = 'y'
