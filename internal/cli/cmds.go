@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -143,6 +145,23 @@ of --queue (every queue by default); timeouts on Temporal are listed when
 --temporal-address is given to a build with the Temporal engine.`,
 			examples: []string{"jetsaga timeouts list", "jetsaga timeouts list --saga twofactor", "jetsaga timeouts list --saga twofactor --id l1 --json"},
 			flags:    fJSON | fTimeouts, run: cmdTimeoutsList},
+		{path: "timeouts replan", args: "SAGA CALENDAR-FILE NAME@VERSION", minArgs: 3, maxArgs: 3,
+			short: "re-plan a saga type's pending calendar timeouts under a new calendar version",
+			long: `Reads the calendar NAME at VERSION from CALENDAR-FILE (the calendar file
+format of the calendar package, calendar.Load), and runs
+saga.Dispatcher.ReplanTimeouts: every pending timeout of SAGA requested by a
+rule on calendar NAME at another version is computed again from its rule and
+the instant it counted from, each instance as a step on it (it never races
+the application's steps). The outcome of each timeout is definite: moved
+(cancelled on its engine and scheduled again for its new due time, same
+handle), unchanged (same due time; its record names the new version), or
+failed with the reason, keeping its due time (exit 6). Deploy the new
+version as the application's current one (saga.WithCalendars) first, so
+that new requests use it too. --queue is the application dispatcher's
+queue; by default the one the listed timeouts name.`,
+			examples: []string{"jetsaga timeouts replan renewal bank-2026.cal bank@2026.2 --yes",
+				"jetsaga timeouts replan renewal bank-2026.cal bank@2026.2 --queue billing --json --yes"},
+			flags: fJSON | fYes | fQueue, run: cmdTimeoutsReplan},
 		{path: "console", maxArgs: 0,
 			short: "serve the web console",
 			long: `Serves a small web console: queues with counts, messages (active, scheduled,
@@ -686,13 +705,13 @@ func writeInstance(w *tabwriter.Writer, v InstanceView) {
 	}
 	fmt.Fprintf(w, "pending timeouts: %d\n", len(v.Timeouts))
 	if len(v.Timeouts) > 0 {
-		fmt.Fprintln(w, "  DUE\tTYPE\tENGINE\tQUEUE\tSEQ\tHANDLE")
+		fmt.Fprintln(w, "  DUE\tTYPE\tENGINE\tQUEUE\tSEQ\tHANDLE\tRULE")
 		for _, t := range v.Timeouts {
 			seq := "-"
 			if t.Seq != 0 {
 				seq = fmtSeq(t.Seq)
 			}
-			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(t.At), t.Type, dash(t.Engine), dash(t.Queue), seq, t.Handle)
+			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(t.At), t.Type, dash(t.Engine), dash(t.Queue), seq, t.Handle, fmtRule(t.Rule, t.Calendar, t.From))
 		}
 	}
 }
@@ -756,13 +775,14 @@ func cmdTimeoutsList(c *call) error {
 		ps = []PendingView{}
 	}
 	if perr := c.out(ps, func(w *tabwriter.Writer) {
-		fmt.Fprintln(w, "DUE\tENGINE\tSAGA\tID\tTYPE\tQUEUE\tSEQ")
+		fmt.Fprintln(w, "DUE\tENGINE\tSAGA\tID\tTYPE\tQUEUE\tSEQ\tRULE")
 		for _, p := range ps {
 			seq := "-"
 			if p.Seq != 0 {
 				seq = fmtSeq(p.Seq)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(p.At), p.Engine, dash(p.Saga), dash(p.ID), dash(p.Type), dash(p.Queue), seq)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(p.At), p.Engine, dash(p.Saga), dash(p.ID), dash(p.Type), dash(p.Queue), seq,
+				fmtRule(p.Rule, p.Calendar, time.Time{}))
 		}
 		if len(ps) == 0 {
 			fmt.Fprintln(w, "no pending timeouts")
@@ -771,4 +791,82 @@ func cmdTimeoutsList(c *call) error {
 		return perr
 	}
 	return err
+}
+
+// fmtRule shows a timeout's calendar rule: "3 business days after, at
+// 09:00 Europe/Warsaw (bank@2026.2, from 2026-03-02T10:00:00Z)", or "-".
+func fmtRule(rule, cal string, from time.Time) string {
+	if rule == "" {
+		return "-"
+	}
+	var extra []string
+	if cal != "" {
+		extra = append(extra, cal)
+	}
+	if !from.IsZero() {
+		extra = append(extra, "from "+fmtTime(from))
+	}
+	if len(extra) == 0 {
+		return rule
+	}
+	return rule + " (" + strings.Join(extra, ", ") + ")"
+}
+
+func cmdTimeoutsReplan(c *call) error {
+	name, version, ok := strings.Cut(c.args[2], "@")
+	if !ok || name == "" || version == "" {
+		return fmt.Errorf("%w: calendar %q: want NAME@VERSION", ErrUsage, c.args[2])
+	}
+	ref := calendar.Ref{Name: name, Version: version}
+	if err := c.confirm(fmt.Sprintf("re-plan the pending timeouts of saga %s on calendar %s under %s", c.args[0], name, ref)); err != nil {
+		return err
+	}
+	res, err := c.env.replanTimeouts(c.ctx, c.args[0], c.args[1], ref, c.o.queue)
+	if err != nil && res == nil {
+		return err
+	}
+	rows := []ReplanView{}
+	failed := 0
+	for _, r := range res {
+		rw := ReplanView{Saga: r.Saga, ID: r.ID, Handle: string(r.Handle), Type: r.Type, Rule: r.Rule, From: r.From,
+			Old: r.Old.String(), OldAt: r.OldAt, NewAt: r.NewAt, Outcome: "unchanged"}
+		switch {
+		case r.Err != nil:
+			rw.Outcome, rw.Error = "failed", r.Err.Error()
+			failed++
+		case r.Changed():
+			rw.Outcome = "moved"
+		}
+		if r.Err == nil {
+			rw.New = r.New.String()
+		}
+		rows = append(rows, rw)
+	}
+	if perr := c.out(rows, func(w *tabwriter.Writer) {
+		if len(rows) == 0 {
+			fmt.Fprintf(w, "no pending timeout of saga %s on calendar %s at another version: nothing to re-plan\n", c.args[0], name)
+			return
+		}
+		fmt.Fprintln(w, "ID\tTYPE\tOUTCOME\tOLD DUE\tNEW DUE\tRULE")
+		for _, r := range rows {
+			newDue := "-"
+			if !r.NewAt.IsZero() {
+				newDue = fmtTime(r.NewAt)
+			}
+			outcome := r.Outcome
+			if r.Error != "" {
+				outcome += ": " + r.Error
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Type, outcome, fmtTime(r.OldAt), newDue, fmtRule(r.Rule, r.Old+" -> "+cmp.Or(r.New, "-"), r.From))
+		}
+	}); perr != nil {
+		return perr
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrPartial, err)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%w: %d of %d timeouts could not be re-planned and keep their due times", ErrPartial, failed, len(rows))
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
@@ -413,6 +414,20 @@ type PendingView struct {
 	Seq       uint64    `json:"seq,omitempty"`
 	Ref       string    `json:"ref,omitempty"`
 	TimeoutID string    `json:"timeout_id,omitempty"`
+	// Rule and Calendar (name@version) are those of a timeout requested by
+	// a calendar rule (saga.PropertyRule, saga.PropertyCalendar).
+	Rule     string `json:"rule,omitempty"`
+	Calendar string `json:"calendar,omitempty"`
+}
+
+// withPlan fills the rule fields of pv from a timeout message's
+// properties.
+func (pv PendingView) withPlan(props map[string]string) PendingView {
+	pv.Rule = props[saga.PropertyRule]
+	if name := props[saga.PropertyCalendar]; name != "" {
+		pv.Calendar = calendar.Ref{Name: name, Version: props[saga.PropertyCalendarVersion]}.String()
+	}
+	return pv
 }
 
 // pendingTimeouts lists pending timeouts on every engine: the transport
@@ -458,7 +473,7 @@ func (e *env) pendingTimeouts(ctx context.Context, queue, sagaType, id string) (
 					engine = timeout.TransportEngine
 				}
 				pv := PendingView{Engine: engine, Saga: m.Properties[timeout.PropertySaga], ID: m.Properties[timeout.PropertyInstance],
-					Type: m.Properties[saga.TypeProperty], At: m.ScheduledAt, Queue: name, Seq: m.Seq, TimeoutID: m.MessageID}
+					Type: m.Properties[saga.TypeProperty], At: m.ScheduledAt, Queue: name, Seq: m.Seq, TimeoutID: m.MessageID}.withPlan(m.Properties)
 				if (sagaType == "" || pv.Saga == sagaType) && (id == "" || pv.ID == id) {
 					out = append(out, pv)
 				}
@@ -472,7 +487,7 @@ func (e *env) pendingTimeouts(ctx context.Context, queue, sagaType, id string) (
 				break
 			}
 			out = append(out, PendingView{Engine: name, Saga: p.Saga, ID: p.Instance, Type: p.Properties[saga.TypeProperty],
-				At: p.At, Queue: p.Queue, Seq: p.Seq, Ref: string(p.Ref), TimeoutID: p.ID})
+				At: p.At, Queue: p.Queue, Seq: p.Seq, Ref: string(p.Ref), TimeoutID: p.ID}.withPlan(p.Properties))
 		}
 	}
 	slices.SortStableFunc(out, func(a, b PendingView) int { return a.At.Compare(b.At) })

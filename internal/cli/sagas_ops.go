@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
@@ -30,9 +32,12 @@ type storedRecord struct {
 	JSONData json.RawMessage `json:"data,omitempty"`
 	BinData  []byte          `json:"bin,omitempty"`
 	Timeouts map[string]struct {
-		Type string    `json:"type"`
-		At   time.Time `json:"at"`
-		Ref  string    `json:"ref"`
+		Type     string        `json:"type"`
+		At       time.Time     `json:"at"`
+		Ref      string        `json:"ref"`
+		Rule     string        `json:"rule"`
+		Calendar *calendar.Ref `json:"calendar"`
+		From     time.Time     `json:"from"`
 	} `json:"timeouts,omitempty"`
 	Inbox     []string          `json:"inbox,omitempty"`
 	Outbox    []json.RawMessage `json:"outbox,omitempty"`
@@ -91,6 +96,12 @@ type TimeoutView struct {
 	Ref    string    `json:"ref,omitempty"`
 	Queue  string    `json:"queue,omitempty"` // transport engine
 	Seq    uint64    `json:"seq,omitempty"`   // transport engine
+	// Rule, Calendar and From are those of a timeout requested by a
+	// calendar rule: the rule, the calendar (name@version) its due time
+	// was computed with, and the instant it counted from.
+	Rule     string    `json:"rule,omitempty"`
+	Calendar string    `json:"calendar,omitempty"`
+	From     time.Time `json:"from,omitzero"`
 }
 
 // InstanceView is a saga instance as jetsaga shows it.
@@ -138,7 +149,10 @@ func instanceView(sagaType, id string, rev uint64, raw []byte) (InstanceView, er
 		Timeouts: []TimeoutView{}}
 	for _, h := range slices.Sorted(maps.Keys(r.Timeouts)) {
 		t := r.Timeouts[h]
-		tv := TimeoutView{Handle: h, Type: t.Type, At: t.At, Ref: t.Ref}
+		tv := TimeoutView{Handle: h, Type: t.Type, At: t.At, Ref: t.Ref, Rule: t.Rule, From: t.From}
+		if t.Calendar != nil {
+			tv.Calendar = t.Calendar.String()
+		}
 		if t.Ref != "" {
 			tv.Engine = timeout.Ref(t.Ref).Engine()
 			if _, q, seq, ok := parseTransportRef(t.Ref); ok {
@@ -288,13 +302,25 @@ func (e *env) cancelSagaTimeouts(ctx context.Context, sagaType, id, queue string
 	if queue == "" {
 		return saga.CancelResult{}, fmt.Errorf("%w: no timeout of %s/%s names its dispatcher's queue: give --queue", ErrUsage, sagaType, id)
 	}
-	q, err := e.queue(ctx, queue)
+	d, err := e.operatorDispatcher(ctx, queue)
 	if err != nil {
 		return saga.CancelResult{}, err
 	}
+	return d.CancelTimeouts(ctx, sagaType, id)
+}
+
+// operatorDispatcher returns a dispatcher for the operator's steps on
+// instances (cancel, re-plan): with a placeholder saga, on queue as it
+// exists, a store on the existing bucket that never reconfigures it, and
+// the engines of this binary.
+func (e *env) operatorDispatcher(ctx context.Context, queue string, opts ...saga.Option) (*saga.Dispatcher, error) {
+	q, err := e.queue(ctx, queue)
+	if err != nil {
+		return nil, err
+	}
 	kv, err := e.kv(ctx)
 	if err != nil {
-		return saga.CancelResult{}, err
+		return nil, err
 	}
 	var sched timeout.Scheduler = timeout.NewTransport(e.broker)
 	if len(e.engines) > 0 {
@@ -306,13 +332,73 @@ func (e *env) cancelSagaTimeouts(ctx context.Context, sagaType, id, queue string
 	}
 	// The backoff times the application's retry of an engine cancel this
 	// binary could not make (a flush message on its queue): in a second.
-	d, err := saga.NewDispatcher(e.broker, kvStore{kv}, queue, saga.WithSagas(placeholder),
+	return saga.NewDispatcher(e.broker, kvStore{kv}, queue, append([]saga.Option{saga.WithSagas(placeholder),
 		saga.WithQueueConfig(q.Config()), saga.WithTimeouts(sched), saga.WithLogger(e.rc.logger),
-		saga.WithRetry(saga.RetryPolicy{Backoff: func(int) time.Duration { return time.Second }}))
-	if err != nil {
-		return saga.CancelResult{}, err
+		saga.WithRetry(saga.RetryPolicy{Backoff: func(int) time.Duration { return time.Second }})}, opts...)...)
+}
+
+// ReplanView is what timeouts replan did to one timeout.
+type ReplanView struct {
+	Saga    string    `json:"saga"`
+	ID      string    `json:"id"`
+	Handle  string    `json:"handle"`
+	Type    string    `json:"type"`
+	Rule    string    `json:"rule"`
+	From    time.Time `json:"from"`
+	Old     string    `json:"old_calendar"`
+	OldAt   time.Time `json:"old_due"`
+	New     string    `json:"new_calendar,omitempty"`
+	NewAt   time.Time `json:"new_due,omitzero"`
+	Outcome string    `json:"outcome"` // moved, unchanged or failed
+	Error   string    `json:"error,omitempty"`
+}
+
+// replanTimeouts re-plans the pending timeouts of sagaType on calendar
+// ref's name under ref, read from the calendar file file, with
+// saga.Dispatcher.ReplanTimeouts: each instance as a step on it, as
+// cancelSagaTimeouts does. queue is the application dispatcher's queue;
+// by default the one a listed timeout of the calendar names.
+func (e *env) replanTimeouts(ctx context.Context, sagaType, file string, ref calendar.Ref, queue string) ([]saga.Replanned, error) {
+	if err := transport.ValidateQueueName(sagaType); err != nil {
+		return nil, fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, sagaType)
 	}
-	return d.CancelTimeouts(ctx, sagaType, id)
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("%w: calendar file: %w", ErrUsage, err)
+	}
+	defer f.Close()
+	days, err := calendar.Load(f)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrUsage, file, err)
+	}
+	cal, err := calendar.New(ref.Name, ref.Version, days)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	reg := new(calendar.Registry)
+	if err := reg.Add(cal); err != nil {
+		return nil, err
+	}
+	if queue == "" {
+		ps, err := e.pendingTimeouts(ctx, "", sagaType, "")
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ps {
+			if p.Queue != "" && strings.HasPrefix(p.Calendar, ref.Name+"@") {
+				queue = p.Queue
+				break
+			}
+		}
+		if queue == "" {
+			return []saga.Replanned{}, nil // no timeout of saga sagaType on the calendar
+		}
+	}
+	d, err := e.operatorDispatcher(ctx, queue, saga.WithCalendars(reg))
+	if err != nil {
+		return nil, err
+	}
+	return d.ReplanTimeouts(ctx, sagaType, ref)
 }
 
 // placeholder is the saga the operator's dispatcher is built with: it is

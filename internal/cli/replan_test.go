@@ -1,0 +1,111 @@
+package cli
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/calendar"
+	"github.com/jetsaga/jetsaga/internal/testutil"
+	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/saga/kvstore"
+)
+
+// Timeouts requested by a calendar rule: the CLI shows the rule beside
+// the due time (sagas show, timeouts list), and timeouts replan plans them
+// again under a calendar version read from a calendar file.
+
+type Renew struct{ Sub string }
+type renewDue struct{}
+
+func (Renew) MessageName() string    { return "ops.Renew" }
+func (renewDue) MessageName() string { return "ops.RenewDue" }
+
+func TestTimeoutRulesAndReplan(t *testing.T) {
+	w := newWorkload(t)
+	// From a Monday, 2 business days after at 09:00 UTC is Wednesday; with
+	// Wednesday a holiday (version 2), Thursday.
+	from := time.Date(2030, time.January, 7, 10, 0, 0, 0, time.UTC)
+	v1, err := calendar.New("ops", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := new(calendar.Registry)
+	if err := reg.Add(v1); err != nil {
+		t.Fatal(err)
+	}
+	d := saga.Define[struct{}]("renewal")
+	saga.StartedBy(d, saga.By(func(m Renew) string { return m.Sub }),
+		func(ctx context.Context, c *saga.Context[struct{}], m Renew) error {
+			_, err := c.RequestTimeoutBy(calendar.BusinessDays(2).At(calendar.ClockOf(9, 0)), renewDue{}, saga.RuleFrom(from))
+			return err
+		})
+	saga.OnTimeout(d, func(context.Context, *saga.Context[struct{}], renewDue) error { return nil })
+	ctx := context.Background()
+	store, err := kvstore.New(ctx, w.js, kvstore.Config{Bucket: w.bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disp, err := saga.NewDispatcher(w.broker, store, "billing", saga.WithSagas(d), saga.WithCalendars(reg), saga.WithLogger(testutil.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	finished := make(chan struct{})
+	go func() { defer close(finished); _ = disp.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-finished })
+	for _, s := range []string{"s1", "s2"} {
+		if _, err := disp.Send(ctx, Renew{Sub: s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rule := "2 business days after, at 09:00 UTC"
+	wed, thu := time.Date(2030, time.January, 9, 9, 0, 0, 0, time.UTC), time.Date(2030, time.January, 10, 9, 0, 0, 0, time.UTC)
+	testutil.AwaitTrue(t, 15*time.Second, "two renewal timeouts listed", func() bool {
+		r := w.run("timeouts", "list", "--saga", "renewal", "--json")
+		return r.code == 0 && len(decode[[]PendingView](t, r.stdout)) == 2
+	})
+	for _, p := range jsonOf[[]PendingView](w, 0, "timeouts", "list", "--saga", "renewal") {
+		if p.Rule != rule || p.Calendar != "ops@1" || !p.At.Equal(wed) {
+			t.Errorf("listed %+v; want rule %q on ops@1 due %v", p, rule, wed)
+		}
+	}
+	v := jsonOf[InstanceView](w, 0, "sagas", "show", "renewal", "s1")
+	if len(v.Timeouts) != 1 || v.Timeouts[0].Rule != rule || v.Timeouts[0].Calendar != "ops@1" || !v.Timeouts[0].From.Equal(from) {
+		t.Fatalf("show s1: %+v", v.Timeouts)
+	}
+	if r := w.must(0, "sagas", "show", "renewal", "s1"); !strings.Contains(r.stdout, rule+" (ops@1, from 2030-01-07") {
+		t.Errorf("sagas show does not show the rule beside the due time:\n%s", r.stdout)
+	}
+	if r := w.must(0, "timeouts", "list", "--saga", "renewal"); !strings.Contains(r.stdout, rule+" (ops@1)") {
+		t.Errorf("timeouts list does not show the rule:\n%s", r.stdout)
+	}
+
+	file := filepath.Join(t.TempDir(), "ops.cal")
+	if err := os.WriteFile(file, []byte("# ops\nweekend Sat Sun\n2030-01-09 Closed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.must(ExitAborted, "timeouts", "replan", "renewal", file, "ops@2")
+	w.must(ExitUsage, "timeouts", "replan", "renewal", file, "ops")
+	w.must(ExitUsage, "timeouts", "replan", "renewal", filepath.Join(t.TempDir(), "missing.cal"), "ops@2", "--yes")
+	rows := jsonOf[[]ReplanView](w, 0, "timeouts", "replan", "renewal", file, "ops@2", "--yes")
+	if len(rows) != 2 {
+		t.Fatalf("replan: %+v, want two rows", rows)
+	}
+	for i, id := range []string{"s1", "s2"} {
+		if r := rows[i]; r.ID != id || r.Outcome != "moved" || r.Old != "ops@1" || r.New != "ops@2" || !r.OldAt.Equal(wed) || !r.NewAt.Equal(thu) {
+			t.Errorf("replan row %d: %+v; want %s moved from %v on ops@1 to %v on ops@2", i, r, id, wed, thu)
+		}
+	}
+	for _, p := range jsonOf[[]PendingView](w, 0, "timeouts", "list", "--saga", "renewal") {
+		if p.Calendar != "ops@2" || !p.At.Equal(thu) {
+			t.Errorf("after the re-plan, listed %+v; want ops@2 due %v (and the old schedules gone)", p, thu)
+		}
+	}
+	if rows := jsonOf[[]ReplanView](w, 0, "timeouts", "replan", "renewal", file, "ops@2", "--yes"); len(rows) != 0 {
+		t.Errorf("a second re-plan: %+v; want nothing to do", rows)
+	}
+}
