@@ -43,17 +43,15 @@
 //
 // # In a saga
 //
-// Compute the instant in the handler and request the timeout for it:
+// A saga handler requests a timeout by a rule with saga.Context.RequestTimeoutBy; the
+// dispatcher finds the calendar in the Registry given to it (saga.WithCalendars), computes
+// the instant once, and stores the rule, the calendar's [Ref] and the instant it counted from
+// with the timeout:
 //
-//	due, err := calendar.BusinessDays(3).At(calendar.ClockOf(9, 0)).In("Europe/Warsaw").Due(c.Now(), banks)
-//	if err != nil {
-//		return err
-//	}
-//	_, err = c.RequestTimeoutAt(due, graceOver{})
+//	_, err := c.RequestTimeoutBy(calendar.BusinessDays(3).At(calendar.ClockOf(9, 0)).In("Europe/Warsaw"), graceOver{})
 //
-// The saga runtime does not yet store the rule and the calendar's identity with the
-// timeout, nor re-plan pending timeouts: keep them in the saga's data if a later step
-// needs them.
+// saga.Dispatcher.ReplanTimeouts plans a saga type's pending timeouts again under a new
+// version of a calendar.
 //
 // # When a calendar changes
 //

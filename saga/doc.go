@@ -168,6 +168,36 @@
 // [ReasonTimeoutNotDue] ([ErrTimeoutNotDue]). The trade-offs and figures
 // are in the guide docs/early-activation.md of the repository.
 //
+// # Business time
+//
+// [Context.RequestTimeoutBy] requests a timeout by a calendar rule
+// (package calendar) instead of a duration: "three business days after,
+// at 09:00 Europe/Warsaw", "seven business days before the renewal"
+// ([RuleFrom]). The dispatcher computes the instant once, at the request,
+// from the handler's Now and a calendar of the registry given with
+// [WithCalendars] (by name, [OnCalendar], at the version WithCalendars
+// makes current), and keeps the rule, the calendar's name and version and
+// the instant it counted from with the timeout: [PendingTimeout] and
+// [ScheduledTimeout] show them, and so does the jetsaga command. A
+// calendar that changes (a holiday announced) leaves pending timeouts at
+// their instants until [Dispatcher.ReplanTimeouts] (or `jetsaga timeouts
+// replan`) computes them again under the new version, each instance as a
+// step, with a definite outcome per timeout ([Replanned]).
+//
+// # Catching up
+//
+// A timeout handled long after its due time — the server or every
+// dispatcher was down, the queue backed up — is handled by its type's
+// catch-up policy, given to [OnTimeout]: fired as usual (the default),
+// skipped ([CatchUp] with [CatchUpSkip]: dropped, logged, the step's
+// outcome [Skipped]), coalesced ([CatchUpCoalesce]: only the latest
+// overdue timeout of the type per instance is handled), or handed to a
+// late handler that is told how late it is ([HandleLate]), when it is
+// later than the type's tolerance. The dispatcher decides as it handles
+// the timeout's message, by its own clock, so the policy is the same on
+// every engine. [Hooks].TimeoutLate reports each timeout beyond its
+// tolerance, for a lateness metric.
+//
 // # Failures
 //
 // A handler error is retried at once ([RetryPolicy].Immediate times), then

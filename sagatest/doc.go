@@ -56,6 +56,31 @@
 // deterministic. Its options, the codec and the start time can be changed
 // with [WithDispatcherOptions], [WithCodec] and [WithStart].
 //
+// # Time
+//
+// The virtual clock starts on Monday 1 January 2024, 00:00 UTC, unless
+// [WithStart] says otherwise: a weekday, so that a saga counting business
+// days does not start on a weekend by accident, and a recent date, so
+// that time zones' rules and calendars' holidays are today's. (Before,
+// the clock started at the bubble's epoch, Saturday 1 January 2000.) New
+// Year's Day is a holiday in many calendars: a test of business days
+// usually picks its own start with WithStart, and should.
+//
+// [Env.Now] and a handler's Context.Now return the same instant, in UTC,
+// without a monotonic reading. [WithCalendars] gives the dispatcher a
+// calendar registry, for timeouts requested by a calendar rule
+// (saga.Context.RequestTimeoutBy) and their re-plans. Time zones come from
+// time.LoadLocation: import time/tzdata in the test to pin the zone
+// database to the Go release rather than the machine's.
+//
+// [Env.Outage] simulates an outage: the clock moves on while nothing is
+// handled, then the backlog arrives in due order, at the time the outage
+// ends — which is how a test sees its timeouts' catch-up policies
+// (saga.CatchUp, saga.HandleLate) at work, in milliseconds:
+//
+//	env.Send(Subscribe{ID: "a"})  // a reminder due in an hour
+//	env.Outage(3 * time.Hour)     // handled two hours late, by its policy
+//
 // # Exploring races
 //
 // Saga bugs live in races: a payment arriving at the instant the deadline
@@ -125,9 +150,8 @@
 // Assertions compare with reflect.DeepEqual, except for times: two
 // time.Time values are equal if they are the same instant, whatever their
 // location or monotonic reading. Data and messages come back from JSON in
-// UTC, handlers' Context.Now reads the bubble's clock in time.Local, and
-// [Env.Now] and [Env.Start] return UTC; all of them compare equal at the
-// same instant.
+// UTC, and handlers' Context.Now, [Env.Now] and [Env.Start] return UTC; a
+// time in another location compares equal at the same instant.
 //
 // When the test function returns, Run stops the dispatcher and fails the
 // test if a message was dead-lettered, or is still waiting for a delayed
