@@ -45,6 +45,12 @@
 //     them, the step's start minus the due time (StepInfo.StartedAt), on
 //     their first delivery: what a user of the saga waits, including the
 //     receive and, with early activation, the hold;
+//   - jetsaga.timeout.beyond_tolerance (s): how late the timeouts handled
+//     beyond their type's catch-up tolerance were (saga.CatchUp,
+//     saga.HandleLate), by saga, jetsaga.message.type,
+//     jetsaga.timeout.policy (fire, skip, coalesce, late) and
+//     jetsaga.timeout.skipped: its count is how many a policy skipped or
+//     handed to a late handler (Hooks.TimeoutLate);
 //   - jetsaga.timeouts.pending ({timeout}): with ObservePendingTimeouts,
 //     the pending timeouts of a dispatcher by saga, read at each
 //     collection from Dispatcher.ScheduledTimeouts (which browses the
@@ -104,6 +110,7 @@ type Telemetry struct {
 
 	steps, conflicts, retries, deadLetters metric.Int64Counter
 	duration, lateness, handlerLateness    metric.Float64Histogram
+	beyondTolerance                        metric.Float64Histogram
 }
 
 // New returns a Telemetry on the given (or global) providers.
@@ -143,15 +150,26 @@ func New(opts ...Option) (*Telemetry, error) {
 	t.handlerLateness, err = t.meter.Float64Histogram("jetsaga.timeout.handler_lateness", metric.WithUnit("s"),
 		metric.WithDescription("How late timeouts reached their handlers: step start minus due time."), latenessBuckets)
 	errs = append(errs, err)
+	t.beyondTolerance, err = t.meter.Float64Histogram("jetsaga.timeout.beyond_tolerance", metric.WithUnit("s"),
+		metric.WithDescription("How late timeouts handled beyond their type's catch-up tolerance were: step start minus due time."),
+		metric.WithExplicitBucketBoundaries(1, 10, 60, 300, 900, 3600, 4*3600, 24*3600, 7*24*3600))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
 
+// timeoutLate records a timeout handled beyond its tolerance.
+func (t *Telemetry) timeoutLate(ctx context.Context, l saga.LateTimeout) {
+	t.beyondTolerance.Record(ctx, l.Late.Seconds(), metric.WithAttributes(
+		attribute.String("jetsaga.saga.name", l.Saga), attribute.String("jetsaga.message.type", l.Type),
+		attribute.String("jetsaga.timeout.policy", l.Policy.String()), attribute.Bool("jetsaga.timeout.skipped", l.Skipped)))
+}
+
 // Hooks returns the hooks to give saga.WithHooks.
 func (t *Telemetry) Hooks() saga.Hooks {
-	return saga.Hooks{StepStarted: t.stepStarted, StepDone: t.stepDone, Outgoing: t.outgoing}
+	return saga.Hooks{StepStarted: t.stepStarted, StepDone: t.stepDone, Outgoing: t.outgoing, TimeoutLate: t.timeoutLate}
 }
 
 // Propagate returns send options that carry ctx's trace context, for

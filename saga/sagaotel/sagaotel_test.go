@@ -406,3 +406,42 @@ func TestTimeoutLatenessMetrics(t *testing.T) {
 }
 
 func near(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+
+// TestBeyondToleranceMetric: the TimeoutLate hook records how late a
+// timeout beyond its tolerance was, by policy and whether it was skipped.
+func TestBeyondToleranceMetric(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	tel, err := sagaotel.New(sagaotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	late := func(d time.Duration, p saga.CatchUpPolicy, skipped bool) {
+		tel.Hooks().TimeoutLate(t.Context(), saga.LateTimeout{Saga: "s", ID: "i", Type: "reminder", Policy: p, Skipped: skipped,
+			Lateness: saga.Lateness{Due: due, Late: d, Tolerance: time.Minute}})
+	}
+	late(2*time.Hour, saga.CatchUpSkip, true)
+	late(3*time.Hour, saga.CatchUpSkip, true)
+	late(90*time.Second, saga.CatchUpLate, false)
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]metricdata.HistogramDataPoint[float64]{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == "jetsaga.timeout.beyond_tolerance" {
+				for _, p := range h.DataPoints {
+					policy, _ := p.Attributes.Value("jetsaga.timeout.policy")
+					got[policy.AsString()] = p
+				}
+			}
+		}
+	}
+	if p := got["skip"]; p.Count != 2 || !near(p.Sum, 5*3600) {
+		t.Errorf("skip: count %d, sum %v; want 2, 18000", p.Count, p.Sum)
+	}
+	if p := got["late"]; p.Count != 1 || !near(p.Sum, 90) {
+		t.Errorf("late: count %d, sum %v; want 1, 90", p.Count, p.Sum)
+	}
+}
