@@ -46,9 +46,9 @@ type (
 	// Charge asks the payment service to charge a period; Attempt counts
 	// from 1.
 	Charge struct {
-		Sub            string
+		Sub             string
 		Period, Attempt int
-		Amount         int64
+		Amount          int64
 	}
 	// Renewed says that a period was paid; the next renews on Next.
 	Renewed struct {

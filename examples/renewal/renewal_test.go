@@ -53,7 +53,9 @@ func zone(t *testing.T, name string) *time.Location {
 	return loc
 }
 
-func utc(y int, m time.Month, d, h, min int) time.Time { return time.Date(y, m, d, h, min, 0, 0, time.UTC) }
+func utc(y int, m time.Month, d, h, min int) time.Time {
+	return time.Date(y, m, d, h, min, 0, 0, time.UTC)
+}
 
 // sentAt returns when the messages of type M were sent to the events
 // queue, with the messages.
