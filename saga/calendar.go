@@ -122,7 +122,7 @@ func (d *Dispatcher) planRule(rule calendar.Rule, req ruleRequest) (time.Time, *
 	if req.from.IsZero() {
 		return time.Time{}, nil, fmt.Errorf("%w: zero instant to count from", calendar.ErrInvalidRule)
 	}
-	p := &plan{rule: rule.String(), from: req.from}
+	p := &plan{rule: rule.String(), from: req.from.UTC()}
 	var cal calendar.Calendar
 	if rule.NeedsCalendar() || req.calendar != "" {
 		ref, err := d.currentCalendar(req.calendar)
@@ -135,7 +135,7 @@ func (d *Dispatcher) planRule(rule calendar.Rule, req ruleRequest) (time.Time, *
 		p.cal = &ref
 	}
 	at, err := d.due(rule, req.from, cal)
-	return at, p, err
+	return at.UTC(), p, err
 }
 
 // due computes rule from from with cal, with the zone loaded once per
@@ -384,7 +384,8 @@ func (s *stepState) replanOne(te timeoutEntry, cal calendar.Calendar) (time.Time
 	if err != nil {
 		return time.Time{}, err
 	}
-	return s.d.due(rule, te.From, cal)
+	at, err := s.d.due(rule, te.From, cal)
+	return at.UTC(), err
 }
 
 // scheduledPlan fills the rule fields of a listed timeout from its
