@@ -137,8 +137,9 @@ type LateTimeout struct {
 	// CatchUpCoalesce (the latest, handled), CatchUpLate (late handler).
 	Policy  CatchUpPolicy
 	Skipped bool
-	// Coalesced counts the earlier overdue timeouts of the type that a
-	// coalesced timeout cancelled.
+	// Coalesced counts the earlier timeouts of the type, overdue beyond the
+	// tolerance, that this one (handled) cancelled; they are logged, not
+	// reported one by one.
 	Coalesced int
 }
 
@@ -186,9 +187,6 @@ func (s *stepState) catchUp(cu catchUp, token string, te timeoutEntry) *LateTime
 			s.cancelTimeout(tok)
 		}
 		lt.Coalesced = len(overtaken)
-		if lt.Coalesced > 0 {
-			return lt
-		}
 	}
 	if late <= cu.tolerance {
 		return nil
@@ -204,6 +202,11 @@ func (d *Dispatcher) reportLate(ctx context.Context, lt LateTimeout) {
 			slog.String("saga.type", lt.Saga), slog.String("saga.id", lt.ID), slog.String("timeout.id", string(lt.Handle)),
 			slog.String("type", lt.Type), slog.String("policy", lt.Policy.String()),
 			slog.Time("due", lt.Due), slog.Duration("late", lt.Late), slog.Duration("tolerance", lt.Tolerance))
+	}
+	if lt.Coalesced > 0 {
+		d.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "saga: earlier overdue timeouts cancelled by a coalesced one",
+			slog.String("saga.type", lt.Saga), slog.String("saga.id", lt.ID), slog.String("timeout.id", string(lt.Handle)),
+			slog.String("type", lt.Type), slog.Int("cancelled", lt.Coalesced))
 	}
 	if h := d.cfg.hooks.TimeoutLate; h != nil {
 		h(ctx, lt)

@@ -31,8 +31,8 @@ func (c *NotFoundContext) ID() string { return c.step.id }
 // tombstone expired (see WithCompletedRetention).
 func (c *NotFoundContext) Completed() (at time.Time, ok bool) { return c.completedAt, c.completed }
 
-// Now returns the dispatcher's clock.
-func (c *NotFoundContext) Now() time.Time { return c.step.now }
+// Now returns the dispatcher's clock, in UTC (as Context.Now).
+func (c *NotFoundContext) Now() time.Time { return c.step.now.UTC() }
 
 // Incoming returns the message being handled, with its transport
 // metadata. Do not modify it.
