@@ -167,7 +167,7 @@ func New(cfg Config) *saga.Definition[State] {
 		// grace, or a cancellation) is refunded.
 		Handler: func(ctx context.Context, c *saga.NotFoundContext, m any) error {
 			if p, ok := m.(PaymentSucceeded); ok {
-				return c.Send(cfg.Events, Refund{Sub: p.Sub, Period: p.Period})
+				return c.Send(cfg.Events, Refund{Sub: c.ID(), Period: p.Period})
 			}
 			return nil
 		},
@@ -199,7 +199,7 @@ func New(cfg Config) *saga.Definition[State] {
 			return nil
 		}
 		c.Data.Charging, c.Data.Attempts = true, 0
-		grace, err := c.RequestTimeoutBy(GraceRule.In(c.Data.Zone), graceOver{t.Period}, from(c.Data.Renews)...)
+		grace, err := c.RequestTimeoutBy(GraceRule.In(c.Data.Zone), graceOver{c.Data.Period}, from(c.Data.Renews)...)
 		if err != nil {
 			return err
 		}
