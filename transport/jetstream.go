@@ -139,15 +139,6 @@ func (d *jsDriver) deadLetterNames(queue string) jsNames {
 	}
 }
 
-// recvConsumer names each partition's shared durable pull consumer.
-const recvConsumer = "recv"
-
-const (
-	metaPartitions = "jetsaga.partitions"
-	metaSession    = "jetsaga.requires_session"
-	metaConfig     = "jetsaga.config"
-)
-
 func (d *jsDriver) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver, error) {
 	if err := d.check(); err != nil {
 		return nil, err
@@ -176,7 +167,7 @@ func (d *jsDriver) attachQueue(ctx context.Context, name string) (queueDriver, Q
 		return nil, QueueConfig{}, d.mapErr(err)
 	}
 	var cfg QueueConfig
-	if err := json.Unmarshal([]byte(s.CachedInfo().Config.Metadata[metaConfig]), &cfg); err != nil || cfg.Name != name {
+	if err := json.Unmarshal([]byte(s.CachedInfo().Config.Metadata[MetaConfig]), &cfg); err != nil || cfg.Name != name {
 		return nil, QueueConfig{}, fmt.Errorf("%w: stream %s has no jetsaga config; open it with OpenQueue", ErrInvalidConfig, s.CachedInfo().Config.Name)
 	}
 	q, err := d.newQueue(ctx, cfg, d.lookup)
@@ -305,7 +296,7 @@ func (d *jsDriver) lookup(ctx context.Context, cfg QueueConfig, n jsNames, p int
 		}
 	}
 	if (!cfg.RequiresSession || n.isDeadLetter) && !n.topic {
-		if part.cons, err = part.queue.Consumer(ctx, recvConsumer); err != nil {
+		if part.cons, err = part.queue.Consumer(ctx, ReceiveConsumer); err != nil {
 			return nil, d.mapErr(err)
 		}
 	}
@@ -324,13 +315,13 @@ func (d *jsDriver) checkExisting(ctx context.Context, cfg QueueConfig) error {
 		return d.mapErr(err)
 	}
 	md := s.CachedInfo().Config.Metadata
-	if md[metaPartitions] != strconv.Itoa(cfg.Partitions) {
+	if md[MetaPartitions] != strconv.Itoa(cfg.Partitions) {
 		return fmt.Errorf("%w: queue %q has %s partitions, config asks for %d",
-			ErrInvalidConfig, cfg.Name, md[metaPartitions], cfg.Partitions)
+			ErrInvalidConfig, cfg.Name, md[MetaPartitions], cfg.Partitions)
 	}
-	if md[metaSession] != strconv.FormatBool(cfg.RequiresSession) {
+	if md[MetaRequiresSession] != strconv.FormatBool(cfg.RequiresSession) {
 		return fmt.Errorf("%w: queue %q has RequiresSession=%s, config asks for %t",
-			ErrInvalidConfig, cfg.Name, md[metaSession], cfg.RequiresSession)
+			ErrInvalidConfig, cfg.Name, md[MetaRequiresSession], cfg.RequiresSession)
 	}
 	for p := range cfg.Partitions {
 		for _, name := range []string{d.names(cfg.Name, p).sched, d.names(cfg.Name, p).queue} {
@@ -385,9 +376,9 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		return nil, err
 	}
 	meta := map[string]string{
-		metaPartitions: strconv.Itoa(cfg.Partitions),
-		metaSession:    strconv.FormatBool(cfg.RequiresSession),
-		metaConfig:     string(cfgJSON),
+		MetaPartitions:      strconv.Itoa(cfg.Partitions),
+		MetaRequiresSession: strconv.FormatBool(cfg.RequiresSession),
+		MetaConfig:          string(cfgJSON),
 	}
 	maps.Copy(meta, n.meta)
 	base := jetstream.StreamConfig{
@@ -430,7 +421,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 	}
 	if n.hasSch {
 		var trs []jetstream.SubjectTransformConfig
-		for _, kind := range []string{copyWithID, copyWithoutID} {
+		for _, kind := range []string{KindWithID, KindWithoutID} {
 			src, dst := transformTail(n.tokens, 2)
 			srcS, dstS := transformTail(n.tokens, 3)
 			trs = append(trs,
@@ -447,7 +438,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 	part.replicated = s.CachedInfo().Config.Replicas > 1
 	if (!cfg.RequiresSession || n.isDeadLetter) && !n.topic {
 		c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       recvConsumer,
+			Durable:       ReceiveConsumer,
 			FilterSubject: n.qSubj + ".m",
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       serverAckWait(cfg.LockDuration),

@@ -582,7 +582,7 @@ func (q *jsQueue) maybePurge(ctx context.Context, part *jsPartition) {
 		}
 		return err == nil
 	}
-	if upTo := part.sourcedUpTo.Load(); upTo > part.purgedUpTo && purge(copyWithoutID, upTo+1) {
+	if upTo := part.sourcedUpTo.Load(); upTo > part.purgedUpTo && purge(KindWithoutID, upTo+1) {
 		part.purgedUpTo = upTo
 	}
 	old := time.Now().Add(-q.cfg.DuplicateWindow)
@@ -591,7 +591,7 @@ func (q *jsQueue) maybePurge(ctx context.Context, part *jsPartition) {
 		upTo = part.aged[0].seq
 		part.aged = part.aged[1:]
 	}
-	if upTo > part.agedUpTo && purge(copyWithID, upTo+1) {
+	if upTo > part.agedUpTo && purge(KindWithID, upTo+1) {
 		part.agedUpTo = upTo
 	}
 }
