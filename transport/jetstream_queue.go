@@ -370,7 +370,7 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 		return fmt.Errorf("%w: seq %d is not a scheduled message", ErrNotFound, seq)
 	}
 	due, dueErr := time.Parse(time.RFC3339Nano, raw.Header.Get(HeaderScheduledAt))
-	recSubj := part.n.sSubj + "." + key + ".x." + strconv.FormatUint(local, 10)
+	recSubj := part.n.sSubj + "." + key + "." + cancelToken + "." + strconv.FormatUint(local, 10)
 	rec := &nats.Msg{Subject: recSubj, Header: nats.Header{}}
 	rec.Header.Set(hdrCancelled, "1")
 	rec.Header.Set(natsScheduleNext, "purge")
@@ -443,7 +443,7 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 // activated if the schedule stream issued it, else never a message.
 func (q *jsQueue) cancelledOrActivated(ctx context.Context, part *jsPartition, seq uint64) error {
 	local := LocalSeq(seq)
-	found, err := q.d.lastBySubject(ctx, part.n.sched, part.n.sSubj+".*.x."+strconv.FormatUint(local, 10))
+	found, err := q.d.lastBySubject(ctx, part.n.sched, part.n.sSubj+".*."+cancelToken+"."+strconv.FormatUint(local, 10))
 	if err != nil {
 		return err
 	}
