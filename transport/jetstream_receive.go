@@ -161,6 +161,12 @@ func (q *jsQueue) checkSourcing(ctx context.Context, part *jsPartition) {
 		if silent < sourceStalled {
 			continue
 		}
+		if _, err := part.sched.Info(ctx); err != nil {
+			// The schedule stream has no leader (a node restarting):
+			// a new queue leader could not source from it either, and a
+			// kick now would hold back the next one by sourceKickEvery.
+			return
+		}
 		part.lastKick, part.unheardSince = time.Now(), time.Time{}
 		_, err := q.d.nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+part.n.queue, nil)
 		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: queue stream's source silent; moved its leader to restart it",
