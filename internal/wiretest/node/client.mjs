@@ -629,6 +629,11 @@ async function main() {
       log(`wrong subject ${r.subject}: ${r.refused ? `refused ${JSON.stringify(r.error)}` : `ACCEPTED into ${r.stream} seq ${r.seq}`}`);
       if (!r.refused) fail(`a publish on ${r.subject} (${t}) was acknowledged (${r.stream} seq ${r.seq}), the document says the server refuses it`);
     }
+    // "A publish to a queue that does not exist is refused the same way."
+    const none = await cl.publishRaw(fill(doc.withID, { ...vars, N: "no-such-queue" }), "wiretest.WrongSubject");
+    summary.wrongSubjects.push({ template: `${doc.withID} of a queue that does not exist`, ...none });
+    log(`no such queue ${none.subject}: ${none.refused ? `refused ${JSON.stringify(none.error)}` : `ACCEPTED into ${none.stream} seq ${none.seq}`}`);
+    if (!none.refused) fail(`a publish to a queue that does not exist (${none.subject}) was acknowledged`);
   });
 
   // Poison: a message that only this client receives and abandons every
@@ -637,6 +642,7 @@ async function main() {
   await step("poison", async () => {
     const q = await cl.queue(Q.poison);
     const max = q.config?.MaxDeliveryCount;
+    log(`queue ${Q.poison}: ${N.metaConfig} ${JSON.stringify(q.config)}`);
     const p = { maxDeliveryCount: max ?? null, deliveries: [], deadLetter: null };
     summary.poison = p;
     if (!Number.isInteger(max)) fail(`queue ${Q.poison}: no MaxDeliveryCount in its ${N.metaConfig} metadata`);
