@@ -16,11 +16,11 @@ import (
 // TypeProperty is the transport property that carries a message's type
 // name (see MessageName). Services that exchange messages with sagas
 // without this package set and read it.
-const TypeProperty = propType
+const TypeProperty = "jetsaga-type"
 
 // Transport properties the dispatcher sets on messages it sends.
 const (
-	propType    = "jetsaga-type"           // message type name
+	propType    = TypeProperty             // message type name
 	propSaga    = timeout.PropertySaga     // saga name, on timeouts
 	propSagaID  = timeout.PropertyInstance // instance ID, on timeouts
 	propToken   = "jetsaga-token"          // timeout token

@@ -27,9 +27,10 @@ type QueueConfig struct {
 	// quarter, 0.5–5 s), so that a receiver that is slow to pick a message
 	// up never settles it while someone else holds it. Default: 30s.
 	LockDuration time.Duration
-	// MaxDeliveryCount is how many deliveries a message gets; on the next
-	// one it is moved to the dead-letter queue with reason
-	// ReasonMaxDeliveryCountExceeded. Default: 10.
+	// MaxDeliveryCount is how many deliveries a message gets; after the
+	// last one (abandoned, or its lock expired) it is moved to the
+	// dead-letter queue with reason ReasonMaxDeliveryCountExceeded.
+	// Default: 10.
 	MaxDeliveryCount int
 	// DuplicateWindow is how long a MessageID is remembered for duplicate
 	// detection after a message with it was accepted (or activated), across
@@ -196,4 +197,10 @@ type systemClock struct{}
 func (systemClock) Now() time.Time { return time.Now() }
 func (systemClock) AfterFunc(d time.Duration, f func()) func() bool {
 	return time.AfterFunc(d, f).Stop
+}
+
+// exhaustedDescription is the dead-letter description of a message
+// delivered count times, with MaxDeliveryCount max.
+func exhaustedDescription(count, max int) string {
+	return fmt.Sprintf("delivered %d times, MaxDeliveryCount is %d", count, max)
 }

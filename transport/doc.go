@@ -57,8 +57,11 @@
 // releases it for redelivery (DeliveryCount rises), [Delivery.DeadLetter]
 // moves it to the queue's dead-letter queue with a reason and a
 // description, and [Delivery.RenewLock] extends the lock. A message whose
-// lock expires is redelivered; one delivered more than MaxDeliveryCount
-// times is dead-lettered with reason [ReasonMaxDeliveryCountExceeded].
+// lock expires is redelivered. A message delivered MaxDeliveryCount times
+// is delivered no more: abandoning its last delivery dead-letters it with
+// reason [ReasonMaxDeliveryCountExceeded], and so does the expiry of that
+// delivery's lock (on JetStream, within seconds, by the housekeeping
+// below).
 // Competing receivers, in one process or many, each get different
 // messages, retrieved in sequence order; the order in which they are
 // processed needs sessions.
@@ -216,8 +219,8 @@
 // exact at the instant it is read and never negative, also while
 // cancellations race activations (both only ever remove a schedule). A
 // message sent a moment ago is counted once it has reached the queue or
-// topic; one past MaxDeliveryCount counts as active until a receive moves
-// it to the dead-letter queue; abandoned messages and those whose lock
+// topic; one delivered MaxDeliveryCount times counts as active until it
+// is moved to the dead-letter queue; abandoned messages and those whose lock
 // expired are active but not pending.
 //
 // On JetStream no message is scanned: Active and DeadLettered are stream
@@ -267,8 +270,23 @@
 // write on the server), which is how duplicate detection survives
 // restarts; copies with a MessageID are kept for the duplicate window,
 // copies without one are purged once sourced. Receivers share one durable
-// pull consumer per partition; each session has its own durable consumer
-// with MaxAckPending 1. The dead-letter queue is the stream P_D_N.
+// pull consumer per partition, whose MaxDeliver is MaxDeliveryCount; each
+// session has its own durable consumer with MaxAckPending 1. The
+// dead-letter queue is the stream P_D_N. The streams listen on exactly
+// the subjects of the wire format (docs/wire.md in the repository), and
+// the queue stream on none: a publish anywhere else is refused by the
+// server, not stored and lost.
+//
+// Housekeeping. Every Broker looks after the queues it has opened or
+// attached, receiving from them or not, in one goroutine per Broker: it
+// moves messages that exhausted their deliveries to the dead-letter
+// queue (on the server's advisory, or, for one no broker heard, on a look
+// every 5 s while the queue has no delivery in flight), purges sourced
+// copies from the schedule stream, and watches the sourcing of
+// replicated queues. Any number of Brokers may look after one queue.
+// Without any (a queue read only by clients in other languages, with no
+// jetsaga process that has it open), a message that exhausted its
+// deliveries waits, undelivered and counted as active, until one runs.
 //
 // Receivers pull: each Receive asks a consumer's leader for messages, and
 // the server hands a message to a pull for as long as the pull lives

@@ -9,24 +9,10 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Header names under which a Message travels in NATS. Properties use the
-// prefix hdrProp followed by the key, which validPropKey keeps header-safe.
+// Headers of jetsaga's own bookkeeping, not part of the wire format.
 const (
-	hdrMessageID     = "Jetsaga-Message-Id"
-	hdrContentType   = "Jetsaga-Content-Type"
-	hdrCorrelationID = "Jetsaga-Correlation-Id"
-	hdrSessionID     = "Jetsaga-Session-Id"
-	hdrReplyTo       = "Jetsaga-Reply-To"
-	hdrSubject       = "Jetsaga-Subject"
-	hdrScheduledAt   = "Jetsaga-Scheduled-At"
-	hdrDLReason      = "Jetsaga-Dead-Letter-Reason"
-	hdrDLDescription = "Jetsaga-Dead-Letter-Description"
-	hdrDLSource      = "Jetsaga-Dead-Letter-Source"
-	hdrDLSeq         = "Jetsaga-Dead-Letter-Seq"
-	hdrDLEnqueuedAt  = "Jetsaga-Dead-Letter-Enqueued-At"
-	hdrCancelled     = "Jetsaga-Cancelled"
-	hdrCancelID      = "Jetsaga-Cancel-Id" // on a cancel record: which Cancel call wrote it
-	hdrProp          = "Jetsaga-P-"
+	hdrCancelled = "Jetsaga-Cancelled"
+	hdrCancelID  = "Jetsaga-Cancel-Id" // on a cancel record: which Cancel call wrote it
 )
 
 // DefaultMaxPayload is NATS's default max_payload, which the in-memory
@@ -42,41 +28,36 @@ func encodeHeader(m *Message) nats.Header {
 			h[k] = []string{escapeValue(v)}
 		}
 	}
-	set(hdrMessageID, m.MessageID)
-	set(hdrContentType, m.ContentType)
-	set(hdrCorrelationID, m.CorrelationID)
-	set(hdrSessionID, m.SessionID)
-	set(hdrReplyTo, m.ReplyTo)
-	set(hdrSubject, m.Subject)
+	set(HeaderMessageID, m.MessageID)
+	set(HeaderContentType, m.ContentType)
+	set(HeaderCorrelationID, m.CorrelationID)
+	set(HeaderSessionID, m.SessionID)
+	set(HeaderReplyTo, m.ReplyTo)
+	set(HeaderSubject, m.Subject)
 	if !m.ScheduledAt.IsZero() {
-		set(hdrScheduledAt, m.ScheduledAt.UTC().Format(time.RFC3339Nano))
+		set(HeaderScheduledAt, m.ScheduledAt.UTC().Format(time.RFC3339Nano))
 	}
-	set(hdrDLReason, m.DeadLetterReason)
-	set(hdrDLDescription, m.DeadLetterDescription)
-	set(hdrDLSource, m.DeadLetterSource)
+	set(HeaderDeadLetterReason, m.DeadLetterReason)
+	set(HeaderDeadLetterDescription, m.DeadLetterDescription)
+	set(HeaderDeadLetterSource, m.DeadLetterSource)
 	if m.DeadLetterSeq != 0 {
-		set(hdrDLSeq, strconv.FormatUint(m.DeadLetterSeq, 10))
+		set(HeaderDeadLetterSeq, strconv.FormatUint(m.DeadLetterSeq, 10))
 	}
 	for k, v := range m.Properties {
-		h[hdrProp+k] = []string{escapeValue(v)}
+		h[HeaderPropertyPrefix+k] = []string{escapeValue(v)}
 	}
 	return h
 }
 
-// escapePrefix marks a header value stored base64-encoded. NATS trims
-// leading and trailing whitespace from header values, so such values, and
-// any that start with the prefix itself, are encoded to round-trip intact.
-const escapePrefix = "~b64~"
-
 func escapeValue(v string) string {
-	if v == "" || v == strings.TrimSpace(v) && !strings.HasPrefix(v, escapePrefix) {
+	if v == "" || v == strings.TrimSpace(v) && !strings.HasPrefix(v, EscapePrefix) {
 		return v
 	}
-	return escapePrefix + base64.RawURLEncoding.EncodeToString([]byte(v))
+	return EscapePrefix + base64.RawURLEncoding.EncodeToString([]byte(v))
 }
 
 func unescapeValue(v string) string {
-	rest, ok := strings.CutPrefix(v, escapePrefix)
+	rest, ok := strings.CutPrefix(v, EscapePrefix)
 	if !ok {
 		return v
 	}
@@ -96,23 +77,23 @@ func decodeHeader(h nats.Header, m *Message) {
 		}
 		return ""
 	}
-	m.MessageID = get(hdrMessageID)
-	m.ContentType = get(hdrContentType)
-	m.CorrelationID = get(hdrCorrelationID)
-	m.SessionID = get(hdrSessionID)
-	m.ReplyTo = get(hdrReplyTo)
-	m.Subject = get(hdrSubject)
-	if v := get(hdrScheduledAt); v != "" {
+	m.MessageID = get(HeaderMessageID)
+	m.ContentType = get(HeaderContentType)
+	m.CorrelationID = get(HeaderCorrelationID)
+	m.SessionID = get(HeaderSessionID)
+	m.ReplyTo = get(HeaderReplyTo)
+	m.Subject = get(HeaderSubject)
+	if v := get(HeaderScheduledAt); v != "" {
 		m.ScheduledAt, _ = time.Parse(time.RFC3339Nano, v)
 	}
-	m.DeadLetterReason = get(hdrDLReason)
-	m.DeadLetterDescription = get(hdrDLDescription)
-	m.DeadLetterSource = get(hdrDLSource)
-	if v := get(hdrDLSeq); v != "" {
+	m.DeadLetterReason = get(HeaderDeadLetterReason)
+	m.DeadLetterDescription = get(HeaderDeadLetterDescription)
+	m.DeadLetterSource = get(HeaderDeadLetterSource)
+	if v := get(HeaderDeadLetterSeq); v != "" {
 		m.DeadLetterSeq, _ = strconv.ParseUint(v, 10, 64)
 	}
 	for k, v := range h {
-		if key, ok := strings.CutPrefix(k, hdrProp); ok && len(v) > 0 {
+		if key, ok := strings.CutPrefix(k, HeaderPropertyPrefix); ok && len(v) > 0 {
 			if m.Properties == nil {
 				m.Properties = make(map[string]string)
 			}

@@ -22,7 +22,7 @@ func FuzzHeaderRoundTrip(f *testing.F) {
 			ScheduledAt: time.Unix(1_700_000_000, 123456789).UTC(),
 		}
 		// Whatever the input, decoding must not panic.
-		decodeHeader(nats.Header{key: {value}, hdrProp + key: {value, id}, hdrScheduledAt: {value}}, &Message{})
+		decodeHeader(nats.Header{key: {value}, HeaderPropertyPrefix + key: {value, id}, HeaderScheduledAt: {value}}, &Message{})
 		if validateMessage(m, false) != nil {
 			return // Send refuses it; nothing to round-trip
 		}

@@ -49,6 +49,10 @@ type jsDriver struct {
 	stop   context.CancelFunc
 
 	answerTime atomic.Int64 // recent answer time of a try, in ns (see tries)
+
+	keepMu sync.Mutex
+	keeps  map[string]*partKeep // by stream name (see keepOf)
+	hk     housekeeper
 }
 
 func (d *jsDriver) maxPayload() int64 { return d.nc.MaxPayload() }
@@ -85,21 +89,24 @@ func (d *jsDriver) mapErr(err error) error {
 	return fmt.Errorf("transport: %w", err)
 }
 
-// Names. With prefix P, queue N and partition p:
+// Names. With prefix P, queue N and partition p (docs/wire.md gives the
+// part of this that clients in other languages use):
 //
-//	stream P_S_N_p  subjects P.S.N.p.>   every write (limits retention)
-//	            .<key>.s                  a scheduled message
-//	            .<key>.x.<seq>            the record of its cancellation
-//	            .<key>.f.<tail>           a message with a MessageID, sent or
+//	stream P_S_N_p  every write (limits retention), on exactly these
+//	                subjects (see schedSubjects):
+//	            P.S.N.p.<key>.s           a scheduled message
+//	            P.S.N.p.<key>.x.<seq>     the record of its cancellation
+//	            P.S.N.p.<key>.f.<tail>    a message with a MessageID, sent or
 //	                                      activated; sourced into the queue
-//	            .<key>.g.<tail>           the same without a MessageID
-//	stream P_Q_N_p  subjects P.Q.N.p.>   active messages (work queue),
-//	                                      sourced from P_S_N_p
-//	            .m                        messages without session
-//	            .s.<sid>                  messages of session sid
-//	stream P_D_N    subjects P.D.N.0.>   the dead-letter queue
+//	            P.S.N.p.<key>.g.<tail>    the same without a MessageID
+//	            P.L.N.p.<sid>             a session's lock (session queues)
+//	stream P_Q_N_p  active messages (work queue), on no subject of its
+//	                own: sourced from P_S_N_p, transformed to
+//	            P.Q.N.p.m                 messages without session
+//	            P.Q.N.p.s.<sid>           messages of session sid
+//	stream P_D_N    subject P.D.N.0.m     the dead-letter queue
 //
-// <tail> is "m" or "s.<sid>". <key> is "_" and 22 base64url characters of
+// <tail> is "m", or "s.<sid>" on a queue that requires sessions. <key> is "_" and 22 base64url characters of
 // a hash of the MessageID, or a NUID (22 alphanumerics) for a message
 // without one, so every message has its own subjects. All of a MessageID's
 // traces share the prefix P.S.N.p.<key>., which is what makes duplicate
@@ -126,7 +133,7 @@ func (d *jsDriver) names(queue string, p int) jsNames {
 		sched:  d.o.prefix + "_S_" + queue + "_" + ps,
 		qSubj:  d.o.prefix + ".Q." + queue + "." + ps,
 		sSubj:  d.o.prefix + ".S." + queue + "." + ps,
-		lock:   d.o.prefix + ".S." + queue + "." + ps + ".L",
+		lock:   d.o.prefix + ".L." + queue + "." + ps,
 		hasSch: true,
 	}
 }
@@ -138,15 +145,6 @@ func (d *jsDriver) deadLetterNames(queue string) jsNames {
 		isDeadLetter: true,
 	}
 }
-
-// recvConsumer names each partition's shared durable pull consumer.
-const recvConsumer = "recv"
-
-const (
-	metaPartitions = "jetsaga.partitions"
-	metaSession    = "jetsaga.requires_session"
-	metaConfig     = "jetsaga.config"
-)
 
 func (d *jsDriver) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver, error) {
 	if err := d.check(); err != nil {
@@ -176,7 +174,7 @@ func (d *jsDriver) attachQueue(ctx context.Context, name string) (queueDriver, Q
 		return nil, QueueConfig{}, d.mapErr(err)
 	}
 	var cfg QueueConfig
-	if err := json.Unmarshal([]byte(s.CachedInfo().Config.Metadata[metaConfig]), &cfg); err != nil || cfg.Name != name {
+	if err := json.Unmarshal([]byte(s.CachedInfo().Config.Metadata[MetaConfig]), &cfg); err != nil || cfg.Name != name {
 		return nil, QueueConfig{}, fmt.Errorf("%w: stream %s has no jetsaga config; open it with OpenQueue", ErrInvalidConfig, s.CachedInfo().Config.Name)
 	}
 	q, err := d.newQueue(ctx, cfg, d.lookup)
@@ -203,6 +201,7 @@ func (d *jsDriver) newQueue(ctx context.Context, cfg QueueConfig, part func(cont
 	dlCfg.Partitions, dlCfg.RequiresSession = 1, false
 	q.dlq = &jsQueue{d: d, cfg: dlCfg, parts: []*jsPartition{dl}, isDLQ: true}
 	q.dlq.dlq = q.dlq
+	d.housekeep(q)
 	return q, nil
 }
 
@@ -305,10 +304,11 @@ func (d *jsDriver) lookup(ctx context.Context, cfg QueueConfig, n jsNames, p int
 		}
 	}
 	if (!cfg.RequiresSession || n.isDeadLetter) && !n.topic {
-		if part.cons, err = part.queue.Consumer(ctx, recvConsumer); err != nil {
+		if part.cons, err = part.queue.Consumer(ctx, ReceiveConsumer); err != nil {
 			return nil, d.mapErr(err)
 		}
 	}
+	d.keep(part)
 	return part, nil
 }
 
@@ -324,13 +324,13 @@ func (d *jsDriver) checkExisting(ctx context.Context, cfg QueueConfig) error {
 		return d.mapErr(err)
 	}
 	md := s.CachedInfo().Config.Metadata
-	if md[metaPartitions] != strconv.Itoa(cfg.Partitions) {
+	if md[MetaPartitions] != strconv.Itoa(cfg.Partitions) {
 		return fmt.Errorf("%w: queue %q has %s partitions, config asks for %d",
-			ErrInvalidConfig, cfg.Name, md[metaPartitions], cfg.Partitions)
+			ErrInvalidConfig, cfg.Name, md[MetaPartitions], cfg.Partitions)
 	}
-	if md[metaSession] != strconv.FormatBool(cfg.RequiresSession) {
+	if md[MetaRequiresSession] != strconv.FormatBool(cfg.RequiresSession) {
 		return fmt.Errorf("%w: queue %q has RequiresSession=%s, config asks for %t",
-			ErrInvalidConfig, cfg.Name, md[metaSession], cfg.RequiresSession)
+			ErrInvalidConfig, cfg.Name, md[MetaRequiresSession], cfg.RequiresSession)
 	}
 	for p := range cfg.Partitions {
 		for _, name := range []string{d.names(cfg.Name, p).sched, d.names(cfg.Name, p).queue} {
@@ -385,9 +385,9 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		return nil, err
 	}
 	meta := map[string]string{
-		metaPartitions: strconv.Itoa(cfg.Partitions),
-		metaSession:    strconv.FormatBool(cfg.RequiresSession),
-		metaConfig:     string(cfgJSON),
+		MetaPartitions:      strconv.Itoa(cfg.Partitions),
+		MetaRequiresSession: strconv.FormatBool(cfg.RequiresSession),
+		MetaConfig:          string(cfgJSON),
 	}
 	maps.Copy(meta, n.meta)
 	base := jetstream.StreamConfig{
@@ -406,7 +406,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		sc := base
 		sc.Name = n.sched
 		sc.Description = "jetsaga: scheduled messages of queue " + cfg.Name
-		sc.Subjects = []string{n.sSubj + ".>"}
+		sc.Subjects = n.schedSubjects(cfg.RequiresSession)
 		sc.Retention = jetstream.LimitsPolicy
 		sc.AllowMsgSchedules = true
 		sc.AllowMsgTTL = true
@@ -422,7 +422,12 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 	qc := base
 	qc.Name = n.queue
 	qc.Description = "jetsaga: queue " + cfg.Name
-	qc.Subjects = []string{n.qSubj + ".>"}
+	// A queue or topic stream listens on no subject: what it holds comes
+	// through the schedule stream, where duplicates are detected. A
+	// dead-letter queue takes its copies on one subject.
+	if n.isDeadLetter {
+		qc.Subjects = []string{n.qSubj + ".m"}
+	}
 	qc.Retention = jetstream.WorkQueuePolicy
 	if n.topic {
 		qc.Retention = jetstream.InterestPolicy
@@ -430,7 +435,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 	}
 	if n.hasSch {
 		var trs []jetstream.SubjectTransformConfig
-		for _, kind := range []string{copyWithID, copyWithoutID} {
+		for _, kind := range []string{KindWithID, KindWithoutID} {
 			src, dst := transformTail(n.tokens, 2)
 			srcS, dstS := transformTail(n.tokens, 3)
 			trs = append(trs,
@@ -447,11 +452,11 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 	part.replicated = s.CachedInfo().Config.Replicas > 1
 	if (!cfg.RequiresSession || n.isDeadLetter) && !n.topic {
 		c, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       recvConsumer,
+			Durable:       ReceiveConsumer,
 			FilterSubject: n.qSubj + ".m",
 			AckPolicy:     jetstream.AckExplicitPolicy,
 			AckWait:       serverAckWait(cfg.LockDuration),
-			MaxDeliver:    -1,
+			MaxDeliver:    maxDeliver(cfg, n),
 			MaxAckPending: -1,
 			DeliverPolicy: jetstream.DeliverAllPolicy,
 		})
@@ -460,10 +465,12 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		}
 		part.cons = c
 	}
+	d.keep(part)
 	return part, nil
 }
 
 func (d *jsDriver) deleteQueue(ctx context.Context, name string) error {
+	d.forget(name)
 	return d.deleteStreams(ctx, func(p int) jsNames { return d.names(name, p) }, d.deadLetterNames(name).queue)
 }
 
@@ -531,22 +538,9 @@ type jsPartition struct {
 	// leaderReads), and a settle waits for the removal (see acked).
 	replicated bool
 
-	// The sourcing watch (see checkSourcing).
-	watchMu             sync.Mutex
-	lastWatch, lastKick time.Time
-	unheardSince        time.Time
-
-	// Copies stay in the schedule stream after the queue stream has
-	// sourced them; receivers note the highest sourced one and purge below
-	// it now and then (see maybePurge). Copies of messages with a
-	// MessageID are kept for the duplicate window: aged holds checkpoints
-	// of (sourced sequence, enqueue time) to tell which are old enough.
-	sourcedUpTo atomic.Uint64
-	purgeMu     sync.Mutex
-	purgedUpTo  uint64 // copies without MessageID
-	agedUpTo    uint64 // copies with MessageID
-	aged        []checkpoint
-	lastPurge   time.Time
+	// Upkeep state, shared by every handle on this partition in one
+	// broker (see jsDriver.keepOf).
+	*partKeep
 
 	// The queue stream's size as last read plus this broker's copies not
 	// yet sourced into it, and those copies, for MaxBytes (see checkFull).
@@ -573,4 +567,111 @@ type sentCopy struct {
 type checkpoint struct {
 	seq uint64
 	at  time.Time
+}
+
+// cancelToken is the subject token of cancel records in the schedule
+// stream, jetsaga's bookkeeping and not part of the wire format.
+const cancelToken = "x"
+
+// schedSubjects lists the subjects a partition's schedule stream listens
+// on, and no others, so that a publish anywhere else under its prefix is
+// refused by the server instead of stored and never delivered: copies
+// with and without MessageID (of a queue's messages: without session, or
+// with one on a queue that requires sessions; on a topic, both, followed
+// by the topic's filter tokens), scheduled messages, cancel records and
+// session locks.
+func (n jsNames) schedSubjects(requiresSession bool) []string {
+	var filter string
+	for range n.tokens {
+		filter += ".*"
+	}
+	var tails []string
+	if n.topic || !requiresSession {
+		tails = append(tails, ".m"+filter)
+	}
+	if n.topic || requiresSession {
+		tails = append(tails, ".s.*"+filter)
+	}
+	var subs []string
+	for _, kind := range []string{KindWithID, KindWithoutID} {
+		for _, tail := range tails {
+			subs = append(subs, n.sSubj+".*."+kind+tail)
+		}
+	}
+	subs = append(subs, n.sSubj+".*."+ScheduleToken, n.sSubj+".*."+cancelToken+".*")
+	if n.topic || requiresSession {
+		subs = append(subs, n.lock+".>")
+	}
+	return subs
+}
+
+// maxDeliver is the receive consumer's MaxDeliver: the server delivers a
+// message MaxDeliveryCount times at most, whoever receives it, and
+// housekeeping moves it to the dead-letter queue then (see
+// jsQueue.moveExhausted). A dead-letter queue's messages are delivered
+// until settled.
+func maxDeliver(cfg QueueConfig, n jsNames) int {
+	if n.isDeadLetter {
+		return -1
+	}
+	return cfg.MaxDeliveryCount
+}
+
+// partKeep is the upkeep state of one queue partition in one broker:
+// what its receivers and its housekeeping learned, and when they last
+// acted. Every Queue handle on the partition shares it, so that what a
+// receiver notes saves housekeeping a look, and the other way round.
+type partKeep struct {
+	created time.Time // of the stream, see keepOf
+
+	// The sourcing watch (see checkSourcing).
+	watchMu             sync.Mutex
+	lastWatch, lastKick time.Time
+	unheardSince        time.Time
+
+	// Copies stay in the schedule stream after the queue stream has
+	// sourced them; receivers note the highest sourced one and purge below
+	// it now and then (see maybePurge). Copies of messages with a
+	// MessageID are kept for the duplicate window: aged holds checkpoints
+	// of (sourced sequence, enqueue time) to tell which are old enough.
+	sourcedUpTo atomic.Uint64
+	purgeMu     sync.Mutex
+	purgedUpTo  uint64 // copies without MessageID
+	agedUpTo    uint64 // copies with MessageID
+	aged        []checkpoint
+	lastPurge   time.Time
+
+	// Messages that exhausted their deliveries, seen by the last look
+	// (see findExhausted).
+	exhaustedMu   sync.Mutex
+	lastExhausted time.Time
+	suspects      map[uint64]bool
+	lastPeek      time.Time
+}
+
+// keepOf returns the upkeep state of the partition whose schedule stream
+// (or, without one, queue stream) is named stream and was created at
+// created: a stream deleted and created again under its name starts
+// afresh, since sequence numbers start over.
+func (d *jsDriver) keepOf(stream string, created time.Time) *partKeep {
+	d.keepMu.Lock()
+	defer d.keepMu.Unlock()
+	if d.keeps == nil {
+		d.keeps = make(map[string]*partKeep)
+	}
+	k := d.keeps[stream]
+	if k == nil || !k.created.Equal(created) {
+		k = &partKeep{created: created}
+		d.keeps[stream] = k
+	}
+	return k
+}
+
+// keep attaches part to its upkeep state, once its streams are known.
+func (d *jsDriver) keep(part *jsPartition) {
+	s := part.queue
+	if part.sched != nil {
+		s = part.sched
+	}
+	part.partKeep = d.keepOf(s.CachedInfo().Config.Name, s.CachedInfo().Created)
 }

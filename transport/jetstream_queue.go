@@ -65,12 +65,6 @@ func (q *jsQueue) targetSuffix(m *Message) string {
 	return ".m"
 }
 
-// Subject kinds of copies in the schedule stream (see jsDriver.names).
-const (
-	copyWithID    = "f"
-	copyWithoutID = "g"
-)
-
 // msgKey returns the subject token of a message in the schedule stream:
 // a hash of its MessageID, so that every trace of one MessageID shares a
 // subject prefix, or a fresh NUID for a message without one.
@@ -85,9 +79,9 @@ func msgKey(id string) string {
 // copySubject is the subject of the copy of m that the queue stream
 // sources: an immediate send, or the activation of a schedule.
 func (q *jsQueue) copySubject(part *jsPartition, key string, m *Message) string {
-	kind := copyWithoutID
+	kind := KindWithoutID
 	if m.MessageID != "" {
-		kind = copyWithID
+		kind = KindWithID
 	}
 	return part.n.sSubj + "." + key + "." + kind + q.targetSuffix(m)
 }
@@ -299,7 +293,7 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 	}
 	// RFC3339Nano: jetstream.WithScheduleAt rounds to whole seconds, which
 	// would fire up to a second early.
-	msg.Header.Set(natsSchedule, "@at "+msg.Header.Get(hdrScheduledAt))
+	msg.Header.Set(natsSchedule, "@at "+msg.Header.Get(HeaderScheduledAt))
 	msg.Header.Set(natsScheduleTarget, q.copySubject(part, key, m))
 	if m.MessageID != "" {
 		guard(msg, part, key)
@@ -375,8 +369,8 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	if !ok || kind != "s" || raw.Header.Get(natsSchedule) == "" {
 		return fmt.Errorf("%w: seq %d is not a scheduled message", ErrNotFound, seq)
 	}
-	due, dueErr := time.Parse(time.RFC3339Nano, raw.Header.Get(hdrScheduledAt))
-	recSubj := part.n.sSubj + "." + key + ".x." + strconv.FormatUint(local, 10)
+	due, dueErr := time.Parse(time.RFC3339Nano, raw.Header.Get(HeaderScheduledAt))
+	recSubj := part.n.sSubj + "." + key + "." + cancelToken + "." + strconv.FormatUint(local, 10)
 	rec := &nats.Msg{Subject: recSubj, Header: nats.Header{}}
 	rec.Header.Set(hdrCancelled, "1")
 	rec.Header.Set(natsScheduleNext, "purge")
@@ -449,7 +443,7 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 // activated if the schedule stream issued it, else never a message.
 func (q *jsQueue) cancelledOrActivated(ctx context.Context, part *jsPartition, seq uint64) error {
 	local := LocalSeq(seq)
-	found, err := q.d.lastBySubject(ctx, part.n.sched, part.n.sSubj+".*.x."+strconv.FormatUint(local, 10))
+	found, err := q.d.lastBySubject(ctx, part.n.sched, part.n.sSubj+".*."+cancelToken+"."+strconv.FormatUint(local, 10))
 	if err != nil {
 		return err
 	}

@@ -161,6 +161,12 @@ func (q *jsQueue) checkSourcing(ctx context.Context, part *jsPartition) {
 		if silent < sourceStalled {
 			continue
 		}
+		if _, err := part.sched.Info(ctx); err != nil {
+			// The schedule stream has no leader (a node restarting):
+			// a new queue leader could not source from it either, and a
+			// kick now would hold back the next one by sourceKickEvery.
+			return
+		}
 		part.lastKick, part.unheardSince = time.Now(), time.Time{}
 		_, err := q.d.nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+part.n.queue, nil)
 		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: queue stream's source silent; moved its leader to restart it",
@@ -318,7 +324,7 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, h *held, canc
 	}
 	hd := msg.Headers()
 	decodeHeader(hd, m)
-	s := &jsSettler{q: q, part: part, msg: msg, m: m, lockedUntil: h.lockedAt.Add(q.cfg.LockDuration)}
+	s := &jsSettler{q: q, part: part, msg: msg, m: m, count: int(md.NumDelivered), lockedUntil: h.lockedAt.Add(q.cfg.LockDuration)}
 	if !q.isDLQ {
 		part.noteSourced(hd.Get(natsStreamSource), m.EnqueuedAt)
 		if sched := hd.Get(natsScheduler); sched != "" && cancelled[sched] {
@@ -335,7 +341,7 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, h *held, canc
 		dctx, cancel := q.d.apiContext(context.WithoutCancel(ctx))
 		defer cancel()
 		if err := s.deadLetter(dctx, ReasonMaxDeliveryCountExceeded,
-			fmt.Sprintf("delivered %d times, MaxDeliveryCount is %d", count-1, q.cfg.MaxDeliveryCount), nil); err != nil {
+			exhaustedDescription(count-1, q.cfg.MaxDeliveryCount), nil); err != nil {
 			q.d.o.logger.LogAttrs(ctx, slog.LevelError, "transport: dead-lettering failed", slogErr(err), slogQueue(q.cfg.Name))
 		}
 		return nil
@@ -582,7 +588,7 @@ func (q *jsQueue) maybePurge(ctx context.Context, part *jsPartition) {
 		}
 		return err == nil
 	}
-	if upTo := part.sourcedUpTo.Load(); upTo > part.purgedUpTo && purge(copyWithoutID, upTo+1) {
+	if upTo := part.sourcedUpTo.Load(); upTo > part.purgedUpTo && purge(KindWithoutID, upTo+1) {
 		part.purgedUpTo = upTo
 	}
 	old := time.Now().Add(-q.cfg.DuplicateWindow)
@@ -591,7 +597,7 @@ func (q *jsQueue) maybePurge(ctx context.Context, part *jsPartition) {
 		upTo = part.aged[0].seq
 		part.aged = part.aged[1:]
 	}
-	if upTo > part.agedUpTo && purge(copyWithID, upTo+1) {
+	if upTo > part.agedUpTo && purge(KindWithID, upTo+1) {
 		part.agedUpTo = upTo
 	}
 }
@@ -605,6 +611,7 @@ type jsSettler struct {
 	part        *jsPartition
 	msg         *pulledMsg
 	m           *Message
+	count       int // delivery count
 	lockedUntil time.Time
 }
 
@@ -662,9 +669,16 @@ func (s *jsSettler) acked(ctx context.Context, err error) error {
 	}
 }
 
+// abandon gives the message back. Abandoning its last delivery
+// dead-letters it at once, as Service Bus does, rather than leaving it to
+// housekeeping (the server would not deliver it again).
 func (s *jsSettler) abandon(ctx context.Context) error {
 	if err := s.live(); err != nil {
 		return err
+	}
+	if !s.q.isDLQ && s.count >= s.q.cfg.MaxDeliveryCount {
+		return s.deadLetter(ctx, ReasonMaxDeliveryCountExceeded,
+			exhaustedDescription(s.count, s.q.cfg.MaxDeliveryCount), nil)
 	}
 	return s.q.d.mapErr(s.msg.Nak())
 }
@@ -691,24 +705,30 @@ func (s *jsSettler) deadLetter(ctx context.Context, reason, description string, 
 	if err := s.q.d.check(); err != nil {
 		return err
 	}
-	dl := *s.m
+	if err := s.q.publishDeadLetter(ctx, s.m, reason, description, edit); err != nil {
+		return err
+	}
+	return s.acked(ctx, s.ack(ctx))
+}
+
+// publishDeadLetter writes m's dead-letter copy, with a Nats-Msg-Id made
+// of its sequence number and enqueue time: a retried try (see tries), or
+// another process moving the same message, is a duplicate.
+func (q *jsQueue) publishDeadLetter(ctx context.Context, m *Message, reason, description string, edit func(*Message)) error {
+	dl := *m
 	if edit != nil {
-		dl = *s.m.Clone()
+		dl = *m.Clone()
 		edit(&dl)
 	}
 	dl.DeadLetterReason, dl.DeadLetterDescription = reason, description
-	dl.DeadLetterSource, dl.DeadLetterSeq = s.q.cfg.Name, s.m.Seq
-	dlq := s.q.dlq.parts[0]
+	dl.DeadLetterSource, dl.DeadLetterSeq = q.cfg.Name, m.Seq
+	dlq := q.dlq.parts[0]
 	msg := &nats.Msg{Subject: dlq.n.qSubj + ".m", Header: encodeHeader(&dl), Data: dl.Body}
-	msg.Header.Set(jetstream.MsgIDHeader, "dl-"+strconv.FormatUint(s.m.Seq, 10)+"-"+s.m.EnqueuedAt.Format(time.RFC3339Nano))
-	// Nats-Msg-Id makes a retried try (see tries) a duplicate.
-	if err := s.q.d.tries(ctx, func(tctx context.Context) error {
-		_, err := s.q.d.js.PublishMsg(tctx, msg, noPubRetry)
+	msg.Header.Set(jetstream.MsgIDHeader, "dl-"+strconv.FormatUint(m.Seq, 10)+"-"+m.EnqueuedAt.Format(time.RFC3339Nano))
+	return q.d.mapErr(q.d.tries(ctx, func(tctx context.Context) error {
+		_, err := q.d.js.PublishMsg(tctx, msg, noPubRetry)
 		return err
-	}); err != nil {
-		return s.q.d.mapErr(err)
-	}
-	return s.acked(ctx, s.ack(ctx))
+	}))
 }
 
 // Sessions. Each session has its own durable consumer, filtered on the

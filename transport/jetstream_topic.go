@@ -89,6 +89,7 @@ func (d *jsDriver) topicNames(topic string, props, p int) jsNames {
 		sched:  d.o.prefix + "_TS_" + topic + "_" + ps,
 		qSubj:  d.o.prefix + ".T." + topic + "." + ps,
 		sSubj:  d.o.prefix + ".TS." + topic + "." + ps,
+		lock:   d.o.prefix + ".TL." + topic + "." + ps,
 		hasSch: true,
 		topic:  true,
 		tokens: 1 + props,
@@ -354,8 +355,8 @@ func (t *jsTopic) createSubConsumer(ctx context.Context, tp *jsPartition, cc jet
 // records up on the leader (direct gets are off on replicated streams).
 func (t *jsTopic) subPartition(tp *jsPartition, name string, c jetstream.Consumer) *jsPartition {
 	n := tp.n
-	n.lock = n.sSubj + ".L.~" + name
-	return &jsPartition{idx: tp.idx, n: n, queue: tp.queue, sched: tp.sched, cons: c, replicated: tp.replicated}
+	n.lock = tp.n.lock + ".~" + name
+	return &jsPartition{idx: tp.idx, n: n, queue: tp.queue, sched: tp.sched, cons: c, replicated: tp.replicated, partKeep: tp.partKeep}
 }
 
 func (t *jsTopic) subDeadLetter(ctx context.Context, s *jsSubscription, name string, qc QueueConfig,
@@ -434,7 +435,7 @@ func (t *jsTopic) deleteSubscription(ctx context.Context, name string) error {
 	}
 	// Session locks and floors.
 	for _, tp := range t.parts {
-		if err := tp.sched.Purge(ctx, jetstream.WithPurgeSubject(tp.n.sSubj+".L.~"+name+".>")); err != nil {
+		if err := tp.sched.Purge(ctx, jetstream.WithPurgeSubject(tp.n.lock+".~"+name+".>")); err != nil {
 			return d.mapErr(err)
 		}
 	}

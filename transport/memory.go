@@ -542,7 +542,7 @@ func (l *memLog) receive(ctx context.Context, max int) ([]*Delivery, error) {
 // has had MaxDeliveryCount deliveries already and returns nil.
 func (l *memLog) take(p *memPartition, e *memEntry, now time.Time) *Delivery {
 	if max := l.q.cfg.MaxDeliveryCount; l.dlq != nil && e.count >= max {
-		l.deadLetterEntry(p, e, ReasonMaxDeliveryCountExceeded, fmt.Sprintf("delivered %d times", max), nil, now)
+		l.deadLetterEntry(p, e, ReasonMaxDeliveryCountExceeded, exhaustedDescription(e.count, max), nil, now)
 		return nil
 	}
 	e.count++
@@ -698,11 +698,18 @@ func (s *memSettler) complete(ctx context.Context) error {
 	return nil
 }
 
+// abandon gives the message back; abandoning its last delivery
+// dead-letters it at once (as on JetStream).
 func (s *memSettler) abandon(ctx context.Context) error {
-	if _, err := s.hold(ctx); err != nil {
+	now, err := s.hold(ctx)
+	if err != nil {
 		return err
 	}
 	defer s.l.q.mu.Unlock()
+	if max := s.l.q.cfg.MaxDeliveryCount; s.l.dlq != nil && s.e.count >= max {
+		s.l.deadLetterEntry(s.p, s.e, ReasonMaxDeliveryCountExceeded, exhaustedDescription(s.e.count, max), nil, now)
+		return nil
+	}
 	s.l.unlock(s.e)
 	return nil
 }

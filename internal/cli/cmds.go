@@ -172,6 +172,17 @@ with --allow-actions, protected by a per-session CSRF token and same-origin
 checks.`,
 			examples: []string{"jetsaga console", "jetsaga console --allow-actions --token s3cret", "jetsaga console --listen 0.0.0.0:8470 --token s3cret"},
 			flags:    fConsole, run: cmdConsole},
+		{path: "housekeep", args: "[QUEUE...]", minArgs: 0, maxArgs: -1,
+			short: "look after queues until interrupted, for services that are not jetsaga's",
+			long: `Every jetsaga service that has a queue open looks after it: it moves a
+message that exhausted MaxDeliveryCount to the dead-letter queue with
+reason MaxDeliveryCountExceeded, and purges the schedule stream's copies
+the queue has sourced. A queue whose services are all written in other
+languages (docs/wire.md) needs one such process: this command is it. It
+looks after the queues named, or every queue, including queues created
+while it runs, until it is interrupted. Any number may run at once.`,
+			examples: []string{"jetsaga housekeep", "jetsaga housekeep orders payments"},
+			run:      cmdHousekeep},
 	}
 }
 

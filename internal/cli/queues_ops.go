@@ -39,7 +39,7 @@ type QueueInfo struct {
 // listQueues lists the jetsaga queues under the prefix, by name.
 func (e *env) listQueues(ctx context.Context) ([]QueueInfo, error) {
 	byName := map[string]*QueueInfo{}
-	lister := e.js.ListStreams(ctx, jetstream.WithStreamListSubject(e.prefix+".Q.>"))
+	lister := e.js.ListStreams(ctx) // by name: queue streams listen on no subject
 	for si := range lister.Info() {
 		name, ok := strings.CutPrefix(si.Config.Name, e.prefix+"_Q_")
 		if !ok {
@@ -521,7 +521,7 @@ func (e *env) listedQueue(ctx context.Context, name string) (*transport.Queue, e
 
 func (e *env) listQueueNames(ctx context.Context) ([]string, error) {
 	var out []string
-	lister := e.js.ListStreams(ctx, jetstream.WithStreamListSubject(e.prefix+".Q.>"))
+	lister := e.js.ListStreams(ctx) // by name: queue streams listen on no subject
 	for si := range lister.Info() {
 		var cfg transport.QueueConfig
 		if json.Unmarshal([]byte(si.Config.Metadata["jetsaga.config"]), &cfg) == nil && si.Config.Name == e.queueStream(cfg.Name, 0) {

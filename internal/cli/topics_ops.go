@@ -13,8 +13,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -152,7 +150,7 @@ type SubscriptionInfo struct {
 // listTopicNames lists the topics under the prefix, by name.
 func (e *env) listTopicNames(ctx context.Context) ([]string, error) {
 	var out []string
-	lister := e.js.ListStreams(ctx, jetstream.WithStreamListSubject(e.prefix+".T.>"))
+	lister := e.js.ListStreams(ctx) // by name: topic streams listen on no subject
 	for si := range lister.Info() {
 		var cfg transport.TopicConfig
 		if json.Unmarshal([]byte(si.Config.Metadata["jetsaga.topic"]), &cfg) == nil && cfg.Name != "" &&

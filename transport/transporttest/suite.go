@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -97,7 +98,7 @@ const (
 	// promptMargin is how soon a waiting call must return once its
 	// context is cancelled or its broker closed.
 	promptMargin = 2 * time.Second
-	// pollTick is how often eventually checks its condition.
+	// pollTick is how often the slow-link test polls.
 	pollTick = 10 * time.Millisecond
 )
 
@@ -186,23 +187,11 @@ func queueName(t *testing.T, suffix string) string {
 	return string(name) + tag
 }
 
-// eventually polls cond every pollTick until it returns true, and fails
-// the test with the formatted message if that takes longer than timeout.
+// eventually waits for cond, and fails the test with the formatted
+// message if that takes longer than timeout.
 func eventually(t *testing.T, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(pollTick)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", timeout, fmt.Sprintf(format, args...))
-		}
-		select {
-		case <-tick.C:
-		case <-t.Context().Done():
-			t.Fatalf("test ended while waiting for: %s", fmt.Sprintf(format, args...))
-		}
-	}
+	testutil.AwaitTrue(t, timeout, fmt.Sprintf(format, args...), cond)
 }
 
 // withTimeout returns a context derived from t.Context that ends after d.
