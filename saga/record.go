@@ -96,11 +96,12 @@ type timeoutEntry struct {
 	Rule     string        `json:"rule,omitempty"`     // calendar.Rule.String()
 	Calendar *calendar.Ref `json:"calendar,omitempty"` // nil: the rule needs none
 	From     time.Time     `json:"from,omitzero"`      // the instant the rule counted from
-	Msg      *envelope     `json:"msg,omitempty"`      // the timeout's message, rule timeouts only
+	Msg      *envelope     `json:"msg,omitempty"`      // the timeout's message: rule timeouts, and moved ones (MigrateTimeouts)
 	// ID is the timeout's ID on its engine (and its message's MessageID)
 	// when it is not the token: a re-planned timeout is scheduled again
-	// under a new ID, and a message with another ID (the one scheduled
-	// before, if its cancel lost the race) is dropped.
+	// under a new ID, and so is one moved to another engine
+	// (Dispatcher.MigrateTimeouts); a message with another ID (the one
+	// scheduled before, if its cancel lost the race) is dropped.
 	ID string `json:"id,omitempty"`
 }
 
