@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envChildWorker) != "" {
 		os.Exit(runChildWorker())
 	}
+	if os.Getenv(envChildMigrate) != "" {
+		os.Exit(runChildMigrate())
+	}
 	code := m.Run()
 	if shared.temporal != nil {
 		shared.temporal.Stop()
