@@ -2,8 +2,8 @@ package temporal
 
 import (
 	"bufio"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
