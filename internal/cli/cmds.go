@@ -162,6 +162,33 @@ queue; by default the one the listed timeouts name.`,
 			examples: []string{"jetsaga timeouts replan renewal bank-2026.cal bank@2026.2 --yes",
 				"jetsaga timeouts replan renewal bank-2026.cal bank@2026.2 --queue billing --json --yes"},
 			flags: fJSON | fYes | fQueue, run: cmdTimeoutsReplan},
+		{path: "timeouts migrate", maxArgs: 0,
+			short: "move a saga type's pending timeouts to another engine, one by one",
+			long: `Runs saga.Dispatcher.MigrateTimeouts after a routing change: every pending
+timeout of --saga not on engine --to (queue: JetStream; temporal: Temporal,
+in the Temporal build with --temporal-address) is moved there, each as a step
+on its instance (it never races the application's steps): scheduled on --to
+at the same due time under a new ID, committed in the record, cancelled on
+its old engine. Each outcome is definite: moved; fired (before it could be
+moved: handled as usual); cancelled (the instance no longer waits for it);
+or failed with the reason, left where it was (exit 6). A timeout is never
+delivered twice, and a migration interrupted at any point loses nothing:
+run it again to finish. --queue is the application dispatcher's queue; by
+default the one the listed timeouts name.`,
+			examples: []string{"jetsaga --temporal-address temporal:7233 timeouts migrate --saga loanoffer --to temporal --yes",
+				"jetsaga --temporal-address temporal:7233 timeouts migrate --saga loanoffer --to queue --from temporal --json --yes"},
+			flags: fJSON | fYes | fMigrate | fQueue, run: cmdTimeoutsMigrate},
+		{path: "timeouts drain", maxArgs: 0,
+			short: "report what an engine still holds of a saga type's timeouts",
+			long: `Runs saga.Dispatcher.DrainReport: the timeouts of --saga on --engine that
+instances wait for (by type, and each), and stale copies no instance waits
+for (moved or cancelled, their cancel on the engine not yet carried out, or
+not yet gone from Temporal's visibility store; they are dropped if they
+fire). The engine is drained when nothing is pending; remove it from the
+application's timeout.Router once nothing is stale either.`,
+			examples: []string{"jetsaga timeouts drain --saga loanoffer --engine queue",
+				"jetsaga --temporal-address temporal:7233 timeouts drain --saga loanoffer --engine temporal --json"},
+			flags: fJSON | fMigrate | fQueue, run: cmdTimeoutsDrain},
 		{path: "console", maxArgs: 0,
 			short: "serve the web console",
 			long: `Serves a small web console: queues with counts, messages (active, scheduled,

@@ -32,6 +32,7 @@ type opts struct {
 	saga    string
 	id      string
 	idle    time.Duration
+	engine  string
 
 	listen       string
 	token        string
@@ -51,6 +52,7 @@ const (
 	fNewID
 	fIdle
 	fState
+	fMigrate // --saga, --to ENGINE, --engine
 )
 
 // register adds the connection flags, and the flags cmd takes (none for
@@ -121,6 +123,15 @@ func (o *opts) register(fs *flag.FlagSet, cmd *command) {
 	if k&fTimeouts != 0 {
 		fs.StringVar(&o.saga, "saga", "", "only timeouts of this saga type")
 		fs.StringVar(&o.id, "id", "", "only timeouts of this instance ID (with --saga)")
+	}
+	if k&fMigrate != 0 {
+		fs.StringVar(&o.saga, "saga", "", "the saga type (required)")
+		if cmd.path == "timeouts migrate" {
+			fs.StringVar(&o.to, "to", "", "the engine to move the timeouts to: queue (JetStream) or temporal (required)")
+			fs.StringVar(&o.engine, "from", "", "move only the timeouts on this engine (default: every engine but --to)")
+		} else {
+			fs.StringVar(&o.engine, "engine", "", "the engine to report on: queue (JetStream) or temporal (required)")
+		}
 	}
 	if k&(fTimeouts|fQueue) != 0 {
 		fs.StringVar(&o.queue, "queue", "", "the dispatcher's queue (default: every queue, or the one the timeouts name)")
