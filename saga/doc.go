@@ -232,6 +232,10 @@
 // [Dispatcher.ScheduledTimeouts] lists the timeouts waiting in the queue;
 // [Dispatcher.CancelTimeouts] and [Dispatcher.CancelAllTimeouts] cancel
 // them, as steps on the instances (they never race a handler's step) that
-// report exactly what they cancelled. Logging is log/slog ([WithLogger]);
+// report exactly what they cancelled. After a change of the timeout
+// Router's routes, [Dispatcher.MigrateTimeouts] moves a saga type's
+// pending timeouts to another engine, one by one, the same way
+// ([Migrated]), and [Dispatcher.DrainReport] says what is left on an
+// engine. Logging is log/slog ([WithLogger]);
 // [Hooks] report each step for metrics and tracing at no cost when unset.
 package saga
