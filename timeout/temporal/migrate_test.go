@@ -34,7 +34,7 @@ import (
 // the 2-core machines under -race a move takes ~25 ms to Temporal and
 // ~35 ms back (each cancel on Temporal is a workflow update a worker
 // answers), so 1,000 there and back would take over a minute: 500 keeps
-// the test near 45 s.
+// the test near 50 s.
 const migrateCount = 500
 
 // The child process of TestMigrateKilled is this test binary, run with
@@ -299,7 +299,7 @@ func (m *migration) check() {
 // none before its due time, none lost.
 func TestMigrateTimeoutsThereAndBack(t *testing.T) {
 	n := migrateCount
-	m := startMigration(t, "migtb", n, 4*time.Second, 30*time.Second)
+	m := startMigration(t, "migtb", n, 3*time.Second, 40*time.Second)
 	before := m.fired()
 	there := m.migrate(DefaultEngineName)
 	if there[saga.MigrateMoved] == 0 {
