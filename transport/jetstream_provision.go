@@ -431,9 +431,10 @@ type partKeep struct {
 	aged        []checkpoint
 	lastPurge   time.Time
 
-	// Messages that exhausted their deliveries, seen by the last look
-	// (see findExhausted).
-	exhaustedMu   sync.Mutex
+	// Housekeeping's looks, touched by its goroutine alone: messages
+	// that exhausted their deliveries, seen by the last look (see
+	// findExhausted), and the last look at how far sourcing got (see
+	// peekSourced).
 	lastExhausted time.Time
 	suspects      map[uint64]bool
 	lastPeek      time.Time
