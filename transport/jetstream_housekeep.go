@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -268,3 +269,143 @@ func (q *jsQueue) moveExhausted(ctx context.Context, part *jsPartition, seq uint
 			slog.Uint64("seq", seq), slogErr(err), slogQueue(q.cfg.Name))
 	}
 }
+
+func (q *jsQueue) checkSourcing(ctx context.Context, part *jsPartition) {
+	if !part.replicated || part.sched == nil || !part.watchMu.TryLock() {
+		return
+	}
+	defer part.watchMu.Unlock()
+	if time.Since(part.lastWatch) < sourceCheckEvery || time.Since(part.lastKick) < sourceKickEvery {
+		return
+	}
+	part.lastWatch = time.Now()
+	ctx, cancel := q.d.apiContext(context.WithoutCancel(ctx))
+	defer cancel()
+	info, err := part.queue.Info(ctx)
+	if err != nil {
+		return // no leader right now: nothing to move
+	}
+	for _, si := range info.Sources {
+		silent := si.Active
+		if silent < 0 {
+			// Never heard from since this leader took over: silent since
+			// the first check that saw it so.
+			if part.unheardSince.IsZero() {
+				part.unheardSince = time.Now()
+			}
+			silent = time.Since(part.unheardSince)
+		} else {
+			part.unheardSince = time.Time{}
+		}
+		if silent < sourceStalled {
+			continue
+		}
+		if _, err := part.sched.Info(ctx); err != nil {
+			// The schedule stream has no leader (a node restarting):
+			// a new queue leader could not source from it either, and a
+			// kick now would hold back the next one by sourceKickEvery.
+			return
+		}
+		part.lastKick, part.unheardSince = time.Now(), time.Time{}
+		_, err := q.d.nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+part.n.queue, nil)
+		q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: queue stream's source silent; moved its leader to restart it",
+			slog.String("stream", part.n.queue), slog.Duration("silent", silent), slogErr(err), slogQueue(q.cfg.Name))
+		return
+	}
+}
+
+// noteSourced records the schedule-stream sequence of a copy that reached
+// the queue (from its Nats-Stream-Source header: "<stream> <seq> ...")
+// and the time it was enqueued there. Sourcing is in order, so every copy
+// below it has reached the queue too.
+func (p *jsPartition) noteSourced(src string, enqueued time.Time) {
+	// The second field, without splitting the header (one allocation per
+	// delivered message otherwise).
+	_, rest, ok := strings.Cut(strings.TrimLeft(src, " "), " ")
+	if !ok {
+		return
+	}
+	rest = strings.TrimLeft(rest, " ")
+	if i := strings.IndexByte(rest, ' '); i >= 0 {
+		rest = rest[:i]
+	}
+	seq, err := strconv.ParseUint(rest, 10, 64)
+	if err != nil {
+		return
+	}
+	for {
+		cur := p.sourcedUpTo.Load()
+		if seq <= cur || p.sourcedUpTo.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
+	// A checkpoint a second: copies up to seq were stored no later than
+	// enqueued.
+	if !p.purgeMu.TryLock() {
+		return
+	}
+	defer p.purgeMu.Unlock()
+	if n := len(p.aged); n == 0 || enqueued.Sub(p.aged[n-1].at) >= time.Second && seq > p.aged[n-1].seq {
+		p.aged = append(p.aged, checkpoint{seq: seq, at: enqueued})
+	}
+}
+
+// purgeEvery is how often a receiver purges sourced copies.
+const purgeEvery = 5 * time.Second
+
+// maybePurge removes copies the queue stream has already sourced from the
+// schedule stream, at most every purgeEvery: those without a MessageID at
+// once, those with one once they are older than the duplicate window (they
+// are what remembers the MessageID, see guard).
+func (q *jsQueue) maybePurge(ctx context.Context, part *jsPartition) {
+	if !part.purgeMu.TryLock() {
+		return
+	}
+	defer part.purgeMu.Unlock()
+	if time.Since(part.lastPurge) < purgeEvery {
+		return
+	}
+	part.lastPurge = time.Now()
+	ctx = context.WithoutCancel(ctx)
+	purge := func(kind string, upTo uint64) bool {
+		err := part.sched.Purge(ctx, jetstream.WithPurgeSubject(part.n.sSubj+".*."+kind+".>"), jetstream.WithPurgeSequence(upTo))
+		if err != nil {
+			q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: purging sourced copies failed", slogErr(err), slogQueue(q.cfg.Name))
+		}
+		return err == nil
+	}
+	if upTo := part.sourcedUpTo.Load(); upTo > part.purgedUpTo && purge(KindWithoutID, upTo+1) {
+		part.purgedUpTo = upTo
+	}
+	old := time.Now().Add(-q.cfg.DuplicateWindow)
+	upTo := part.agedUpTo
+	for len(part.aged) > 0 && part.aged[0].at.Before(old) {
+		upTo = part.aged[0].seq
+		part.aged = part.aged[1:]
+	}
+	if upTo > part.agedUpTo && purge(KindWithID, upTo+1) {
+		part.agedUpTo = upTo
+	}
+}
+
+type checkpoint struct {
+	seq uint64
+	at  time.Time
+}
+
+// Sourcing watch. After the leader of a schedule stream changes, the
+// queue stream's leader re-creates its source consumer, and when that
+// fails (the schedule stream has no leader yet) nats-server retries with a
+// backoff of 10 s, 20 s, ... up to 2 minutes, and notices a stalled source
+// only every 10 s: activations, written to the schedule stream on time,
+// would wait that long to reach receivers. A healthy source hears a
+// heartbeat every second, so idle receivers check now and then, and move
+// the queue stream's leadership when its source has been silent for
+// sourceStalled: the new leader sets the source up at once. Only a
+// replicated stream can change leader; on one server the source runs
+// inside the same process and does not stall this way.
+const (
+	sourceCheckEvery = 2 * time.Second
+	sourceStalled    = 4 * time.Second
+	sourceKickEvery  = 15 * time.Second
+)

@@ -24,7 +24,7 @@ func jetMessage(id string) *transport.Message {
 }
 
 // Headers as transport's encodeHeader (header.go) writes them, plus what
-// natsMsg and schedule (jetstream_queue.go) add. They are unexported, so
+// natsMsg and schedule (jetstream_send.go, jetstream_schedule.go) add. They are unexported, so
 // the raw side spells the same header out by hand.
 const (
 	hdrMessageID   = "Jetsaga-Message-Id"
@@ -75,7 +75,7 @@ func (e *env) createStream(ctx context.Context, cfg jetstream.StreamConfig) (jet
 }
 
 // rawScheduleStream creates a stream configured as the transport's
-// schedule stream (jetstream.go provision), on subjects prefix.>.
+// schedule stream (jetstream_provision.go, provision), on subjects prefix.>.
 func (e *env) rawScheduleStream(ctx context.Context, name, prefix string) (jetstream.Stream, error) {
 	e.dropStream(ctx, name)
 	return e.createStream(ctx, jetstream.StreamConfig{
@@ -125,7 +125,7 @@ func (e *env) rawQueueStream(ctx context.Context, name, prefix string) (jetstrea
 
 // rawSourcingStream creates a work-queue stream that sources the
 // activation subjects (srcPrefix.f.>) of schedule stream src into
-// prefix.>, as the transport's queue stream does (jetstream.go provision).
+// prefix.>, as the transport's queue stream did (jetstream_provision.go, provision).
 func (e *env) rawSourcingStream(ctx context.Context, name, prefix, src, srcPrefix string) error {
 	e.dropStream(ctx, name)
 	cfg := e.workQueueConfig(name, prefix)
@@ -154,7 +154,7 @@ func recvConsumer(filter string) jetstream.ConsumerConfig {
 	}
 }
 
-// rawGuardedCancel is what transport's cancel (jetstream_queue.go) does,
+// rawGuardedCancel is what transport's cancel (jetstream_schedule.go) does,
 // written with raw nats.go calls: read the schedule, then publish a cancel
 // record that purges it, guarded by the schedule's subject sequence.
 func rawGuardedCancel(ctx context.Context, js jetstream.JetStream, s jetstream.Stream, prefix string, seq uint64) error {
@@ -173,7 +173,7 @@ func rawGuardedCancel(ctx context.Context, js jetstream.JetStream, s jetstream.S
 	return err
 }
 
-// rawNames mirrors the transport's names (jetstream.go, names) with the
+// rawNames mirrors the transport's names (jetstream_names.go, names) with the
 // prefix RAWJS, as long as jetsaga's BENCH, so that raw subjects have the
 // same shape: kind "S" for a schedule stream, "Q" for a queue stream.
 func rawNames(kind, queue string) (stream, prefix string) {
