@@ -34,10 +34,16 @@ import (
 // the 2-core machines under -race a move measured 25-35 ms each way on a
 // quiet machine, and up to 200 ms with the cores shared (each cancel on
 // Temporal is a workflow update a worker answers; each move commits the
-// record twice), so 1,000 there and back would take over a minute. With
-// 300, due over 40 s, about half are still pending for the way back
-// unless the machine moves fewer than ~15 a second.
-const migrateCount = 300
+// record twice), so 1,000 there and back would take over a minute. Of
+// the 300, the first 240 are due over 20 s and fire while they move; the
+// last migrateLate are due a minute out, so some are still pending for
+// the way back however slowly the machine moves (down to 5 a second, the
+// slowest measured with the cores shared, the way there takes under a
+// minute).
+const (
+	migrateCount = 300
+	migrateLate  = 60
+)
 
 // The child process of TestMigrateKilled is this test binary, run with
 // these environment variables.
@@ -161,8 +167,9 @@ type migration struct {
 }
 
 // startMigration starts n instances whose timeouts are due from first on,
-// one every spread/n, all scheduled on JetStream.
-func startMigration(t *testing.T, name string, n int, first, spread time.Duration) *migration {
+// one every spread/(n-late), all scheduled on JetStream; the last late of
+// them are due from first+lateAt on instead, 100 ms apart.
+func startMigration(t *testing.T, name string, n int, first, spread time.Duration, late int, lateAt time.Duration) *migration {
 	srv, ns := servers(t)
 	c := srv.Client(t)
 	tq := newTaskQueue()
@@ -191,7 +198,11 @@ func startMigration(t *testing.T, name string, n int, first, spread time.Duratio
 	start := time.Now().Add(first)
 	for i := range n {
 		m.ids[i] = fmt.Sprintf("%s-%04d", name, i)
-		if _, err := d.Send(t.Context(), migBegin{ID: m.ids[i], Due: start.Add(time.Duration(i) * spread / time.Duration(n))}); err != nil {
+		due := start.Add(time.Duration(i) * spread / time.Duration(n-late))
+		if i >= n-late {
+			due = start.Add(lateAt + time.Duration(i-(n-late))*100*time.Millisecond)
+		}
+		if _, err := d.Send(t.Context(), migBegin{ID: m.ids[i], Due: due}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -301,7 +312,7 @@ func (m *migration) check() {
 // none before its due time, none lost.
 func TestMigrateTimeoutsThereAndBack(t *testing.T) {
 	n := migrateCount
-	m := startMigration(t, "migtb", n, 3*time.Second, 40*time.Second)
+	m := startMigration(t, "migtb", n, 3*time.Second, 20*time.Second, migrateLate, time.Minute)
 	before := m.fired()
 	there := m.migrate(DefaultEngineName)
 	if there[saga.MigrateMoved] == 0 {
@@ -325,7 +336,7 @@ func TestMigrateTimeoutsThereAndBack(t *testing.T) {
 // handled once, none early, none lost.
 func TestMigrateKilled(t *testing.T) {
 	n := migrateCount / 4
-	m := startMigration(t, "migkill", n, 10*time.Second, 5*time.Second)
+	m := startMigration(t, "migkill", n, 10*time.Second, 5*time.Second, 0, 0)
 	srv, _ := servers(t)
 
 	child := exec.Command(os.Args[0], "-test.run=^$")
