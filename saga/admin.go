@@ -24,23 +24,35 @@ type Instance struct {
 	Started   time.Time
 	Updated   time.Time // the last step that changed it (completion, for a tombstone)
 	Timeouts  []PendingTimeout
+	// DataVersion is the version of the saga's data the record was
+	// written with (see DataVersion): 1 for records written before
+	// versions existed. Data is as stored, not upcast: InstanceOf
+	// decodes and upcasts it.
+	DataVersion int
 }
 
 // Instance returns the stored state of a saga instance, or ErrNotFound
 // (never started, or completed longer ago than the retention).
+//
+// Data is encoded as stored; InstanceOf decodes it into the saga's type.
 func (d *Dispatcher) Instance(ctx context.Context, sagaName, id string) (*Instance, error) {
+	inst, _, err := d.instance(ctx, sagaName, id)
+	return inst, err
+}
+
+func (d *Dispatcher) instance(ctx context.Context, sagaName, id string) (*Instance, *record, error) {
 	if err := validateID(id); err != nil {
-		return nil, fmt.Errorf("%w: %s/%.64q: %w", ErrNotFound, sagaName, id, err)
+		return nil, nil, fmt.Errorf("%w: %s/%.64q: %w", ErrNotFound, sagaName, id, err)
 	}
 	rec, _, err := d.load(ctx, storeKey(sagaName, id))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s := &stepState{rec: rec}
 	return &Instance{
 		Saga: sagaName, ID: id, Data: rec.data(), Completed: rec.Completed,
-		Started: rec.Started, Updated: rec.Updated, Timeouts: s.pending(),
-	}, nil
+		Started: rec.Started, Updated: rec.Updated, Timeouts: s.pending(), DataVersion: rec.dataVersion(),
+	}, rec, nil
 }
 
 // ScheduledTimeout is a timeout an engine holds for a saga instance.

@@ -38,6 +38,7 @@ type config struct {
 	calendars   *calendar.Registry      // WithCalendars
 	currentCal  map[string]calendar.Ref // WithCalendars: the version requests use, by name
 	defaultCal  string                  // WithCalendars: the calendar of a request that names none
+	versionWait time.Duration           // WithVersionWait
 }
 
 // RetryPolicy says how a failing message is retried before it is
@@ -379,4 +380,18 @@ const (
 	// dropped by its policy (CatchUpSkip, CatchUpCoalesce); the instance
 	// no longer waits for it.
 	Skipped Outcome = "skipped"
+
+	// VersionWait: the instance's record was written by a newer version
+	// of the saga's data than this dispatcher's definition knows
+	// (DataVersion). Nothing ran and nothing was written: the message
+	// was scheduled again on the queue for a newer worker
+	// (WithVersionWait), and completed. StepResult.Err matches
+	// ErrDataVersionAhead. Count it: during a rolling deploy it shows
+	// the old workers leaving work to the new ones; after one, a worker
+	// left behind.
+	VersionWait Outcome = "version-wait"
+
+	// NotFoundHandled: no instance, and the NotFoundPolicy's Handler ran
+	// and returned nil; the messages it sent were sent.
+	NotFoundHandled Outcome = "not-found-handled"
 )
