@@ -62,6 +62,16 @@ func TypeOf[M any]() MessageType {
 // Name returns the name messages of the type travel under.
 func (t MessageType) Name() string { return t.name }
 
+// Aliases returns the names messages of the type travelled under before
+// (Aliased), which it is received under too.
+func (t MessageType) Aliases() []string {
+	out := make([]string, len(t.aliases))
+	for i, a := range t.aliases {
+		out[i] = a.Name
+	}
+	return out
+}
+
 // Decoder decodes received messages of a set of types into their Go
 // values, by their type name (TypeProperty): the receiving side of the
 // messages sagas send, for plain Go code outside sagas. It is safe for

@@ -168,6 +168,16 @@ func (a Hooks) then(h Hooks) Hooks {
 			second(ctx, l)
 		}
 	}
+	switch {
+	case a.Sent == nil:
+		out.Sent = h.Sent
+	case h.Sent != nil:
+		first, second := a.Sent, h.Sent
+		out.Sent = func(ctx context.Context, queue string, m *transport.Message) {
+			first(ctx, queue, m)
+			second(ctx, queue, m)
+		}
+	}
 	return out
 }
 
@@ -314,6 +324,14 @@ type Hooks struct {
 	// HandleLate), once its step committed, with what its policy did.
 	// Types without a tolerance never call it.
 	TimeoutLate func(ctx context.Context, late LateTimeout)
+	// Sent is called for each message a step sent to a queue (Send,
+	// Reply, ReplyToOriginator, a NotFoundPolicy Handler's), once the
+	// queue accepted it, with the message as sent; not for timeouts,
+	// nor events published to a topic. A step that carries out the
+	// effects of an earlier step (after a crash) calls it for those
+	// messages, which may then be duplicates the queue dropped. Read
+	// only.
+	Sent func(ctx context.Context, queue string, m *transport.Message)
 }
 
 // StepInfo identifies a step for hooks.

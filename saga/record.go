@@ -171,6 +171,14 @@ func decodeRecord(b []byte) (*record, error) {
 	return r, nil
 }
 
+// StoreKey returns the key a Store holds the record of an instance of
+// saga sagaName under: the name, a dot, and the ID base64url-encoded
+// (without padding), so that any ID is a safe key and NATS subject
+// token. For tools and tests that read or restore records (golden
+// records of an older version, say); what a record holds is the
+// dispatcher's own.
+func StoreKey(sagaName, id string) string { return storeKey(sagaName, id) }
+
 // storeKey makes a Store key from saga name and instance ID. The ID is
 // base64url-encoded, so any ID is a safe key and NATS subject token.
 func storeKey(sagaName, id string) string {
