@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
 )
 
 // Instance is what an operator sees of a saga instance.
@@ -65,6 +66,8 @@ type ScheduledTimeout struct {
 	Ref timeout.Ref
 	// Seq is the scheduled sequence number on the dispatcher's queue, for
 	// a timeout on the transport engine; 0 on other engines.
+	// transport.FormatSeq shows it as the jetsaga command does ("0:s20"),
+	// and so does String.
 	Seq uint64
 	// Handle is the timeout's handle in its instance (see PendingTimeout).
 	Handle TimeoutHandle
@@ -74,6 +77,21 @@ type ScheduledTimeout struct {
 	// its due time was computed with. Empty for other timeouts.
 	Rule     string
 	Calendar calendar.Ref
+}
+
+// String describes the timeout on one line, its sequence number as the
+// jetsaga command shows it (transport.FormatSeq, "0:s20"):
+//
+//	dunning/inv-1 dunning.Remind due 2024-01-22T00:00:00Z seq 0:s2 (queue:sagatest:140737488355330@1705881600000000000)
+func (st ScheduledTimeout) String() string {
+	s := st.Saga + "/" + st.ID + " " + st.Type + " due " + st.At.UTC().Format(time.RFC3339Nano)
+	if st.Seq != 0 {
+		s += " seq " + transport.FormatSeq(st.Seq)
+	}
+	if st.Ref != "" {
+		s += " (" + string(st.Ref) + ")"
+	}
+	return s
 }
 
 // ScheduledTimeouts lists the pending timeouts of saga sagaName (all

@@ -249,3 +249,49 @@ func TestAssertDecodesFails(t *testing.T) {
 		t.Error("AssertDecodes of a body that does not upcast did not fail the test")
 	}
 }
+
+// TestTimeoutOfNamesATimeoutByType: of three pending timeouts, the input
+// delivers the one of the type it names, not the earliest.
+func TestTimeoutOfNamesATimeoutByType(t *testing.T) {
+	inv := invoiceSaga()
+	var at []time.Duration
+	sagatest.Explore(t, []saga.Saga{inv},
+		func(t *testing.T, env *sagatest.Env) {
+			env.Send(InvoiceIssued{Invoice: "inv-9", Customer: "eve", Amount: 10})
+		},
+		[]sagatest.Input{sagatest.TimeoutOf[secondReminder](inv, "inv-9")},
+		func(t *testing.T, env *sagatest.Env) {
+			at = append(at, env.Now().Sub(env.Start()))
+		})
+	if len(at) != 1 || at[0] != 21*day {
+		t.Errorf("the input was delivered at %v, want once, at +21d (the second reminder's due time)", at)
+	}
+}
+
+// TestJournalLimit: a state longer than the limit (here over 200
+// bytes) shows as its size; the option changes the limit, and 0 lifts it.
+func TestJournalLimit(t *testing.T) {
+	inv := invoiceSaga()
+	for _, c := range []struct {
+		name string
+		opts []sagatest.Option
+		full bool // the state shows in full
+	}{
+		{"default", nil, false},
+		{"limit 1000", []sagatest.Option{sagatest.WithJournalLimit(1000)}, true},
+		{"limit 100", []sagatest.Option{sagatest.WithJournalLimit(100)}, false},
+		{"no limit", []sagatest.Option{sagatest.WithJournalLimit(0)}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sagatest.Run(t, []saga.Saga{inv}, func(t *testing.T, env *sagatest.Env) {
+				env.Send(InvoiceIssued{Invoice: "inv-10", Customer: "long-" + strings.Repeat("x", 150), Amount: 10})
+				j := env.Journal()
+				full := strings.Contains(j, `  state {"Customer":"long-xxx`)
+				sized := strings.Contains(j, "  state (")
+				if full != c.full || sized == c.full {
+					t.Errorf("state in full %v, as its size %v; want in full %v:\n%s", full, sized, c.full, j)
+				}
+			}, c.opts...)
+		})
+	}
+}
