@@ -389,7 +389,7 @@ const (
 	// RetryPolicy.Backoff until they are out.
 	EffectsPending Outcome = "effects-pending"
 	Duplicate      Outcome = "duplicate"     // already handled: no second effect
-	Dropped        Outcome = "dropped"       // stale timeout, or no instance (NotFoundPolicy applied)
+	Dropped        Outcome = "dropped"       // stale timeout, or no instance (NotFoundPolicy: ignored, or its Hook)
 	Retried        Outcome = "retried"       // rescheduled for a delayed retry
 	DeadLettered   Outcome = "dead-lettered" // moved to the dead-letter queue
 	Abandoned      Outcome = "abandoned"     // left to redelivery (e.g. on shutdown)
