@@ -12,6 +12,7 @@ import (
 
 	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
 )
 
 // Instance is what an operator sees of a saga instance.
@@ -24,23 +25,35 @@ type Instance struct {
 	Started   time.Time
 	Updated   time.Time // the last step that changed it (completion, for a tombstone)
 	Timeouts  []PendingTimeout
+	// DataVersion is the version of the saga's data the record was
+	// written with (see DataVersion): 1 for records written before
+	// versions existed. Data is as stored, not upcast: InstanceOf
+	// decodes and upcasts it.
+	DataVersion int
 }
 
 // Instance returns the stored state of a saga instance, or ErrNotFound
 // (never started, or completed longer ago than the retention).
+//
+// Data is encoded as stored; InstanceOf decodes it into the saga's type.
 func (d *Dispatcher) Instance(ctx context.Context, sagaName, id string) (*Instance, error) {
+	inst, _, err := d.instance(ctx, sagaName, id)
+	return inst, err
+}
+
+func (d *Dispatcher) instance(ctx context.Context, sagaName, id string) (*Instance, *record, error) {
 	if err := validateID(id); err != nil {
-		return nil, fmt.Errorf("%w: %s/%.64q: %w", ErrNotFound, sagaName, id, err)
+		return nil, nil, fmt.Errorf("%w: %s/%.64q: %w", ErrNotFound, sagaName, id, err)
 	}
 	rec, _, err := d.load(ctx, storeKey(sagaName, id))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s := &stepState{rec: rec}
 	return &Instance{
 		Saga: sagaName, ID: id, Data: rec.data(), Completed: rec.Completed,
-		Started: rec.Started, Updated: rec.Updated, Timeouts: s.pending(),
-	}, nil
+		Started: rec.Started, Updated: rec.Updated, Timeouts: s.pending(), DataVersion: rec.dataVersion(),
+	}, rec, nil
 }
 
 // ScheduledTimeout is a timeout an engine holds for a saga instance.
@@ -53,6 +66,8 @@ type ScheduledTimeout struct {
 	Ref timeout.Ref
 	// Seq is the scheduled sequence number on the dispatcher's queue, for
 	// a timeout on the transport engine; 0 on other engines.
+	// transport.FormatSeq shows it as the jetsaga command does ("0:s20"),
+	// and so does String.
 	Seq uint64
 	// Handle is the timeout's handle in its instance (see PendingTimeout).
 	Handle TimeoutHandle
@@ -62,6 +77,21 @@ type ScheduledTimeout struct {
 	// its due time was computed with. Empty for other timeouts.
 	Rule     string
 	Calendar calendar.Ref
+}
+
+// String describes the timeout on one line, its sequence number as the
+// jetsaga command shows it (transport.FormatSeq, "0:s20"):
+//
+//	dunning/inv-1 dunning.Remind due 2024-01-22T00:00:00Z seq 0:s2 (queue:sagatest:140737488355330@1705881600000000000)
+func (st ScheduledTimeout) String() string {
+	s := st.Saga + "/" + st.ID + " " + st.Type + " due " + st.At.UTC().Format(time.RFC3339Nano)
+	if st.Seq != 0 {
+		s += " seq " + transport.FormatSeq(st.Seq)
+	}
+	if st.Ref != "" {
+		s += " (" + string(st.Ref) + ")"
+	}
+	return s
 }
 
 // ScheduledTimeouts lists the pending timeouts of saga sagaName (all

@@ -16,6 +16,7 @@ func sampleRecord() *record {
 	return &record{
 		JSONData: []byte(`{"n":1}`),
 		BinData:  []byte{1, 2, 3},
+		Version:  2,
 		Timeouts: map[string]timeoutEntry{
 			"t1": {Type: "T", At: time.Unix(1, 0).UTC(), Ref: "queue:q:1", Rule: "next business day in UTC",
 				Calendar: &calendar.Ref{Name: "c", Version: "1"}, From: time.Unix(0, 1).UTC(), ID: "t1-r",
@@ -51,6 +52,7 @@ func sampleRecord() *record {
 func mutateRecord(r *record) {
 	r.JSONData[0] = 'X'
 	r.BinData[0] = 9
+	r.Version = 3
 	t2 := r.Timeouts["t2"]
 	t2.Calendar.Version = "changed"
 	t2.Msg.Body[0] = 'y'

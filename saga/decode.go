@@ -15,7 +15,7 @@ var ErrTypeMismatch = errors.New("saga: message of another type")
 // Decode decodes a message received from a transport queue — one a saga
 // sent, say, read by plain Go code outside sagas — into its Go type M. It
 // returns ErrTypeMismatch if the message travels under another name than
-// MessageName[M], and an error matching ErrMalformed if its JSON body does
+// MessageName[M] or one of its aliases (Aliased), and an error matching ErrMalformed if its JSON body does
 // not decode. Messages encoded with another codec need a Decoder.
 func Decode[M any](m *transport.Message) (M, error) {
 	var v M
@@ -23,40 +23,54 @@ func Decode[M any](m *transport.Message) (M, error) {
 		return v, fmt.Errorf("%w: nil message", ErrMalformed)
 	}
 	want, got := MessageName[M](), m.Properties[TypeProperty]
-	if got != want {
+	up, ok := Upcaster{}, got == want
+	for _, a := range aliasesOf[M]() {
+		if !ok && a.Name == got {
+			up, ok = a.Upcast, true
+		}
+	}
+	if !ok {
 		return v, fmt.Errorf("%w: got %q, want %q", ErrTypeMismatch, got, want)
 	}
-	if err := (JSON{}).Unmarshal(m.Body, &v); err != nil {
+	d, err := decoderOf[M](up)(JSON{}, m.Body)
+	if err != nil {
 		return v, fmt.Errorf("%w: %s: %w", ErrMalformed, got, err)
 	}
-	return v, nil
+	return d.(M), nil
 }
 
 // MessageType is a Go message type a Decoder decodes. TypeOf makes one.
 type MessageType struct {
-	name   string
-	typ    reflect.Type
-	decode func(c Codec, body []byte) (any, error)
+	name    string
+	typ     reflect.Type
+	decode  func(c Codec, body []byte) (any, error)
+	aliases []Alias
 }
 
 // TypeOf returns the MessageType of messages of type M, which travel
-// under MessageName[M].
+// under MessageName[M], and are received under its aliases too
+// (Aliased).
 func TypeOf[M any]() MessageType {
 	return MessageType{
-		name: MessageName[M](),
-		typ:  reflect.TypeFor[M](),
-		decode: func(c Codec, body []byte) (any, error) {
-			var v M
-			if err := c.Unmarshal(body, &v); err != nil {
-				return nil, err
-			}
-			return v, nil
-		},
+		name:    MessageName[M](),
+		typ:     reflect.TypeFor[M](),
+		decode:  decoderOf[M](Upcaster{}),
+		aliases: aliasesOf[M](),
 	}
 }
 
 // Name returns the name messages of the type travel under.
 func (t MessageType) Name() string { return t.name }
+
+// Aliases returns the names messages of the type travelled under before
+// (Aliased), which it is received under too.
+func (t MessageType) Aliases() []string {
+	out := make([]string, len(t.aliases))
+	for i, a := range t.aliases {
+		out[i] = a.Name
+	}
+	return out
+}
 
 // Decoder decodes received messages of a set of types into their Go
 // values, by their type name (TypeProperty): the receiving side of the
@@ -83,6 +97,15 @@ func NewDecoder(codec Codec, types ...MessageType) (*Decoder, error) {
 			return nil, fmt.Errorf("%w: %v and %v both travel as %q", ErrInvalidOption, o.typ, t.typ, t.name)
 		}
 		d.types[t.name] = t
+		for _, a := range t.aliases {
+			if o, dup := d.types[a.Name]; dup && o.typ != t.typ {
+				return nil, fmt.Errorf("%w: %v and %v both travel as %q", ErrInvalidOption, o.typ, t.typ, a.Name)
+			}
+			at := t
+			at.name, at.aliases = a.Name, nil
+			at.decode = aliasDecoder(t, a)
+			d.types[a.Name] = at
+		}
 	}
 	return d, nil
 }
@@ -105,4 +128,15 @@ func (d *Decoder) Decode(m *transport.Message) (any, error) {
 		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, name, err)
 	}
 	return v, nil
+}
+
+// aliasDecoder decodes a body sent under alias a of t: upcast, then as t.
+func aliasDecoder(t MessageType, a Alias) func(c Codec, body []byte) (any, error) {
+	return func(c Codec, body []byte) (any, error) {
+		b, err := a.Upcast.apply(c, body)
+		if err != nil {
+			return nil, fmt.Errorf("upcasting: %w", err)
+		}
+		return t.decode(c, b)
+	}
 }

@@ -18,6 +18,9 @@ type Definition[S any] struct {
 	notFound NotFoundPolicy
 	engine   string
 	err      error
+
+	version   int        // DataVersion; 0 is 1
+	upcasters []Upcaster // upcasters[i]: version i+1 to i+2
 }
 
 // Handler handles a message of type M for a saga with data S. It reads and
@@ -90,12 +93,19 @@ func Define[S any](name string, opts ...DefinitionOption) *Definition[S] {
 		o(&cfg)
 	}
 	d.notFound, d.engine = cfg.notFound, cfg.engine
+	d.version, d.upcasters = cfg.version, cfg.upcasters
+	if cfg.err != nil && d.err == nil {
+		d.err = fmt.Errorf("%w: saga %s: %w", ErrInvalidDefinition, name, cfg.err)
+	}
 	return d
 }
 
 type definitionConfig struct {
-	notFound NotFoundPolicy
-	engine   string
+	notFound  NotFoundPolicy
+	engine    string
+	version   int
+	upcasters []Upcaster
+	err       error // of an option given an invalid value
 }
 
 // DefinitionOption configures a Definition.
@@ -163,29 +173,38 @@ func OnTimeout[S, T any](d *Definition[S], h Handler[S, T], opts ...TimeoutOptio
 	if r.catchUp.policy == CatchUpLate && r.late == nil && d.err == nil {
 		d.err = fmt.Errorf("%w: saga %s: OnTimeout %s: the late policy needs a handler: use HandleLate", ErrInvalidDefinition, d.name, name)
 	}
-	d.routes[name] = r
+	putRoute[S, T](d, name, r, false)
 }
 
 func addRoute[S, M any](d *Definition[S], kind routeKind, find Finder[M], h Handler[S, M]) {
 	name := MessageName[M]()
-	if _, dup := d.routes[name]; dup && d.err == nil {
-		d.err = fmt.Errorf("%w: saga %s: message type %s registered twice", ErrInvalidDefinition, d.name, name)
-	}
 	r := route[S]{
-		kind: kind,
-		decode: func(c Codec, body []byte) (any, error) {
-			var m M
-			if err := c.Unmarshal(body, &m); err != nil {
-				return nil, err
-			}
-			return m, nil
-		},
+		kind:    kind,
+		decode:  decoderOf[M](Upcaster{}),
 		handler: func(ctx context.Context, c *Context[S], m any) error { return h(ctx, c, m.(M)) },
 	}
 	if find != nil {
 		r.find = func(ctx context.Context, m any) (string, error) { return find(ctx, m.(M)) }
 	}
+	putRoute[S, M](d, name, r, true)
+}
+
+// putRoute registers r for M's name and its aliases (Aliased), each
+// decoding its own shape; with check, a name registered already makes
+// the definition invalid.
+func putRoute[S, M any](d *Definition[S], name string, r route[S], check bool) {
+	if _, dup := d.routes[name]; dup && check && d.err == nil {
+		d.err = fmt.Errorf("%w: saga %s: message type %s registered twice", ErrInvalidDefinition, d.name, name)
+	}
 	d.routes[name] = r
+	for _, a := range aliasesOf[M]() {
+		if _, dup := d.routes[a.Name]; (dup && check || a.Name == "" || a.Name == name) && d.err == nil {
+			d.err = fmt.Errorf("%w: saga %s: alias %q of message type %s is empty, its own name, or registered already", ErrInvalidDefinition, d.name, a.Name, name)
+		}
+		ar := r
+		ar.decode = decoderOf[M](a.Upcast)
+		d.routes[a.Name] = ar
+	}
 }
 
 // Name returns the saga's name.
@@ -207,6 +226,7 @@ type sagaRuntime interface {
 	messageTypes() []string
 	policy() NotFoundPolicy
 	timeoutEngine() string
+	dataVersion() int
 	lookup(msgType string) (routeKind, bool)
 	catchUpOf(msgType string) catchUp
 	decode(c Codec, msgType string, body []byte) (any, error)
@@ -261,13 +281,11 @@ func (d *Definition[S]) find(ctx context.Context, msgType string, m any) (string
 
 func (d *Definition[S]) run(ctx context.Context, s *stepState, msgType string, m any) error {
 	c := &Context[S]{step: s}
-	if data := s.rec.data(); len(data) > 0 {
-		if err := s.codec.Unmarshal(data, &c.Data); err != nil {
-			return fmt.Errorf("saga %s: decoding stored data: %w", d.name, err)
-		}
+	var err error
+	if c.Data, err = d.loadData(s.codec, s.rec); err != nil {
+		return err
 	}
 	r := d.routes[msgType]
-	var err error
 	if s.late != nil && r.late != nil {
 		err = r.late(ctx, c, m, *s.late)
 	} else {
@@ -281,6 +299,7 @@ func (d *Definition[S]) run(ctx context.Context, s *stepState, msgType string, m
 		return fmt.Errorf("saga %s: encoding data: %w", d.name, err)
 	}
 	s.rec.setData(data)
+	s.rec.setDataVersion(d.DataVersion())
 	s.rec.Updated = s.now
 	return nil
 }

@@ -69,6 +69,7 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 		now:         time.Now,
 		cacheSize:   DefaultRecordCache,
 		batch:       8,
+		versionWait: DefaultVersionWait,
 	}
 	c.queue.Name = queue
 	for _, o := range opts {

@@ -226,9 +226,55 @@
 // committed: a step that committed is never dead-lettered (see
 // [EffectsPending]).
 //
+// # Changing a saga
+//
+// A saga whose timeouts are weeks out outlives many deployments; its data
+// type, message names and timeout payloads change while instances are
+// pending.
+//
+// Data: [DataVersion] declares the version of the saga's data type and
+// the [Upcaster] of each older version to the next ([Upcast] typed,
+// [UpcastBytes] on the encoded data). Every record carries the version
+// it was written with (a record without one is version 1, as every
+// record written before versions existed); on load, older data is upcast
+// version by version, so a handler sees only the current type, and the
+// next commit writes it at the current version. [InstanceOf] reads an
+// instance's data the same way. A dispatcher whose definition is older
+// than a record never writes it: the step ends with the outcome
+// [VersionWait] (StepResult.Err matches [ErrDataVersionAhead]), logged at
+// Info level, and the message is scheduled again on the queue for a
+// newer worker after [WithVersionWait].
+//
+// So a rolling deploy from version n to a later one needs no order
+// among the workers and loses nothing: while old and new workers share
+// the queue, an instance a new worker has written is handled only by new
+// workers, and the old ones leave its messages to them, delayed by the
+// wait each time, until the last old worker is gone. Three rules remain:
+//
+//   - the first release: workers built with a jetsaga release before data
+//     versions do not check them. Deploy this release of jetsaga with the
+//     saga at version 1 (no DataVersion) to every worker first, and only
+//     then a version that declares DataVersion(2);
+//   - roll back only to a release that knows the newest version written,
+//     or the instances written since wait until a newer worker returns;
+//   - keep the upcasters of every version that may still be stored: an
+//     instance untouched since version 1 needs all of them.
+//
+// Messages and timeouts: a message type keeps its name across renames
+// with [Named]; a type that replaced others lists their names with
+// [Aliased], each with an Upcaster of the old body's shape. Sagas,
+// [Decode] and [Decoder] receive a message, or a timeout, sent under an
+// alias as the new type; what the type sends travels under its current
+// name. Give a type a new name when its shape changes in a way the old
+// bodies do not decode into, and keep the old one as an alias with an
+// upcaster. The guide docs/evolving.md of the repository has a worked
+// example, and how sagatest checks golden records and payloads of an
+// older version.
+//
 // # Operating
 //
-// [Dispatcher.Instance] shows one instance's state and pending timeouts;
+// [Dispatcher.Instance] shows one instance's state and pending timeouts
+// ([InstanceOf] decodes its data);
 // [Dispatcher.ScheduledTimeouts] lists the timeouts waiting in the queue;
 // [Dispatcher.CancelTimeouts] and [Dispatcher.CancelAllTimeouts] cancel
 // them, as steps on the instances (they never race a handler's step) that

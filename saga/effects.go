@@ -31,11 +31,13 @@ const (
 	propMessageID = "jetsaga-message-id"  // the original's MessageID, if it had one
 	propTries     = "jetsaga-retry-tries" // step runs so far
 	propSince     = "jetsaga-retry-since" // first failure, RFC 3339
+	// How many times the message was left for a newer worker (VersionWait).
+	propVersionWaits = "jetsaga-version-waits"
 )
 
 // retryProps are the properties a delayed retry's copy has and its
 // original had not.
-var retryProps = []string{propOrigin, propAttempt, propMessageID, propTries, propSince}
+var retryProps = []string{propOrigin, propAttempt, propMessageID, propTries, propSince, propVersionWaits}
 
 // stepState is one handler run on one instance: the loaded record, changed in
 // place by the handler through its Context, and the facts it may read.

@@ -78,6 +78,7 @@ func (d *Dispatcher) notFound(ctx context.Context, t *target, key, identity stri
 				return "", err
 			}
 		}
+		return NotFoundHandled, nil
 	case p.Hook != nil:
 		if err := p.Hook(ctx, t.rt.Name(), t.id, t.m); err != nil {
 			return "", err

@@ -20,7 +20,8 @@ type InviteRejected struct{ Code, Why string }
 // instance completed; its tombstone is kept for WithCompletedRetention)
 // from one that never existed, and replies accordingly. Its replies are
 // sent after it returns, with IDs fixed by the incoming message, so a
-// redelivery cannot reply twice within the duplicate window.
+// redelivery cannot reply twice within the duplicate window. Such a step
+// ends with the outcome NotFoundHandled (an ignored one with Dropped).
 func ExampleNotFoundPolicy() {
 	invite := saga.Define[struct{}]("invite", saga.WhenNotFound(saga.NotFoundPolicy{
 		Handler: func(ctx context.Context, c *saga.NotFoundContext, m any) error {
@@ -46,7 +47,11 @@ func ExampleNotFoundPolicy() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	broker, _ := transport.NewMemory()
-	d, err := saga.NewDispatcher(broker, memstore.New(), "invites", saga.WithSagas(invite), saga.WithConcurrency(1))
+	outcomes := make(chan saga.Outcome, 4)
+	d, err := saga.NewDispatcher(broker, memstore.New(), "invites", saga.WithSagas(invite), saga.WithConcurrency(1),
+		saga.WithHooks(saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, res saga.StepResult) {
+			outcomes <- res.Outcome
+		}}))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -76,8 +81,13 @@ func ExampleNotFoundPolicy() {
 	}
 	stop()
 	<-done
+	for range 4 {
+		fmt.Print(<-outcomes, " ")
+	}
+	fmt.Println()
 	// Output:
 	// saga_test.Welcome {"Code":"c-1"}
 	// saga_test.InviteRejected {"Code":"c-1","Why":"invitation already used"}
 	// saga_test.InviteRejected {"Code":"c-2","Why":"unknown invitation"}
+	// handled handled not-found-handled not-found-handled
 }

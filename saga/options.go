@@ -38,6 +38,7 @@ type config struct {
 	calendars   *calendar.Registry      // WithCalendars
 	currentCal  map[string]calendar.Ref // WithCalendars: the version requests use, by name
 	defaultCal  string                  // WithCalendars: the calendar of a request that names none
+	versionWait time.Duration           // WithVersionWait
 }
 
 // RetryPolicy says how a failing message is retried before it is
@@ -165,6 +166,16 @@ func (a Hooks) then(h Hooks) Hooks {
 		out.TimeoutLate = func(ctx context.Context, l LateTimeout) {
 			first(ctx, l)
 			second(ctx, l)
+		}
+	}
+	switch {
+	case a.Sent == nil:
+		out.Sent = h.Sent
+	case h.Sent != nil:
+		first, second := a.Sent, h.Sent
+		out.Sent = func(ctx context.Context, queue string, m *transport.Message) {
+			first(ctx, queue, m)
+			second(ctx, queue, m)
 		}
 	}
 	return out
@@ -313,6 +324,14 @@ type Hooks struct {
 	// HandleLate), once its step committed, with what its policy did.
 	// Types without a tolerance never call it.
 	TimeoutLate func(ctx context.Context, late LateTimeout)
+	// Sent is called for each message a step sent to a queue (Send,
+	// Reply, ReplyToOriginator, a NotFoundPolicy Handler's), once the
+	// queue accepted it, with the message as sent; not for timeouts,
+	// nor events published to a topic. A step that carries out the
+	// effects of an earlier step (after a crash) calls it for those
+	// messages, which may then be duplicates the queue dropped. Read
+	// only.
+	Sent func(ctx context.Context, queue string, m *transport.Message)
 }
 
 // StepInfo identifies a step for hooks.
@@ -370,7 +389,7 @@ const (
 	// RetryPolicy.Backoff until they are out.
 	EffectsPending Outcome = "effects-pending"
 	Duplicate      Outcome = "duplicate"     // already handled: no second effect
-	Dropped        Outcome = "dropped"       // stale timeout, or no instance (NotFoundPolicy applied)
+	Dropped        Outcome = "dropped"       // stale timeout, or no instance (NotFoundPolicy: ignored, or its Hook)
 	Retried        Outcome = "retried"       // rescheduled for a delayed retry
 	DeadLettered   Outcome = "dead-lettered" // moved to the dead-letter queue
 	Abandoned      Outcome = "abandoned"     // left to redelivery (e.g. on shutdown)
@@ -379,4 +398,18 @@ const (
 	// dropped by its policy (CatchUpSkip, CatchUpCoalesce); the instance
 	// no longer waits for it.
 	Skipped Outcome = "skipped"
+
+	// VersionWait: the instance's record was written by a newer version
+	// of the saga's data than this dispatcher's definition knows
+	// (DataVersion). Nothing ran and nothing was written: the message
+	// was scheduled again on the queue for a newer worker
+	// (WithVersionWait), and completed. StepResult.Err matches
+	// ErrDataVersionAhead. Count it: during a rolling deploy it shows
+	// the old workers leaving work to the new ones; after one, a worker
+	// left behind.
+	VersionWait Outcome = "version-wait"
+
+	// NotFoundHandled: no instance, and the NotFoundPolicy's Handler ran
+	// and returned nil; the messages it sent were sent.
+	NotFoundHandled Outcome = "not-found-handled"
 )

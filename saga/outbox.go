@@ -73,10 +73,13 @@ func (d *Dispatcher) carryOut(ctx context.Context, key string, rec *record, e ef
 		if err != nil {
 			return fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
 		}
-		if _, err := q.Send(ctx, e.Msg.transportMessage()); errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
+		m := e.Msg.transportMessage()
+		if _, err := q.Send(ctx, m); errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
 			d.dropEffect(ctx, key, e, err)
 		} else if err != nil {
 			return fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
+		} else if h := d.cfg.hooks.Sent; h != nil {
+			h(ctx, e.Queue, m)
 		}
 	case effectPublish:
 		var t *transport.Topic

@@ -28,6 +28,11 @@ import (
 type record struct {
 	JSONData json.RawMessage `json:"data,omitempty"` // data the codec made JSON, as is
 	BinData  []byte          `json:"bin,omitempty"`  // data in any other encoding, base64
+	// Version is the version of the saga's data (DataVersion) the data
+	// was written with; 0 for version 1, which records written before
+	// versions existed are, and which is written without it, so that a
+	// version-1 record reads the same to releases before versions.
+	Version int `json:"version,omitempty"`
 
 	Timeouts   map[string]timeoutEntry `json:"timeouts,omitempty"`
 	Inbox      []string                `json:"inbox,omitempty"`
@@ -56,6 +61,17 @@ func (r *record) setData(b []byte) {
 		r.JSONData = b
 	} else {
 		r.BinData = b
+	}
+}
+
+// dataVersion returns the version of the record's data: 1 if it has none.
+func (r *record) dataVersion() int { return max(r.Version, 1) }
+
+// setDataVersion records the version data was written with.
+func (r *record) setDataVersion(v int) {
+	r.Version = 0
+	if v > 1 {
+		r.Version = v
 	}
 }
 
@@ -155,6 +171,14 @@ func decodeRecord(b []byte) (*record, error) {
 	}
 	return r, nil
 }
+
+// StoreKey returns the key a Store holds the record of an instance of
+// saga sagaName under: the name, a dot, and the ID base64url-encoded
+// (without padding), so that any ID is a safe key and NATS subject
+// token. For tools and tests that read or restore records (golden
+// records of an older version, say); what a record holds is the
+// dispatcher's own.
+func StoreKey(sagaName, id string) string { return storeKey(sagaName, id) }
 
 // storeKey makes a Store key from saga name and instance ID. The ID is
 // base64url-encoded, so any ID is a safe key and NATS subject token.

@@ -50,7 +50,7 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 				o, n, err = d.step(ctx, t, del, identity)
 				conflicts += n
 			}
-			if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || tries > d.cfg.retry.Immediate {
+			if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || errors.Is(err, ErrDataVersionAhead) || tries > d.cfg.retry.Immediate {
 				break
 			}
 		}
@@ -65,14 +65,20 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 				_ = del.Abandon(ctx)
 				return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr), Conflicts: conflicts}
 			}
-			res := d.fail(ctx, del, identity, err, tries)
+			var res StepResult
+			if errors.Is(err, ErrDataVersionAhead) {
+				res = d.versionWait(ctx, del, identity, err, info)
+			} else {
+				res = d.fail(ctx, del, identity, err, tries)
+			}
 			res.Conflicts = conflicts
 			return res
 		}
 		if o != Handled && o != Duplicate && o != Skipped {
 			inInbox = false
 		}
-		if outcome != EffectsPending && (o == Handled || (o == Dropped || o == Skipped) && outcome == Duplicate) {
+		if outcome != EffectsPending && outcome != Handled && (o == Handled || o == NotFoundHandled ||
+			(o == Dropped || o == Skipped) && outcome == Duplicate) {
 			outcome = o
 		}
 	}
@@ -223,6 +229,10 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			}
 			tombstone = rec
 			rec = &record{Inbox: rec.Inbox} // a finished instance: as if not found
+		} else if v := rec.dataVersion(); v > t.rt.dataVersion() {
+			// Written by a newer worker: never written by this one.
+			return fresh("", fmt.Errorf("%w: saga %s/%s: version %d, this worker's definition knows %d",
+				ErrDataVersionAhead, t.rt.Name(), t.id, v, t.rt.dataVersion()))
 		}
 	}
 	isNew := rec == nil || rec.Started.IsZero()

@@ -31,7 +31,8 @@ func state[S any](t testing.TB, e *Env, def *saga.Definition[S], id string) (S, 
 	case inst.Completed:
 		t.Fatalf("sagatest: %s/%s at %s: completed, so it has no state\n%s", def.Name(), id, e.offset(e.Now()), e.journalSection())
 	default:
-		if err := e.codec.Unmarshal(inst.Data, &s); err != nil {
+		s, _, err := saga.InstanceOf(e.ctx, e.d, def, id) // upcast to def's version
+		if err != nil {
 			t.Fatalf("sagatest: %s/%s: decoding state: %v", def.Name(), id, err)
 			break
 		}
@@ -65,7 +66,7 @@ func (e *Env) AssertCompleted(t testing.TB, s saga.Saga, id string) {
 	case inst.Completed:
 		return
 	default:
-		got = "running, state" + bodySuffix(inst.Data)
+		got = "running, state" + e.bodySuffix(inst.Data)
 		for _, p := range inst.Timeouts {
 			got += fmt.Sprintf(", timeout %s due %s", p.Type, e.offset(p.At))
 		}
@@ -135,7 +136,7 @@ func (e *Env) AssertSent(t testing.TB, queue string, want ...any) {
 			continue
 		}
 		if !ok { // nothing wanted: show what came
-			got = append(got, raw(n+bodySuffix(m.Body)))
+			got = append(got, raw(n+e.bodySuffix(m.Body)))
 			continue
 		}
 		v, err := e.decode(typ, m.Body)

@@ -116,10 +116,26 @@
 //	re-run it alone with the option sagatest.Replay(1, 0)
 //	journal (now +1h0m0s): ...
 //
+// [Timeout] names the earliest pending timeout of an instance;
+// [TimeoutOf] the earliest of one payload type.
+//
 // Explore runs every order of up to 6 inputs (720), and a sample drawn
 // with a fixed seed beyond ([WithOrderings], [WithSeed]). Each order costs
 // about what a Run of the same scenario costs (BenchmarkExplore: about
 // 0.2 ms for a setup of one message and two inputs).
+//
+// # Changing a saga
+//
+// A new version of a saga (saga.DataVersion, saga.Aliased) must take
+// over what the old one left pending: records, timeouts, messages.
+// Record them from the old version once, as golden files —
+// [Env.StoredRecord], and the messages of [Env.Messages] or of the
+// queue's scheduled timeouts — and keep them in testdata; a test then
+// loads them under the new version with [Env.Restore] and [Env.Deliver],
+// and [AssertDecodes] checks that a recorded payload decodes as the new
+// type. [State] and [AssertState] upcast the data to the definition's
+// version, as handlers see it. The guide docs/evolving.md of the
+// repository walks through it.
 //
 // # Looking
 //
@@ -203,9 +219,13 @@
 //     at that instant before the next: it explores the order of the
 //     inputs, not of their consequences among themselves. Timeout inputs
 //     due earlier than the latest one wait for it.
-//   - The journal shows messages sent to a queue once the Env watches it:
-//     from the first Sent, Messages or AssertSent naming it, earlier ones
-//     included, or from the start with [WithQueues].
+//   - The journal shows every message a step sends to a queue, under the
+//     step; a queue that only code outside the sagas sends to (through
+//     Env.Dispatcher) shows from the first Sent, Messages or AssertSent
+//     naming it, or from the start with [WithQueues].
+//   - The journal shows a body or a state of at most [DefaultJournalLimit]
+//     bytes as it is, a longer one as its size, "state (283 bytes)"
+//     ([WithJournalLimit] changes it).
 //   - A message handled by several sagas appears in the journal under the
 //     last of them.
 package sagatest

@@ -37,6 +37,7 @@ type config struct {
 	start      time.Time
 	queues     []string
 	budget     int
+	limit      int // WithJournalLimit; 0: DefaultJournalLimit
 	explore    exploreConfig
 }
 
@@ -128,10 +129,29 @@ func WithStepBudget(n int) Option {
 	})
 }
 
-// WithQueues names queues the sagas send to, so that the journal shows
-// their messages from the start. A queue is also watched from the first
-// call of Sent, Messages or AssertSent that names it; the journal then
-// shows its earlier messages at the times they were sent.
+// WithJournalLimit sets the longest body or state, in bytes, that the
+// journal shows as it is; a longer one (or one that is not printable
+// text) shows as its size, "state (283 bytes)". 0 shows text of any
+// length. Default: DefaultJournalLimit.
+func WithJournalLimit(n int) Option {
+	return optionFunc(func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("sagatest: WithJournalLimit(%d): must not be negative", n)
+		}
+		c.limit = n
+		if n == 0 {
+			c.limit = -1 // no limit, told apart from the default
+		}
+		return nil
+	})
+}
+
+// WithQueues names queues to watch from the start. The Env watches every
+// queue a step sends to from its first message, so the journal shows
+// every message under the step that sent it; name here a queue that
+// something other than a step sends to (code under test, through
+// Env.Dispatcher). Sent, Messages and AssertSent watch the queue they
+// name too.
 func WithQueues(names ...string) Option {
 	return optionFunc(func(c *config) error {
 		for _, n := range names {
@@ -158,6 +178,7 @@ type Env struct {
 	codec  saga.Codec
 	start  time.Time
 	budget int
+	limit  int // of bodies in the journal; 0: none
 
 	// The receive loop, which hands each message of q to the dispatcher
 	// (Dispatcher.Handle); nil while paused.
@@ -172,6 +193,7 @@ type Env struct {
 	events     []event
 	snaps      map[instanceKey]*saga.Instance
 	watched    map[string]*watchedQueue
+	sentTo     []string     // queues steps sent to, not yet watched
 	dead       watchedQueue // the dead-letter queue of q
 	deadRead   bool         // DeadLetters was called
 	steps      int          // steps since the last drive call
@@ -255,12 +277,18 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 	}
 	time.Sleep(d)
 	e := &Env{
-		t: t, codec: cfg.codec, start: time.Now().UTC(), budget: cfg.budget,
+		t: t, codec: cfg.codec, start: time.Now().UTC(), budget: cfg.budget, limit: cfg.limit,
 		snaps:   make(map[instanceKey]*saga.Instance),
 		watched: make(map[string]*watchedQueue),
 	}
 	if e.codec == nil {
 		e.codec = saga.JSON{}
+	}
+	switch e.limit {
+	case 0:
+		e.limit = DefaultJournalLimit
+	case -1:
+		e.limit = 0
 	}
 	e.ctx = context.Background()
 	var err error
@@ -286,7 +314,7 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 	dopts = append(dopts, cfg.dispatcher...)
 	// saga.WithHooks adds to the hooks given before it: the user's run
 	// first, then the journal's.
-	dopts = append(dopts, saga.WithHooks(saga.Hooks{StepDone: e.stepDone}))
+	dopts = append(dopts, saga.WithHooks(saga.Hooks{StepDone: e.stepDone, Sent: e.sent}))
 	if e.d, err = saga.NewDispatcher(e.b, e.store, Queue, dopts...); err != nil {
 		t.Fatalf("sagatest: %v", err)
 	}
@@ -533,7 +561,7 @@ func (e *Env) send(m any, opts []saga.SendOption) {
 	// Journaled first: the dispatcher may handle m before Send returns.
 	body, _ := e.codec.Marshal(m)
 	e.mu.Lock()
-	e.recordLocked(0, time.Now(), fmt.Sprintf("test sent %s%s", messageName(m), bodySuffix(body)))
+	e.recordLocked(0, time.Now(), fmt.Sprintf("test sent %s%s", messageName(m), e.bodySuffix(body)))
 	e.sends++
 	id := fmt.Sprintf("sagatest-%d", e.sends)
 	e.mu.Unlock()
@@ -741,6 +769,27 @@ func (e *Env) watch(name string) *watchedQueue {
 	return w
 }
 
+// watchQuiet starts watching a queue from the dispatcher's goroutine,
+// where the test may not be stopped: a failure is reported, not fatal.
+func (e *Env) watchQuiet(name string) {
+	e.mu.Lock()
+	_, ok := e.watched[name]
+	e.mu.Unlock()
+	if ok {
+		return
+	}
+	q, err := e.b.OpenQueue(e.ctx, transport.QueueConfig{Name: name})
+	if err != nil {
+		e.t.Errorf("sagatest: watching queue %s: %v", name, err)
+		return
+	}
+	e.mu.Lock()
+	if _, ok := e.watched[name]; !ok {
+		e.watched[name] = &watchedQueue{name: name, q: q, next: 1}
+	}
+	e.mu.Unlock()
+}
+
 // observeAll reads the new messages of every watched queue and of the
 // dead-letter queue.
 func (e *Env) observeAll(indent int) {
@@ -769,7 +818,7 @@ func (e *Env) observe(w *watchedQueue, indent int) {
 		if w == &e.dead {
 			line = fmt.Sprintf("dead-lettered %s: %s: %s", m.Properties[saga.TypeProperty], m.DeadLetterReason, firstLine(m.DeadLetterDescription))
 		} else {
-			line = fmt.Sprintf("sent %s to %s%s", m.Properties[saga.TypeProperty], w.name, bodySuffix(m.Body))
+			line = fmt.Sprintf("sent %s to %s%s", m.Properties[saga.TypeProperty], w.name, e.bodySuffix(m.Body))
 		}
 		e.recordLocked(indent, m.EnqueuedAt, line)
 	}

@@ -55,7 +55,7 @@ func TestCodeExpires(t *testing.T) {
 +0s          state {"Code":"123456","Attempts":0}
 +0s          timeout sagatest_test.Expired requested, due +5m0s
 +5m0s      twofactor/ann: timeout sagatest_test.Expired handled, completed
-+5m0s      sent sagatest_test.CodeExpired to notifications {"User":"ann"}
++5m0s        sent sagatest_test.CodeExpired to notifications {"User":"ann"}
 `
 		if got := env.Journal(); got != want {
 			t.Errorf("journal:\n%s\nwant:\n%s", got, strings.TrimSpace(want))

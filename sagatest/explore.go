@@ -23,11 +23,12 @@ import (
 // that is due ([Timeout]), or a redelivery of a message already handled
 // ([Redeliver]).
 type Input struct {
-	kind inputKind
-	msg  any
-	opts []saga.SendOption
-	saga saga.Saga
-	id   string
+	kind  inputKind
+	msg   any
+	opts  []saga.SendOption
+	saga  saga.Saga
+	id    string
+	types []string // of a Timeout input: the payload's names; nil: any
 }
 
 type inputKind int
@@ -52,6 +53,16 @@ func Timeout(s saga.Saga, id string) Input {
 	return Input{kind: inputTimeout, saga: s, id: id}
 }
 
+// TimeoutOf is an input that delivers the earliest timeout with payload
+// type T (under its name or an alias, saga.Aliased) pending for the
+// instance of s with this id once setup has run; a second TimeoutOf[T]
+// input for the same instance delivers the next one of type T, and so
+// on. Explore moves the clock to its due time.
+func TimeoutOf[T any](s saga.Saga, id string) Input {
+	t := saga.TypeOf[T]()
+	return Input{kind: inputTimeout, saga: s, id: id, types: append([]string{t.Name()}, t.Aliases()...)}
+}
+
 // Redeliver is an input that delivers again the last message handled
 // before it whose type and encoded body are m's: as the transport does
 // when the receiver crashed after the step committed and before it
@@ -67,10 +78,14 @@ func (in Input) String() string {
 	case inputSend:
 		return "send " + describeMessage(saga.JSON{}, in.msg)
 	case inputTimeout:
-		if in.saga == nil {
-			return "timeout of <nil saga>/" + in.id
+		what := "timeout"
+		if len(in.types) > 0 {
+			what += " " + in.types[0]
 		}
-		return "timeout of " + in.saga.Name() + "/" + in.id
+		if in.saga == nil {
+			return what + " of <nil saga>/" + in.id
+		}
+		return what + " of " + in.saga.Name() + "/" + in.id
 	case inputRedeliver:
 		return "redeliver " + describeMessage(saga.JSON{}, in.msg)
 	}
@@ -380,7 +395,7 @@ func (e *Env) deliver(inputs []Input, order []int) {
 	}
 	dues := make(map[int]due)
 	e.inputs = make(map[int]string)
-	used := make(map[instanceKey]int)
+	chosen := make(map[saga.TimeoutHandle]bool)
 	now := time.Now()
 	first, last := now, now
 	for i, in := range inputs {
@@ -389,13 +404,19 @@ func (e *Env) deliver(inputs []Input, order []int) {
 		}
 		key := instanceKey{in.saga.Name(), in.id}
 		pending := e.Timeouts(in.saga, in.id)
-		if used[key] >= len(pending) {
-			e.t.Fatalf("sagatest: Explore: input %d, %s: after setup the instance has %d pending timeout(s), and %d Timeout input(s) name it\n%s",
-				i, in, len(pending), used[key]+1, e.journalSection())
+		what := ""
+		if len(in.types) > 0 {
+			what = " of type " + in.types[0]
+			pending = slices.DeleteFunc(pending, func(p saga.PendingTimeout) bool { return !slices.Contains(in.types, p.Type) })
+		}
+		j := slices.IndexFunc(pending, func(p saga.PendingTimeout) bool { return !chosen[p.Handle] })
+		if j < 0 {
+			e.t.Fatalf("sagatest: Explore: input %d, %s: after setup the instance has %d pending timeout(s)%s, all named by earlier inputs\n%s",
+				i, in, len(pending), what, e.journalSection())
 			return
 		}
-		p := pending[used[key]]
-		used[key]++
+		p := pending[j]
+		chosen[p.Handle] = true
 		dues[i] = due{p: p, what: fmt.Sprintf("timeout %s of %s/%s, due %s", p.Type, key.saga, key.id, e.offset(p.At))}
 		e.inputs[i] = dues[i].what
 		if first.Equal(now) || p.At.Before(first) {

@@ -90,6 +90,7 @@ func TestExploreFindsTheSeededBug(t *testing.T) {
 			`\+1h0m0s +explore: timeout sagatest_test.payDeadline of order/o1, due \+1h0m0s\n\s+` +
 			`\+1h0m0s +order/o1: timeout sagatest_test.payDeadline handled\n\s+` +
 			`\+1h0m0s +state \{"Cancelled":true\}\n\s+` +
+			`\+1h0m0s +sent sagatest_test.Cancelled to shipping \{"Order":"o1"\}\n\s+` + // watched from the first message
 			`\+1h0m0s +test sent sagatest_test.PaymentArrived \{"Order":"o1"\}\n\s+` +
 			`\+1h0m0s +order/o1: sagatest_test.PaymentArrived handled, completed\n`),
 	} {

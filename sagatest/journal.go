@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/transport"
 )
 
 // event is one line of the journal.
@@ -48,7 +49,7 @@ func (e *Env) stepDone(ctx context.Context, info saga.StepInfo, res saga.StepRes
 	if cur != nil {
 		e.snaps[key] = cur
 	}
-	for i, line := range describeStep(info, res, prev, cur, now, e.offset) {
+	for i, line := range describeStep(info, res, prev, cur, now, e.offset, e.bodySuffix) {
 		e.recordLocked(min(i, 1), now, line)
 	}
 	if res.Err != nil {
@@ -57,13 +58,32 @@ func (e *Env) stepDone(ctx context.Context, info saga.StepInfo, res saga.StepRes
 			Outcome: res.Outcome, Err: res.Err, Caller: e.caller,
 		})
 	}
+	fresh := e.sentTo
+	e.sentTo = nil
 	e.mu.Unlock()
+	for _, q := range fresh {
+		e.watchQuiet(q)
+	}
 	e.observeAll(1)
+}
+
+// sent is the dispatcher's Sent hook: it notes the queues steps send to,
+// which stepDone starts watching, so that the journal shows every
+// message sent under the step that sent it.
+func (e *Env) sent(_ context.Context, queue string, _ *transport.Message) {
+	if queue == Queue {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.watched[queue]; !ok && !slices.Contains(e.sentTo, queue) {
+		e.sentTo = append(e.sentTo, queue)
+	}
 }
 
 // describeStep returns a headline for a step, then a line for each change
 // it made to the instance.
-func describeStep(info saga.StepInfo, res saga.StepResult, prev, cur *saga.Instance, now time.Time, offset func(time.Time) string) []string {
+func describeStep(info saga.StepInfo, res saga.StepResult, prev, cur *saga.Instance, now time.Time, offset func(time.Time) string, suffix func([]byte) string) []string {
 	var prevT, curT []saga.PendingTimeout
 	if prev != nil {
 		prevT = prev.Timeouts
@@ -114,7 +134,7 @@ func describeStep(info saga.StepInfo, res saga.StepResult, prev, cur *saga.Insta
 		return lines
 	}
 	if cur != nil && !cur.Completed && (prev == nil || !bytes.Equal(prev.Data, cur.Data)) {
-		lines = append(lines, "state"+bodySuffix(cur.Data))
+		lines = append(lines, "state"+suffix(cur.Data))
 	}
 	for _, p := range curT {
 		if !pending(prevT, p.Handle) {
@@ -133,7 +153,7 @@ func describeStep(info saga.StepInfo, res saga.StepResult, prev, cur *saga.Insta
 // by virtual time as an offset from Start: messages the test sent, steps
 // the dispatcher ran (with their outcome and what they changed: state,
 // timeouts requested and cancelled, completion), messages sent to the
-// queues the Env watches (see WithQueues), and dead letters with their
+// queues, and dead letters with their
 // reason. Assertion failures print it. For example:
 //
 //	+0s        test sent billing.InvoiceIssued {"Invoice":"inv-1","Amount":100}
@@ -144,8 +164,9 @@ func describeStep(info saga.StepInfo, res saga.StepResult, prev, cur *saga.Insta
 //	+14d         state {"Due":100,"Reminders":1,"First":"3f9c…"}
 //	+14d         sent billing.ReminderSent to mail {"Invoice":"inv-1","N":1}
 //
-// A message sent by a step is indented under it if its queue was watched
-// then (WithQueues, or an earlier look at the queue).
+// A message a step sent to a queue is indented under it. Bodies and
+// state longer than DefaultJournalLimit bytes show as their size
+// (WithJournalLimit).
 func (e *Env) Journal() string {
 	e.t.Helper()
 	e.settle()
@@ -207,14 +228,26 @@ func formatOffset(d time.Duration) string {
 	return fmt.Sprintf("%s%dd%s", sign, days, rest)
 }
 
-// bodySuffix shows an encoded body in a journal line: itself if it is
-// short printable text, else its size.
-func bodySuffix(b []byte) string {
-	const maxShown = 200
+// DefaultJournalLimit is the longest body or state, in bytes, that the
+// journal shows as it is unless WithJournalLimit says otherwise; a
+// longer one shows as its size: "state (283 bytes)".
+const DefaultJournalLimit = 200
+
+// bodySuffix shows an encoded body in a journal line with the default
+// limit.
+func bodySuffix(b []byte) string { return bodySuffixN(b, DefaultJournalLimit) }
+
+// bodySuffix shows an encoded body in the Env's journal lines.
+func (e *Env) bodySuffix(b []byte) string { return bodySuffixN(b, e.limit) }
+
+// bodySuffixN shows an encoded body in a journal line: itself if it is
+// printable text of at most limit bytes (any length if limit is 0), else
+// its size.
+func bodySuffixN(b []byte, limit int) string {
 	if len(b) == 0 {
 		return ""
 	}
-	if len(b) <= maxShown && utf8.Valid(b) && !bytes.ContainsFunc(b, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+	if (limit == 0 || len(b) <= limit) && utf8.Valid(b) && !bytes.ContainsFunc(b, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return " " + string(b)
 	}
 	return fmt.Sprintf(" (%d bytes)", len(b))

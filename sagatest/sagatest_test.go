@@ -306,7 +306,7 @@ func TestAssertionFailuresReadWell(t *testing.T) {
 			"#3 got  (nothing)\n     want sagatest_test.InvoiceWrittenOff{Invoice:\"inv-4\", Due:70}",
 			"journal (now +21d):",
 			"  +21d       invoice/inv-4: timeout sagatest_test.secondReminder handled",
-			`  +21d       sent sagatest_test.ReminderSent to billing {"Invoice":"inv-4","Customer":"dee","N":2,"Due":70}`,
+			`  +21d         sent sagatest_test.ReminderSent to billing {"Invoice":"inv-4","Customer":"dee","N":2,"Due":70}`,
 		} {
 			if !strings.Contains(msg, want) {
 				t.Errorf("AssertSent failure lacks %q; it reads:\n%s", want, msg)

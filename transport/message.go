@@ -2,6 +2,7 @@ package transport
 
 import (
 	"maps"
+	"strconv"
 	"time"
 )
 
@@ -115,6 +116,18 @@ func Partition(seq uint64) int { return int(seq >> PartitionShift) }
 
 // IsScheduledSeq reports whether seq names a scheduled message.
 func IsScheduledSeq(seq uint64) bool { return seq&ScheduledBit != 0 }
+
+// FormatSeq formats a sequence number as the jetsaga command shows it:
+// PARTITION:LOCAL for an active message ("0:20"), PARTITION:sLOCAL for a
+// scheduled one ("0:s20"), where LOCAL is LocalSeq. (As a decimal, the
+// ScheduledBit makes a scheduled message's number read 140737488355348.)
+func FormatSeq(seq uint64) string {
+	s := strconv.Itoa(Partition(seq)) + ":"
+	if IsScheduledSeq(seq) {
+		s += "s"
+	}
+	return s + strconv.FormatUint(LocalSeq(seq), 10)
+}
 
 // LocalSeq returns the per-partition sequence inside seq, without the
 // partition id and the ScheduledBit.
