@@ -86,9 +86,9 @@ func TestQueuesAndScheduled(t *testing.T) {
 
 	// Peek by PARTITION:sLOCAL shows the message in full.
 	m := page.Messages[0]
-	peek := jsonOf[BrowsePage](w, 0, "queues", "peek", "orders", fmtSeq(m.Seq))
+	peek := jsonOf[BrowsePage](w, 0, "queues", "peek", "orders", transport.FormatSeq(m.Seq))
 	if len(peek.Messages) != 1 || peek.Messages[0].Seq != m.Seq || peek.Messages[0].Body == nil {
-		t.Fatalf("peek %s: %+v", fmtSeq(m.Seq), peek)
+		t.Fatalf("peek %s: %+v", transport.FormatSeq(m.Seq), peek)
 	}
 	r = w.must(0, "queues", "peek", "orders", strconv.FormatUint(m.Seq, 10))
 	for _, s := range []string{"state", "scheduled", "property jetsaga-saga", "body"} {
@@ -121,7 +121,7 @@ func TestQueuesAndScheduled(t *testing.T) {
 	if outs[0].Outcome != "not-found" {
 		t.Fatalf("cancel again: %+v", outs)
 	}
-	r = w.must(ExitAlreadyActivated, "scheduled", "cancel", "mail", fmtSeq(soon), "--yes")
+	r = w.must(ExitAlreadyActivated, "scheduled", "cancel", "mail", transport.FormatSeq(soon), "--yes")
 	if !strings.Contains(r.stdout, "already-activated") {
 		t.Fatalf("cancel of a message due now: %v", r)
 	}
@@ -406,8 +406,8 @@ func TestParseSeq(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("parseSeq(%q) = %d, %v; want %d", in, got, err, want)
 		}
-		if again, _ := parseSeq(fmtSeq(got)); again != got {
-			t.Errorf("fmtSeq(%d) = %q does not parse back", got, fmtSeq(got))
+		if again, _ := parseSeq(transport.FormatSeq(got)); again != got {
+			t.Errorf("transport.FormatSeq(%d) = %q does not parse back", got, transport.FormatSeq(got))
 		}
 	}
 	for _, bad := range []string{"", "x", "0:", "0:sx", "70000:1", "-1"} {

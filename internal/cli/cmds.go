@@ -246,14 +246,6 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Format("2006-01-02T15:04:05.000Z") + " (" + rel + ")"
 }
 
-func fmtSeq(seq uint64) string {
-	s := strconv.Itoa(transport.Partition(seq)) + ":"
-	if transport.IsScheduledSeq(seq) {
-		s += "s"
-	}
-	return s + strconv.FormatUint(transport.LocalSeq(seq), 10)
-}
-
 // parseSeq reads a sequence number: decimal, or PARTITION:LOCAL for an
 // active one and PARTITION:sLOCAL for a scheduled one.
 func parseSeq(s string) (uint64, error) {
@@ -387,7 +379,7 @@ func (c *call) outPage(page BrowsePage) error {
 			if m.ScheduledAt != nil {
 				sched = fmtTime(*m.ScheduledAt)
 			}
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Seq, fmtSeq(m.Seq), m.State, fmtTime(m.EnqueuedAt), sched,
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Seq, transport.FormatSeq(m.Seq), m.State, fmtTime(m.EnqueuedAt), sched,
 				dash(m.Type), dash(m.MessageID), fmtProps(m.Properties))
 		}
 		w.Flush()
@@ -445,7 +437,7 @@ func (c *call) outPeek(page BrowsePage) error {
 }
 
 func writeMessage(w io.Writer, m MessageView) {
-	fmt.Fprintf(w, "seq\t%d (%s)\n", m.Seq, fmtSeq(m.Seq))
+	fmt.Fprintf(w, "seq\t%d (%s)\n", m.Seq, transport.FormatSeq(m.Seq))
 	fmt.Fprintf(w, "state\t%s\n", m.State)
 	fmt.Fprintf(w, "enqueued\t%s\n", fmtTime(m.EnqueuedAt))
 	if m.ScheduledAt != nil {
@@ -500,7 +492,7 @@ func (c *call) cancel(q canceller, name string) error {
 	if err := c.out(outs, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "SEQ\tPART:LOCAL\tOUTCOME")
 		for _, o := range outs {
-			fmt.Fprintf(w, "%d\t%s\t%s\n", o.Seq, fmtSeq(o.Seq), o.Outcome)
+			fmt.Fprintf(w, "%d\t%s\t%s\n", o.Seq, transport.FormatSeq(o.Seq), o.Outcome)
 		}
 	}); err != nil {
 		return err
@@ -747,7 +739,7 @@ func writeInstance(w *tabwriter.Writer, v InstanceView) {
 		for _, t := range v.Timeouts {
 			seq := "-"
 			if t.Seq != 0 {
-				seq = fmtSeq(t.Seq)
+				seq = transport.FormatSeq(t.Seq)
 			}
 			fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(t.At), t.Type, dash(t.Engine), dash(t.Queue), seq, t.Handle, fmtRule(t.Rule, t.Calendar, t.From))
 		}
@@ -817,7 +809,7 @@ func cmdTimeoutsList(c *call) error {
 		for _, p := range ps {
 			seq := "-"
 			if p.Seq != 0 {
-				seq = fmtSeq(p.Seq)
+				seq = transport.FormatSeq(p.Seq)
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(p.At), p.Engine, dash(p.Saga), dash(p.ID), dash(p.Type), dash(p.Queue), seq,
 				fmtRule(p.Rule, p.Calendar, time.Time{}))

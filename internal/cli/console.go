@@ -64,7 +64,7 @@ func newConsole(e *env, token string, allowActions, loopback bool, log *slog.Log
 			}
 			return fmtTime(*t)
 		},
-		"seq":   fmtSeq,
+		"seq":   transport.FormatSeq,
 		"path":  url.PathEscape,
 		"query": url.QueryEscape,
 		"props": fmtProps,
@@ -504,7 +504,7 @@ func (c *console) cancelSeq(r *http.Request, q canceller) string {
 		return "bad sequence number"
 	}
 	o := cancelScheduled(r.Context(), q, seq)
-	return fmt.Sprintf("scheduled message %s: %s", fmtSeq(seq), o.Outcome)
+	return fmt.Sprintf("scheduled message %s: %s", transport.FormatSeq(seq), o.Outcome)
 }
 
 func (c *console) resubmitAction(r *http.Request) (string, string) {

@@ -140,7 +140,7 @@ func TestTopics(t *testing.T) {
 		page.Messages[0].MessageID != "rem-0" || page.Messages[0].ScheduledAt == nil {
 		t.Fatalf("topics browse: %+v", page)
 	}
-	pk := jsonOf[BrowsePage](w.workload, 0, "topics", "peek", "events", fmtSeq(w.scheduled[1]))
+	pk := jsonOf[BrowsePage](w.workload, 0, "topics", "peek", "events", transport.FormatSeq(w.scheduled[1]))
 	if len(pk.Messages) != 1 || pk.Messages[0].Body == nil || *pk.Messages[0].Body != `{"later":true}` || pk.Messages[0].Subject != "shop.Reminder" {
 		t.Fatalf("topics peek: %+v", pk)
 	}
