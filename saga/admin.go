@@ -51,8 +51,8 @@ func (d *Dispatcher) instance(ctx context.Context, sagaName, id string) (*Instan
 	}
 	s := &stepState{rec: rec}
 	return &Instance{
-		Saga: sagaName, ID: id, Data: rec.data(), Completed: rec.Completed,
-		Started: rec.Started, Updated: rec.Updated, Timeouts: s.pending(), DataVersion: rec.dataVersion(),
+		Saga: sagaName, ID: id, Data: rec.Data(), Completed: rec.Completed,
+		Started: rec.Started, Updated: rec.Updated, Timeouts: s.pending(), DataVersion: rec.DataVersion(),
 	}, rec, nil
 }
 
@@ -169,7 +169,7 @@ func (d *Dispatcher) CancelTimeouts(ctx context.Context, sagaName, id string) (C
 			return res, err
 		}
 		if len(rec.Outbox) > 0 {
-			if rec.hasSends() && waits < outboxWaits && now.Sub(rec.Updated) < outboxGrace {
+			if rec.HasSends() && waits < outboxWaits && now.Sub(rec.Updated) < outboxGrace {
 				waits++
 				if err := sleep(ctx, time.Millisecond<<waits); err != nil {
 					return res, err

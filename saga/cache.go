@@ -3,8 +3,6 @@ package saga
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
 	"sync"
 )
 
@@ -26,7 +24,7 @@ func (c *cachedRecords) load(ctx context.Context, key string, mayBeStale bool) (
 		// Taken, not copied: a step that commits puts its record back; one
 		// that decides otherwise leaves the key to the store until then.
 		if rec, rev, ok := c.cache.take(key); ok {
-			rec.fromCache = true
+			rec.FromCache = true
 			return rec, rev, true, nil
 		}
 	}
@@ -45,8 +43,8 @@ func (c *cachedRecords) load(ctx context.Context, key string, mayBeStale bool) (
 // record tells whether the cache held the record as stored.
 func (c *cachedRecords) commit(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
 	n, err := c.next.commit(ctx, key, rec, rev)
-	if rec.fromCache && (err == nil || errors.Is(err, ErrConflict)) {
-		rec.fromCache = false // one note per record served
+	if rec.FromCache && (err == nil || errors.Is(err, ErrConflict)) {
+		rec.FromCache = false // one note per record served
 		c.hits.note(err == nil)
 	}
 	if err != nil || rec.Completed {
@@ -109,7 +107,7 @@ func (c *recordCache) get(key string) (*record, uint64, bool) {
 	if !ok {
 		return nil, 0, false
 	}
-	return e.rec.clone(), e.rev, true
+	return e.rec.Clone(), e.rev, true
 }
 
 // set caches a copy of rec, stored at rev.
@@ -117,7 +115,7 @@ func (c *recordCache) set(key string, rec *record, rev uint64) {
 	if c == nil {
 		return
 	}
-	e := cachedRecord{rec: rec.clone(), rev: rev}
+	e := cachedRecord{rec: rec.Clone(), rev: rev}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if _, ok := c.m[key]; !ok && len(c.m) >= c.max {
@@ -136,7 +134,7 @@ func (c *recordCache) carried(key string, rev uint64, rec *record) {
 	if c == nil {
 		return
 	}
-	cp := rec.clone()
+	cp := rec.Clone()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.m[key]; ok && e.rev == rev {
@@ -164,7 +162,7 @@ func (c *recordCache) take(key string) (*record, uint64, bool) {
 	}
 	// The cached record is the step's now; a copy, all the same, so that
 	// a record cached once is never changed (see cachedRecord).
-	return e.rec.clone(), e.rev, true
+	return e.rec.Clone(), e.rev, true
 }
 
 func (c *recordCache) forget(key string) {
@@ -183,51 +181,6 @@ func (c *recordCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.m)
-}
-
-// clone returns a copy of r that shares nothing it could change: a
-// step changes its record's maps and slices in place.
-func (r *record) clone() *record {
-	c := *r
-	c.fromCache = false // a mark of r, not content
-	c.JSONData = slices.Clone(r.JSONData)
-	c.BinData = slices.Clone(r.BinData)
-	c.Timeouts = maps.Clone(r.Timeouts)
-	for tok, te := range c.Timeouts {
-		if te.Calendar == nil && te.Msg == nil {
-			continue
-		}
-		if te.Calendar != nil {
-			ref := *te.Calendar
-			te.Calendar = &ref
-		}
-		te.Msg = te.Msg.clone()
-		c.Timeouts[tok] = te
-	}
-	c.Inbox = slices.Clone(r.Inbox)
-	if r.Outbox != nil {
-		c.Outbox = make([]effect, len(r.Outbox))
-		for i, e := range r.Outbox {
-			e.Msg = e.Msg.clone()
-			c.Outbox[i] = e
-		}
-	}
-	if r.Originator != nil {
-		o := *r.Originator
-		c.Originator = &o
-	}
-	return &c
-}
-
-// clone returns a deep copy of e (nil for nil).
-func (e *envelope) clone() *envelope {
-	if e == nil {
-		return nil
-	}
-	m := *e
-	m.Body = slices.Clone(m.Body)
-	m.Properties = maps.Clone(m.Properties)
-	return &m
 }
 
 // hitRate estimates, over the last few hundred steps that found a record,

@@ -78,11 +78,11 @@ func mutateRecord(r *record) {
 }
 
 // unset lists the fields, at any depth, that v leaves zero, but for
-// record.fromCache: it marks the one record the cache served to a step,
+// record.FromCache: it marks the one record the cache served to a step,
 // not content, and a clone leaves it false (see
 // TestCloneIsNotServedFromCache).
 func unset(v reflect.Value, path string) []string {
-	if path == "record.fromCache" {
+	if path == "record.FromCache" {
 		return nil
 	}
 	if v.IsZero() {
@@ -158,7 +158,7 @@ func TestRecordCloneSharesNothing(t *testing.T) {
 		t.Fatalf("sampleRecord leaves %v zero: set them, and change them in mutateRecord", u)
 	}
 	orig := sampleRecord()
-	c := orig.clone()
+	c := orig.Clone()
 	if !reflect.DeepEqual(c, sampleRecord()) {
 		t.Fatalf("clone differs:\n%+v\nwant\n%+v", c, sampleRecord())
 	}
@@ -178,13 +178,13 @@ func TestRecordCloneSharesNothing(t *testing.T) {
 	}
 	// ...and changing the original leaves the clone.
 	orig = sampleRecord()
-	c = orig.clone()
+	c = orig.Clone()
 	mutateRecord(orig)
 	if !reflect.DeepEqual(c, sampleRecord()) {
 		t.Errorf("changing the original changed the clone:\n%+v\nwant\n%+v", c, sampleRecord())
 	}
 	// A record without the optional parts clones to one without them.
-	if c := (&record{Started: time.Unix(2, 0).UTC()}).clone(); !reflect.DeepEqual(c, &record{Started: time.Unix(2, 0).UTC()}) {
+	if c := (&record{Started: time.Unix(2, 0).UTC()}).Clone(); !reflect.DeepEqual(c, &record{Started: time.Unix(2, 0).UTC()}) {
 		t.Errorf("clone of a bare record: %+v", c)
 	}
 
@@ -212,8 +212,8 @@ func TestRecordCloneSharesNothing(t *testing.T) {
 // cache stays with that record, so that its commit alone reports a hit.
 func TestCloneIsNotServedFromCache(t *testing.T) {
 	r := sampleRecord()
-	r.fromCache = true
-	if r.clone().fromCache {
+	r.FromCache = true
+	if r.Clone().FromCache {
 		t.Fatal("a clone of a record served by the cache is marked as served")
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	recordfmt "github.com/jetsaga/jetsaga/internal/record"
 )
 
 // Loading and committing records: the commit path's view of the Store.
@@ -43,7 +45,7 @@ func (s storeRecords) load(ctx context.Context, key string, _ bool) (*record, ui
 	if err != nil {
 		return nil, 0, false, err
 	}
-	rec, err := decodeRecord(raw)
+	rec, err := recordfmt.Decode(raw)
 	if err != nil {
 		return nil, 0, false, Permanent(fmt.Errorf("saga: stored record %s unreadable: %w", key, err))
 	}
@@ -53,7 +55,7 @@ func (s storeRecords) load(ctx context.Context, key string, _ bool) (*record, ui
 // commit writes rec; a completed instance's record expires after the
 // retention, if the store can let it.
 func (s storeRecords) commit(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
-	b, err := encodeRecord(rec)
+	b, err := recordfmt.Encode(rec)
 	if err != nil {
 		return 0, err
 	}

@@ -298,8 +298,8 @@ func (d *Definition[S]) run(ctx context.Context, s *stepState, msgType string, m
 	if err != nil {
 		return fmt.Errorf("saga %s: encoding data: %w", d.name, err)
 	}
-	s.rec.setData(data)
-	s.rec.setDataVersion(d.DataVersion())
+	s.rec.SetData(data)
+	s.rec.SetDataVersion(d.DataVersion())
 	s.rec.Updated = s.now
 	return nil
 }

@@ -160,7 +160,7 @@ func (d *Dispatcher) SendTo(ctx context.Context, queue string, m any, opts ...Se
 	if err != nil {
 		return transport.SendResult{}, err
 	}
-	return q.Send(ctx, e.transportMessage())
+	return q.Send(ctx, transportMessage(e))
 }
 
 // envelope encodes m, as sagas' messages are, with opts applied.

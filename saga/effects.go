@@ -89,7 +89,7 @@ func (s *stepState) envelope(m any, opts []SendOption) (*envelope, error) {
 // check refuses an effect the transport would refuse at flush time, after
 // the step committed: such an outbox could never be carried out.
 func (s *stepState) check(e *envelope) error {
-	if err := s.d.broker.Validate(e.transportMessage()); err != nil {
+	if err := s.d.broker.Validate(transportMessage(e)); err != nil {
 		return Permanent(fmt.Errorf("saga %s/%s: outgoing %s: %w", s.sagaName, s.id, e.Type, err))
 	}
 	return nil
@@ -230,19 +230,19 @@ func (s *stepState) complete() {
 	for _, tok := range slices.Sorted(maps.Keys(s.rec.Timeouts)) {
 		s.cancelTimeout(tok)
 	}
-	s.rec.setData(nil)
+	s.rec.SetData(nil)
 }
 
 // transportMessage makes the transport message for an outgoing envelope.
 // eventMessage is the message published to a topic: the type is also
 // the message's Subject, which subscriptions filter on.
-func (e *envelope) eventMessage() *transport.Message {
-	m := e.transportMessage()
+func eventMessage(e *envelope) *transport.Message {
+	m := transportMessage(e)
 	m.Subject = e.Type
 	return m
 }
 
-func (e *envelope) transportMessage() *transport.Message {
+func transportMessage(e *envelope) *transport.Message {
 	props := make(map[string]string, len(e.Properties)+1)
 	maps.Copy(props, e.Properties)
 	props[propType] = e.Type

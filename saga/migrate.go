@@ -242,7 +242,7 @@ func (d *Dispatcher) migrateOne(ctx context.Context, p listedTimeout, to string)
 		te, ok := rec.Timeouts[tok]
 		if !ok || rec.Completed {
 			res.Outcome = MigrateCancelled
-			if rec.seen(p.engineID) || rec.seen(tok) {
+			if rec.Seen(p.engineID) || rec.Seen(tok) {
 				res.Outcome = MigrateFired // and handled
 			}
 			return res, nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 
 	"github.com/jetsaga/jetsaga/timeout"
@@ -18,13 +17,6 @@ import (
 // commit, each with an ID fixed in the record so that doing it again is
 // deduplicated; effects that cannot go out yet are retried by a flush
 // message the dispatcher schedules on its own queue.
-
-// hasSends reports whether the outbox holds messages to send: only those
-// must be cleared from the record once carried out, because sending them
-// again after the queue's DuplicateWindow would deliver them twice.
-func (r *record) hasSends() bool {
-	return slices.ContainsFunc(r.Outbox, func(e effect) bool { return e.Kind == effectSend || e.Kind == effectPublish })
-}
 
 // carryOutKept carries out an outbox of timeouts to schedule and cancel
 // and empties rec.Outbox (with the refs of the scheduled timeouts in
@@ -73,7 +65,7 @@ func (d *Dispatcher) carryOut(ctx context.Context, key string, rec *record, e ef
 		if err != nil {
 			return fmt.Errorf("saga: sending %s to %s: %w", e.Msg.Type, e.Queue, err)
 		}
-		m := e.Msg.transportMessage()
+		m := transportMessage(e.Msg)
 		if _, err := q.Send(ctx, m); errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
 			d.dropEffect(ctx, key, e, err)
 		} else if err != nil {
@@ -92,13 +84,13 @@ func (d *Dispatcher) carryOut(ctx context.Context, key string, rec *record, e ef
 		if err != nil {
 			return fmt.Errorf("saga: publishing %s to topic %s: %w", e.Msg.Type, e.Queue, err)
 		}
-		if _, err := t.Send(ctx, e.Msg.eventMessage()); errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
+		if _, err := t.Send(ctx, eventMessage(e.Msg)); errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
 			d.dropEffect(ctx, key, e, err)
 		} else if err != nil {
 			return fmt.Errorf("saga: publishing %s to topic %s: %w", e.Msg.Type, e.Queue, err)
 		}
 	case effectSchedule:
-		m := e.Msg.transportMessage()
+		m := transportMessage(e.Msg)
 		ref, err := d.cfg.timeouts.Schedule(ctx, timeout.Timeout{
 			ID: cmp.Or(e.ID, e.Token), Queue: e.Queue, At: e.At, Message: m,
 			Saga: m.Properties[propSaga], Instance: m.Properties[propSagaID], Engine: e.Engine,

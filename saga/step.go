@@ -197,13 +197,13 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			if stale {
 				return fresh("", nil)
 			}
-			if !rec.hasSends() {
+			if !rec.HasSends() {
 				// Timeouts to schedule or cancel only: carrying them out
 				// again is harmless at any time (see carryOutKept), and
 				// this step's commit, if it makes one, stores the record
 				// without them.
 				if err = d.carryOutKept(ctx, key, rec); err != nil {
-					if rec.seen(identity) {
+					if rec.Seen(identity) {
 						return EffectsPending, err // this message's own step
 					}
 					return "", err
@@ -213,14 +213,14 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 					return "", errOutboxBusy
 				}
 				if rev, err = d.flush(ctx, key, rec, rev); err != nil {
-					if rec.seen(identity) && !errors.Is(err, ErrConflict) {
+					if rec.Seen(identity) && !errors.Is(err, ErrConflict) {
 						return EffectsPending, err // this message's own step
 					}
 					return "", err
 				}
 			}
 		}
-		if rec.seen(identity) {
+		if rec.Seen(identity) {
 			return fresh(Duplicate, nil)
 		}
 		if rec.Completed {
@@ -229,7 +229,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			}
 			tombstone = rec
 			rec = &record{Inbox: rec.Inbox} // a finished instance: as if not found
-		} else if v := rec.dataVersion(); v > t.rt.dataVersion() {
+		} else if v := rec.DataVersion(); v > t.rt.dataVersion() {
 			// Written by a newer worker: never written by this one.
 			return fresh("", fmt.Errorf("%w: saga %s/%s: version %d, this worker's definition knows %d",
 				ErrDataVersionAhead, t.rt.Name(), t.id, v, t.rt.dataVersion()))
@@ -279,7 +279,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			return fresh("", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
 		}
 	}
-	rec.remember(identity)
+	rec.Remember(identity)
 	if rec.Completed {
 		s.complete()
 	}
@@ -294,7 +294,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 	}
 	switch {
 	case len(rec.Outbox) == 0:
-	case rec.hasSends() || !d.mayKeepOutbox:
+	case rec.HasSends() || !d.mayKeepOutbox:
 		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
 			return EffectsPending, err
 		}

@@ -64,7 +64,7 @@ func (d *Dispatcher) Publish(ctx context.Context, m any, opts ...SendOption) (tr
 	if err != nil {
 		return transport.SendResult{}, err
 	}
-	return t.Send(ctx, e.eventMessage())
+	return t.Send(ctx, eventMessage(e))
 }
 
 // openTopic opens the dispatcher's topic (creating it or updating it to

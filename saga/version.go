@@ -95,7 +95,7 @@ func (d *Definition[S]) dataVersion() int { return d.DataVersion() }
 // It returns ErrDataVersionAhead for a record of a newer version.
 func (d *Definition[S]) loadData(c Codec, rec *record) (S, error) {
 	var s S
-	data, v := rec.data(), rec.dataVersion()
+	data, v := rec.Data(), rec.DataVersion()
 	if v > d.DataVersion() {
 		return s, fmt.Errorf("%w: saga %s: version %d, this definition knows %d", ErrDataVersionAhead, d.name, v, d.DataVersion())
 	}

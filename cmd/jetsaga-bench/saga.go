@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jetsaga/jetsaga/internal/record"
+	"github.com/jetsaga/jetsaga/timeout"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -514,57 +516,9 @@ func (e *env) sagaCleanup(ctx context.Context) {
 	}
 }
 
-// The raw side. It stores the record saga/record.go defines, spelled out
-// here with the same JSON, so that both sides write entries of the same
-// size (checkSagaRound reports them).
-
-// inboxDigest is the dispatcher's: a 72-bit digest of a message identity.
-func inboxDigest(id string) string {
-	h := sha256.Sum256([]byte(id))
-	return base64.RawURLEncoding.EncodeToString(h[:9])
-}
-
-type rawRecord struct {
-	Data       json.RawMessage            `json:"data,omitempty"`
-	Timeouts   map[string]rawTimeoutEntry `json:"timeouts,omitempty"`
-	Inbox      []string                   `json:"inbox,omitempty"`
-	Outbox     []rawEffect                `json:"outbox,omitempty"`
-	Originator *rawAddress                `json:"originator,omitempty"`
-	Completed  bool                       `json:"completed,omitempty"`
-	Started    time.Time                  `json:"started"`
-	Updated    time.Time                  `json:"updated"`
-}
-
-type rawTimeoutEntry struct {
-	Type string    `json:"type"`
-	At   time.Time `json:"at"`
-	Ref  string    `json:"ref,omitempty"`
-}
-
-type rawAddress struct {
-	ReplyTo       string `json:"reply_to,omitempty"`
-	CorrelationID string `json:"correlation_id,omitempty"`
-}
-
-type rawEffect struct {
-	Kind  string       `json:"kind"`
-	Queue string       `json:"queue,omitempty"`
-	Msg   *rawEnvelope `json:"msg,omitempty"`
-	At    time.Time    `json:"at,omitzero"`
-	Token string       `json:"token,omitempty"`
-	Ref   string       `json:"ref,omitempty"`
-}
-
-type rawEnvelope struct {
-	ID            string            `json:"id"`
-	Type          string            `json:"type"`
-	Body          []byte            `json:"body"`
-	ContentType   string            `json:"content_type,omitempty"`
-	CorrelationID string            `json:"correlation_id,omitempty"`
-	ReplyTo       string            `json:"reply_to,omitempty"`
-	SessionID     string            `json:"session_id,omitempty"`
-	Properties    map[string]string `json:"properties,omitempty"`
-}
+// The raw side. It stores the record the saga runtime stores
+// (internal/record), so that both sides write entries of the same size
+// (checkSagaRound reports them).
 
 // Transport properties as saga/step.go names them, and the header prefix
 // transport's encodeHeader puts before them.
@@ -590,7 +544,7 @@ func rawTickMsg(subject string, i, k int) (*nats.Msg, error) {
 
 // rawTimeoutMsg is the schedule message Queue.Schedule publishes for the
 // timeout in env, due at `at`, on schedule subjects under prefix.
-func rawTimeoutMsg(prefix string, env *rawEnvelope, at time.Time) *nats.Msg {
+func rawTimeoutMsg(prefix string, env *record.Envelope, at time.Time) *nats.Msg {
 	due := at.UTC().Format(time.RFC3339Nano)
 	h := nats.Header{
 		hdrMessageID:           {env.ID},
@@ -741,7 +695,7 @@ func rawSagaStep(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVa
 	// (saga/dispatcher.go, anonymousIdentity).
 	identity := "seq:" + sagaQueue + ":" + strconv.FormatUint(md.Sequence.Stream, 10) + ":" + strconv.FormatInt(md.Timestamp.UnixNano(), 10)
 	for conflicts := 0; ; conflicts++ {
-		var rec rawRecord
+		var rec record.Record
 		var rev uint64
 		entry, err := kv.Get(ctx, key)
 		switch {
@@ -754,38 +708,38 @@ func rawSagaStep(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVa
 			}
 			rev = entry.Revision()
 		}
-		digest := inboxDigest(identity)
+		digest := record.InboxDigest(identity)
 		if slices.Contains(rec.Inbox, digest) {
 			return conflicts, m.DoubleAck(ctx)
 		}
 		now := time.Now()
 		if rev == 0 {
-			rec.Started, rec.Originator = now, &rawAddress{}
+			rec.Started, rec.Originator = now, &record.Address{}
 		}
 		var data counter
-		if len(rec.Data) > 0 {
-			if err := json.Unmarshal(rec.Data, &data); err != nil {
+		if len(rec.JSONData) > 0 {
+			if err := json.Unmarshal(rec.JSONData, &data); err != nil {
 				return conflicts, err
 			}
 		}
 		data.Count++
-		if rec.Data, err = json.Marshal(&data); err != nil {
+		if rec.JSONData, err = json.Marshal(&data); err != nil {
 			return conflicts, err
 		}
 		rec.Updated = now
 		// A unique 32-character token, as long as the dispatcher's.
 		token := fmt.Sprintf("%s%010d", nuid.Next(), md.Sequence.Stream%1e10)
 		at := now.Add(time.Hour)
-		env := &rawEnvelope{ID: token, Type: tickTimeout{}.MessageName(), Body: []byte("{}"), ContentType: contentType,
+		env := &record.Envelope{ID: token, Type: tickTimeout{}.MessageName(), Body: []byte("{}"), ContentType: contentType,
 			Properties: map[string]string{propSaga: sagaName, propSagaID: t.Instance, propToken: token}}
 		if rec.Timeouts == nil {
-			rec.Timeouts = make(map[string]rawTimeoutEntry)
+			rec.Timeouts = make(map[string]record.Timeout)
 		}
-		rec.Timeouts[token] = rawTimeoutEntry{Type: env.Type, At: at}
+		rec.Timeouts[token] = record.Timeout{Type: env.Type, At: at}
 		if rec.Inbox = append(rec.Inbox, digest); len(rec.Inbox) > 128 {
 			rec.Inbox = rec.Inbox[len(rec.Inbox)-128:]
 		}
-		rec.Outbox = []rawEffect{{Kind: "schedule", Queue: sagaQueue, Msg: env, At: at, Token: token}}
+		rec.Outbox = []record.Effect{{Kind: "schedule", Queue: sagaQueue, Msg: env, At: at, Token: token}}
 		b, err := json.Marshal(&rec)
 		if err != nil {
 			return conflicts, err
@@ -805,8 +759,8 @@ func rawSagaStep(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyVa
 		if err != nil {
 			return conflicts, err
 		}
-		rec.Timeouts[token] = rawTimeoutEntry{Type: env.Type, At: at,
-			Ref: "queue:" + sagaQueue + ":" + strconv.FormatUint(ack.Sequence|transport.ScheduledBit, 10)}
+		rec.Timeouts[token] = record.Timeout{Type: env.Type, At: at,
+			Ref: timeout.Ref("queue:" + sagaQueue + ":" + strconv.FormatUint(ack.Sequence|transport.ScheduledBit, 10))}
 		rec.Outbox = nil
 		if b, err = json.Marshal(&rec); err != nil {
 			return conflicts, err

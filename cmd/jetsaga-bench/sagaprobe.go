@@ -15,6 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/record"
+	"github.com/jetsaga/jetsaga/timeout"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -371,37 +374,37 @@ func (p *probeStep) step(ctx context.Context, m jetstream.Msg) error {
 		} else if raw, rev, err = p.load(ctx, key); err != nil {
 			return err
 		}
-		var rec rawRecord
+		var rec record.Record
 		if raw != nil {
 			if err := json.Unmarshal(raw, &rec); err != nil {
 				return err
 			}
 		}
-		digest := inboxDigest(identity)
+		digest := record.InboxDigest(identity)
 		if slices.Contains(rec.Inbox, digest) {
 			return m.DoubleAck(ctx)
 		}
 		now := time.Now()
 		if rev == 0 {
-			rec.Started, rec.Originator = now, &rawAddress{}
+			rec.Started, rec.Originator = now, &record.Address{}
 		}
 		var data counter
-		if len(rec.Data) > 0 {
-			if err := json.Unmarshal(rec.Data, &data); err != nil {
+		if len(rec.JSONData) > 0 {
+			if err := json.Unmarshal(rec.JSONData, &data); err != nil {
 				return err
 			}
 		}
 		data.Count++
-		if rec.Data, err = json.Marshal(&data); err != nil {
+		if rec.JSONData, err = json.Marshal(&data); err != nil {
 			return err
 		}
 		rec.Updated = now
 		token := fmt.Sprintf("%s%010d", nuid.Next(), md.Sequence.Stream%1e10)
 		at := now.Add(time.Hour)
-		env := &rawEnvelope{ID: token, Type: tickTimeout{}.MessageName(), Body: []byte("{}"), ContentType: contentType,
+		env := &record.Envelope{ID: token, Type: tickTimeout{}.MessageName(), Body: []byte("{}"), ContentType: contentType,
 			Properties: map[string]string{propSaga: sagaName, propSagaID: t.Instance, propToken: token}}
 		if rec.Timeouts == nil {
-			rec.Timeouts = make(map[string]rawTimeoutEntry)
+			rec.Timeouts = make(map[string]record.Timeout)
 		}
 		if rec.Inbox = append(rec.Inbox, digest); len(rec.Inbox) > 128 {
 			rec.Inbox = rec.Inbox[len(rec.Inbox)-128:]
@@ -410,7 +413,7 @@ func (p *probeStep) step(ctx context.Context, m jetstream.Msg) error {
 			// The schedule's subject is known before the commit, so its
 			// ref goes into the record at once: no outbox.
 			schedSubj := probeAtomicPrefix + ".s." + nuid.Next()
-			rec.Timeouts[token] = rawTimeoutEntry{Type: env.Type, At: at, Ref: "queue:" + schedSubj}
+			rec.Timeouts[token] = record.Timeout{Type: env.Type, At: at, Ref: timeout.Ref("queue:" + schedSubj)}
 			b, err := json.Marshal(&rec)
 			if err != nil {
 				return err
@@ -433,8 +436,8 @@ func (p *probeStep) step(ctx context.Context, m jetstream.Msg) error {
 			}
 			return p.ack(ctx, m)
 		}
-		rec.Timeouts[token] = rawTimeoutEntry{Type: env.Type, At: at}
-		rec.Outbox = []rawEffect{{Kind: "schedule", Queue: sagaQueue, Msg: env, At: at, Token: token}}
+		rec.Timeouts[token] = record.Timeout{Type: env.Type, At: at}
+		rec.Outbox = []record.Effect{{Kind: "schedule", Queue: sagaQueue, Msg: env, At: at, Token: token}}
 		b, err := json.Marshal(&rec)
 		if err != nil {
 			return err
@@ -457,8 +460,8 @@ func (p *probeStep) step(ctx context.Context, m jetstream.Msg) error {
 		if err != nil {
 			return err
 		}
-		rec.Timeouts[token] = rawTimeoutEntry{Type: env.Type, At: at,
-			Ref: "queue:" + sagaQueue + ":" + strconv.FormatUint(ack.Sequence|transport.ScheduledBit, 10)}
+		rec.Timeouts[token] = record.Timeout{Type: env.Type, At: at,
+			Ref: timeout.Ref("queue:" + sagaQueue + ":" + strconv.FormatUint(ack.Sequence|transport.ScheduledBit, 10))}
 		rec.Outbox = nil
 		if b, err = json.Marshal(&rec); err != nil {
 			return err

@@ -1,0 +1,238 @@
+// Package record is the format of a saga instance's record, what a
+// saga.Store holds for it: shared by the saga runtime, which owns its
+// meaning, and by the benchmarks, which write records of the same shape
+// and size without the runtime.
+package record
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jetsaga/jetsaga/calendar"
+	"github.com/jetsaga/jetsaga/timeout"
+)
+
+// Record is what the Store holds for one saga instance: the user's data
+// and everything that makes a step all-or-nothing.
+//
+// A step writes the new data together with the step's effects (Outbox)
+// and the incoming message's identity (Inbox) in one conditional Put.
+// Only then are the effects carried out, with IDs fixed in the record, so
+// that carrying them out again after a crash is deduplicated downstream;
+// if the Outbox sends messages, a second Put clears it and records timeout
+// refs, else it stays until the next commit (see carryOutKept). A
+// redelivered message whose identity is in the Inbox has no second
+// effect: its Outbox, if still there, is carried out, and it is
+// acknowledged.
+type Record struct {
+	JSONData json.RawMessage `json:"data,omitempty"` // data the codec made JSON, as is
+	BinData  []byte          `json:"bin,omitempty"`  // data in any other encoding, base64
+	// Version is the version of the saga's data (DataVersion) the data
+	// was written with; 0 for version 1, which records written before
+	// versions existed are, and which is written without it, so that a
+	// version-1 record reads the same to releases before versions.
+	Version int `json:"version,omitempty"`
+
+	Timeouts   map[string]Timeout `json:"timeouts,omitempty"`
+	Inbox      []string           `json:"inbox,omitempty"`
+	Outbox     []Effect           `json:"outbox,omitempty"`
+	Originator *Address           `json:"originator,omitempty"`
+	Completed  bool               `json:"completed,omitempty"`
+	Started    time.Time          `json:"started"`
+	Updated    time.Time          `json:"updated"`
+
+	// FromCache marks a record the runtime's record cache served, not
+	// the store: a mark of this value, not content.
+	FromCache bool `json:"-"`
+}
+
+// Data returns the instance's encoded data.
+func (r *Record) Data() []byte {
+	if len(r.JSONData) > 0 {
+		return r.JSONData
+	}
+	return r.BinData
+}
+
+// SetData stores encoded data: JSON inline, which saves a base64 pass on
+// every step with the default codec; anything else as bytes.
+func (r *Record) SetData(b []byte) {
+	r.JSONData, r.BinData = nil, nil
+	if json.Valid(b) {
+		r.JSONData = b
+	} else {
+		r.BinData = b
+	}
+}
+
+// DataVersion returns the version of the record's data: 1 if it has none.
+func (r *Record) DataVersion() int { return max(r.Version, 1) }
+
+// SetDataVersion records the version data was written with.
+func (r *Record) SetDataVersion(v int) {
+	r.Version = 0
+	if v > 1 {
+		r.Version = v
+	}
+}
+
+// InboxSize bounds the identities kept for deduplication. A message is
+// redelivered long before this many newer messages reach one instance.
+const InboxSize = 128
+
+// InboxDigest is what the inbox keeps of an identity, a 72-bit digest: identities can be
+// long (a MessageID of 128 bytes), and the record is encoded twice and
+// decoded once a step.
+func InboxDigest(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return base64.RawURLEncoding.EncodeToString(h[:9])
+}
+
+// Seen reports whether the inbox holds identity id.
+func (r *Record) Seen(id string) bool { return slices.Contains(r.Inbox, InboxDigest(id)) }
+
+// Remember adds identity id to the inbox, dropping the oldest beyond
+// InboxSize.
+func (r *Record) Remember(id string) {
+	r.Inbox = append(r.Inbox, InboxDigest(id))
+	if n := len(r.Inbox) - InboxSize; n > 0 {
+		r.Inbox = slices.Delete(r.Inbox, 0, n)
+	}
+}
+
+// Timeout is a pending timeout, keyed in Record.Timeouts by its
+// token (the handle). Ref is empty until the timeout has been scheduled.
+//
+// A timeout requested by a calendar rule (Context.RequestTimeoutBy) also
+// keeps the rule, the calendar and the instant the rule counted from, and
+// its message, so that it can be planned again under another version of
+// the calendar (Dispatcher.ReplanTimeouts). Records written before these
+// fields existed load as timeouts requested by an instant.
+type Timeout struct {
+	Type string      `json:"type"`
+	At   time.Time   `json:"at"`
+	Ref  timeout.Ref `json:"ref,omitempty"`
+
+	Rule     string        `json:"rule,omitempty"`     // calendar.Rule.String()
+	Calendar *calendar.Ref `json:"calendar,omitempty"` // nil: the rule needs none
+	From     time.Time     `json:"from,omitzero"`      // the instant the rule counted from
+	Msg      *Envelope     `json:"msg,omitempty"`      // the timeout's message: rule timeouts, and moved ones (MigrateTimeouts)
+	// ID is the timeout's ID on its engine (and its message's MessageID)
+	// when it is not the token: a re-planned timeout is scheduled again
+	// under a new ID, and so is one moved to another engine
+	// (Dispatcher.MigrateTimeouts); a message with another ID (the one
+	// scheduled before, if its cancel lost the race) is dropped.
+	ID string `json:"id,omitempty"`
+}
+
+// Address is where replies to the instance's originator go.
+type Address struct {
+	ReplyTo       string `json:"reply_to,omitempty"`
+	CorrelationID string `json:"correlation_id,omitempty"`
+}
+
+// Effect is one outgoing operation of a step.
+type Effect struct {
+	Kind  EffectKind  `json:"kind"`
+	Queue string      `json:"queue,omitempty"`
+	Msg   *Envelope   `json:"msg,omitempty"`
+	At    time.Time   `json:"at,omitzero"`
+	Token string      `json:"token,omitempty"`
+	Ref   timeout.Ref `json:"ref,omitempty"`
+	// ID is the timeout's ID on its engine if it is not Token (a
+	// re-planned timeout).
+	ID string `json:"id,omitempty"`
+	// Engine is the timeout engine the saga asks for (TimeoutEngine).
+	Engine string `json:"engine,omitempty"`
+}
+
+// EffectKind says what an Effect does.
+type EffectKind string
+
+// The kinds of effect.
+const (
+	EffectSend     EffectKind = "send"
+	EffectPublish  EffectKind = "publish" // to the topic named by Queue
+	EffectSchedule EffectKind = "schedule"
+	EffectCancel   EffectKind = "cancel"
+)
+
+// Envelope is an outgoing message as the outbox keeps it.
+type Envelope struct {
+	ID            string            `json:"id"`
+	Type          string            `json:"type"`
+	Body          []byte            `json:"body"`
+	ContentType   string            `json:"content_type,omitempty"`
+	CorrelationID string            `json:"correlation_id,omitempty"`
+	ReplyTo       string            `json:"reply_to,omitempty"`
+	SessionID     string            `json:"session_id,omitempty"`
+	Properties    map[string]string `json:"properties,omitempty"`
+}
+
+// Encode returns r's stored form.
+func Encode(r *Record) ([]byte, error) { return json.Marshal(r) }
+
+// Decode reads a stored record.
+func Decode(b []byte) (*Record, error) {
+	r := new(Record)
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// HasSends reports whether the outbox holds messages to send: only those
+// must be cleared from the record once carried out, because sending them
+// again after the queue's DuplicateWindow would deliver them twice.
+func (r *Record) HasSends() bool {
+	return slices.ContainsFunc(r.Outbox, func(e Effect) bool { return e.Kind == EffectSend || e.Kind == EffectPublish })
+}
+
+// Clone returns a copy of r that shares nothing it could change: a
+// step changes its record's maps and slices in place.
+func (r *Record) Clone() *Record {
+	c := *r
+	c.FromCache = false // a mark of r, not content
+	c.JSONData = slices.Clone(r.JSONData)
+	c.BinData = slices.Clone(r.BinData)
+	c.Timeouts = maps.Clone(r.Timeouts)
+	for tok, te := range c.Timeouts {
+		if te.Calendar == nil && te.Msg == nil {
+			continue
+		}
+		if te.Calendar != nil {
+			ref := *te.Calendar
+			te.Calendar = &ref
+		}
+		te.Msg = te.Msg.Clone()
+		c.Timeouts[tok] = te
+	}
+	c.Inbox = slices.Clone(r.Inbox)
+	if r.Outbox != nil {
+		c.Outbox = make([]Effect, len(r.Outbox))
+		for i, e := range r.Outbox {
+			e.Msg = e.Msg.Clone()
+			c.Outbox[i] = e
+		}
+	}
+	if r.Originator != nil {
+		o := *r.Originator
+		c.Originator = &o
+	}
+	return &c
+}
+
+// Clone returns a deep copy of e (nil for nil).
+func (e *Envelope) Clone() *Envelope {
+	if e == nil {
+		return nil
+	}
+	m := *e
+	m.Body = slices.Clone(m.Body)
+	m.Properties = maps.Clone(m.Properties)
+	return &m
+}
