@@ -155,9 +155,9 @@ func printReport(w io.Writer, head []string, rs []result) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.Name, num(s.StepsPerS), x, dur(s.CPUPer), cx)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "(d) resident memory with timers pending (client process and servers; PSS counts shared pages once)")
+	fmt.Fprintln(w, "(d) memory with timers pending: PSS of the client process and the servers (shared pages counted once: postgres's processes share its buffers), and their RSS summed")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| system | pending | RSS idle → pending | of which servers | PSS pending | growth per 1k pending | RSS × raw | scheduled in |")
+	fmt.Fprintln(w, "| system | pending | PSS idle → pending | of which servers | PSS × raw | growth per timer | RSS summed | scheduled in |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		m := r.Pending
@@ -167,11 +167,11 @@ func printReport(w io.Writer, head []string, rs []result) {
 		}
 		var x string
 		if raw.Pending != nil {
-			x = ratio(float64(m.Full.RSS), float64(raw.Pending.Full.RSS))
+			x = ratio(float64(m.Full.PSS), float64(raw.Pending.Full.PSS))
 		}
-		growth := float64(m.Full.RSS-m.Idle.RSS) / float64(m.N) * 1000
-		fmt.Fprintf(w, "| %s | %d | %s → %s | %s | %s | %s | %s | %.1f s |\n", r.Name, m.N, mib(m.Idle.RSS), mib(m.Full.RSS),
-			mib(m.Server.RSS), mib(m.Full.PSS), kib(growth), x, m.Seconds)
+		growth := float64(m.Full.PSS-m.Idle.PSS) / float64(m.N)
+		fmt.Fprintf(w, "| %s | %d | %s → %s | %s | %s | %s | %s | %.1f s |\n", r.Name, m.N, mib(m.Idle.PSS), mib(m.Full.PSS),
+			mib(m.Server.PSS), x, fmt.Sprintf("%.0f B", growth), mib(m.Full.RSS), m.Seconds)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Configurations:")
@@ -224,5 +224,3 @@ func dur(d time.Duration) string {
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
-
-func kib(b float64) string { return fmt.Sprintf("%.0f KiB", b/1024) }
