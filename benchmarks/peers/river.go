@@ -19,11 +19,15 @@ import (
 //
 // River's own tuning for latency: the producer fetches available jobs
 // every FetchPollInterval (default 1 s) and at most every FetchCooldown
-// (default 100 ms) when LISTEN/NOTIFY tells it of new ones; a scheduled
-// job is made available by the leader's scheduler (every 5 s, looking 5 s
-// ahead, not configurable), so a timer's lateness is set by the fetch poll.
-// "river-tuned" sets FetchPollInterval 5 ms and FetchCooldown 1 ms (the
-// minimum is 1 ms for both).
+// (default 100 ms) when LISTEN/NOTIFY tells it of new ones. "river-tuned"
+// sets FetchPollInterval 5 ms and FetchCooldown 1 ms (the minimum is 1 ms
+// for both). A job inserted with ScheduledAt is in state scheduled until
+// the leader's scheduler makes it available: every 5 s, for the jobs due
+// within the next 5 s (maintenance.JobSchedulerIntervalDefault; not
+// configurable). A timer due more than 5 s after its insert is therefore
+// available before it is due and its lateness is set by the fetch poll;
+// one due sooner (the saga's 100 ms timer) waits for the scheduler's next
+// pass, 0–5 s.
 
 const riverWorkers = 100
 
