@@ -92,7 +92,7 @@ func printReport(w io.Writer, head []string, rs []result) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "(a) one-shot timers: schedule rate, handler lateness (handler start − due)")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| system | scheduled/s | × raw | lateness p50 / p99 / max | p99 × raw | early | lost |")
+	fmt.Fprintln(w, "| system | scheduled/s | × raw | lateness p50 / p99 / max | p99 × raw | early | not handled by last due + grace |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		l := r.Lateness

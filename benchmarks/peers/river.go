@@ -42,7 +42,7 @@ func riverPeer(ctx context.Context, e *env, tuned bool) (peer, error) {
 	if tuned {
 		poll, cooldown, name, key = 5*time.Millisecond, time.Millisecond, "River, tuned", "river-tuned"
 	}
-	cfg := fmt.Sprintf("riverpgxv5, pgxpool (default size), %d workers on one queue, FetchPollInterval %v, FetchCooldown %v; insert one job per timer (InsertMany in batches of 1000 for (d)); cancel = JobCancel",
+	cfg := fmt.Sprintf("riverpgxv5, pgxpool of 40 connections, %d workers on one queue, FetchPollInterval %v, FetchCooldown %v; insert one job per timer (InsertMany in batches of 1000 for (d)); cancel = JobCancel",
 		riverWorkers, poll, cooldown)
 	return peer{
 		name: name, config: cfg,
