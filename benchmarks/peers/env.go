@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -55,7 +56,7 @@ func (e *env) close() {
 	}
 }
 
-var errNotApplicable = fmt.Errorf("not applicable")
+var errNotApplicable = errors.New("not applicable")
 
 var progressStart = time.Now()
 

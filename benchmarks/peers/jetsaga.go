@@ -38,7 +38,7 @@ func jetsagaPeer(e *env) peer {
 	}
 }
 
-// jetsagaEarlyPeer is jetsaga's saga with early activation: timers are
+// jetsagaSagaPeer is jetsaga's saga, with early activation if lead > 0: timers are
 // saga timeouts (one instance per timer), handled by the dispatcher.
 func jetsagaSagaPeer(e *env, lead time.Duration) peer {
 	name, cfg := "jetsaga saga", "one saga instance per timer: Dispatcher.Send starts it, RequestTimeoutAt, the OnTimeout handler is the timer's handler; default engine"

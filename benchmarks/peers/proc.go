@@ -78,8 +78,6 @@ func childrenNamed(name string) []int {
 // count once across its processes).
 type memory struct{ RSS, PSS int64 }
 
-func (m memory) add(o memory) memory { return memory{m.RSS + o.RSS, m.PSS + o.PSS} }
-
 // memOf sums the resident memory of the processes.
 func memOf(pids []int) memory {
 	var sum memory
