@@ -3,7 +3,7 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \;
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test lint demo bench fmt release-check release
+.PHONY: test lint demo bench bench-peers fmt release-check release
 
 ## test: every test of every module. scripts/test installs what the tests need
 ## when it is missing (or stops at once saying what to install), then runs the
@@ -45,6 +45,13 @@ demo:
 ## bench: transport benchmarks beside raw nats.go baselines
 bench:
 	go run ./cmd/jetsaga-bench
+
+## bench-peers: jetsaga beside River, DBOS and Temporal on the same workloads,
+## each beside raw nats.go (benchmarks/peers; starts PostgreSQL, installing it
+## with apt-get as root when missing, and the Temporal dev server). Not part of
+## make test: it takes minutes; make test builds and unit-tests it.
+bench-peers:
+	go run ./benchmarks/peers
 
 fmt:
 	gofmt -w $(MODULES)

@@ -1,0 +1,196 @@
+// Command peers measures jetsaga beside the durable-timer systems a Go team
+// would pick instead — River on PostgreSQL, DBOS Transact Go on PostgreSQL
+// and SQLite, Temporal (the dev server) — and beside raw nats.go, the
+// baseline measured in the same run, on four workloads:
+//
+//	(a) schedule N one-shot timers due over a window: schedule rate, handler
+//	    lateness (handler start − due) p50/p99/max, early and lost counts;
+//	(b) cancel with N pending: cancel latency p50/p99;
+//	(c) a two-step saga/workflow with one timer: steps/s and CPU per step
+//	    (this process and the system's servers);
+//	(d) N timers pending: resident memory of each system's processes, the
+//	    server's included (each system in a child process of its own).
+//
+// It starts everything it needs on this machine: an embedded nats-server,
+// PostgreSQL from the distribution's packages in a temporary directory
+// (installed with apt-get when missing and run as root), the Temporal dev
+// server that jetsaga's tests use (temporaltest). From the repository root:
+//
+//	go run ./benchmarks/peers                       # a few minutes on 2 cores
+//	go run ./benchmarks/peers -pending 100000       # (d) at 100k pending
+//	go run ./benchmarks/peers -only river,jetsaga -timers 10000
+//
+// It prints markdown tables; ratios to raw nats.go are what to read on a
+// shared machine.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"time"
+)
+
+type config struct {
+	timers        int           // (a) timers
+	window        time.Duration // (a) window the due times spread over
+	grace         time.Duration // how long to wait past the last due time / start
+	cancelPending int           // (b) pending
+	cancels       int           // (b) cancels measured
+	sagaTime      time.Duration // (c) how long to start instances
+	sagaWindow    int           // (c) instances in flight
+	sagaDelay     time.Duration // (c) the timer between the steps
+	pending       int           // (d)
+	conc          int           // goroutines scheduling / starting
+	only          []string
+	workloads     string
+	pgSync        bool
+	lead          time.Duration // jetsaga saga's early activation
+
+	child       string // internal: the child's work
+	childPeer   string
+	pgURL       string
+	temporalURL string
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "peers:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if cfg.child != "" {
+		err = runChild(ctx, cfg)
+	} else {
+		err = run(ctx, cfg)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "peers:", err)
+		if errors.Is(err, errMissing) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func parseFlags(args []string) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
+	fs.IntVar(&cfg.timers, "timers", 2000, "(a) timers due over -window")
+	fs.DurationVar(&cfg.window, "window", 10*time.Second, "(a) the window the due times spread over")
+	fs.DurationVar(&cfg.grace, "grace", 30*time.Second, "how long to wait for timers after the last due time, and for sagas after the last start")
+	fs.IntVar(&cfg.cancelPending, "cancel-pending", 2000, "(b) timers pending, an hour away")
+	fs.IntVar(&cfg.cancels, "cancels", 500, "(b) of them cancelled one at a time")
+	fs.DurationVar(&cfg.sagaTime, "saga-time", 5*time.Second, "(c) how long to start instances")
+	fs.IntVar(&cfg.sagaWindow, "saga-window", 2000, "(c) instances in flight")
+	fs.DurationVar(&cfg.sagaDelay, "saga-delay", 100*time.Millisecond, "(c) the timer between the two steps")
+	fs.IntVar(&cfg.pending, "pending", 10000, "(d) timers pending while memory is measured")
+	fs.IntVar(&cfg.conc, "conc", 16, "goroutines scheduling timers and starting sagas")
+	only := fs.String("only", "", "comma-separated peers to run: "+strings.Join(peerKeys, ",")+" (raw always runs: it is the baseline)")
+	fs.StringVar(&cfg.workloads, "workloads", "abcd", "workloads to run, of a (lateness), b (cancel), c (saga), d (pending memory)")
+	fs.BoolVar(&cfg.pgSync, "pg-sync", false, "run PostgreSQL with synchronous_commit=on (default off: a commit is acknowledged before its WAL is flushed, as JetStream acknowledges before it syncs)")
+	fs.DurationVar(&cfg.lead, "lead", 300*time.Millisecond, "the early activation of the 'jetsaga saga, early activation' row")
+	fs.StringVar(&cfg.child, "child", "", "internal: the work of a child process")
+	fs.StringVar(&cfg.childPeer, "peer", "", "internal: the child's peer")
+	fs.StringVar(&cfg.pgURL, "pg-url", "", "internal: the child's PostgreSQL server")
+	fs.StringVar(&cfg.temporalURL, "temporal", "", "internal: the child's Temporal server")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.timers < 1 || cfg.cancelPending < 1 || cfg.cancels < 1 || cfg.sagaWindow < 1 || cfg.pending < 1 || cfg.conc < 1 || cfg.window <= 0 || cfg.sagaTime <= 0 {
+		return cfg, fmt.Errorf("counts and durations must be positive")
+	}
+	for _, w := range cfg.workloads {
+		if !strings.ContainsRune("abcd", w) {
+			return cfg, fmt.Errorf("-workloads %q: only a, b, c, d", cfg.workloads)
+		}
+	}
+	for name := range strings.SplitSeq(*only, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if !slices.Contains(peerKeys, name) {
+			return cfg, fmt.Errorf("-only: unknown peer %q (have %s)", name, strings.Join(peerKeys, ","))
+		}
+		cfg.only = append(cfg.only, name)
+	}
+	return cfg, nil
+}
+
+func (c config) runs(w byte) bool { return strings.IndexByte(c.workloads, w) >= 0 }
+
+func run(ctx context.Context, cfg config) error {
+	e := newEnv(cfg)
+	defer e.close()
+	var results []result
+	for _, key := range peerKeys {
+		if key != "raw" && len(cfg.only) > 0 && !slices.Contains(cfg.only, key) {
+			continue
+		}
+		p, err := peerFor(ctx, e, key)
+		if err != nil {
+			return fmt.Errorf("%s: %w", key, err)
+		}
+		results = append(results, measure(ctx, cfg, e, key, p))
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	printReport(os.Stdout, header(cfg, e), results)
+	return nil
+}
+
+// measure runs every workload on p, recording errors in the result.
+func measure(ctx context.Context, cfg config, e *env, key string, p peer) result {
+	r := result{Key: key, Name: p.name, Config: p.config, Errors: map[string]string{}}
+	rate := 0.0
+	if p.open != nil && !p.noCancel && cfg.runs('b') {
+		logf("%s: (b) %d pending, %d cancels", p.name, cfg.cancelPending, cfg.cancels)
+		if c, err := runCancel(ctx, cfg, p); err != nil {
+			r.Errors["b"] = err.Error()
+		} else {
+			r.Cancel, rate = &c, c.Rate
+		}
+	}
+	if p.open != nil && cfg.runs('a') {
+		if rate == 0 {
+			rate = 200
+		}
+		logf("%s: (a) %d timers over %v", p.name, cfg.timers, cfg.window)
+		if l, err := runLateness(ctx, cfg, p, rate); err != nil {
+			r.Errors["a"] = err.Error()
+		} else {
+			r.Lateness = &l
+		}
+	}
+	if p.saga != nil && cfg.runs('c') {
+		logf("%s: (c) two-step saga, %d in flight for %v, timer %v", p.name, cfg.sagaWindow, cfg.sagaTime, cfg.sagaDelay)
+		if s, err := runSaga(ctx, cfg, p); err != nil {
+			r.Errors["c"] = err.Error()
+		} else {
+			r.Saga = &s
+		}
+	}
+	if len(p.pending) > 0 && cfg.runs('d') {
+		logf("%s: (d) %d pending, in a child process", p.name, cfg.pending)
+		if m, err := runPending(ctx, cfg, e, p); err != nil {
+			r.Errors["d"] = err.Error()
+		} else {
+			r.Pending = &m
+		}
+	}
+	for w, err := range r.Errors {
+		logf("%s: (%s) %s", p.name, w, err)
+	}
+	return r
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetsaga/jetsaga/timeout/temporal/temporaltest"
+)
+
+// result is one peer's figures; a nil figure did not run or failed
+// (Errors says why, by workload letter).
+type result struct {
+	Key, Name, Config string
+	Lateness          *latenessResult
+	Cancel            *cancelResult
+	Saga              *sagaResult
+	Pending           *pendingResult
+	Errors            map[string]string
+}
+
+// header describes the run: machine, versions, sizes.
+func header(cfg config, e *env) []string {
+	h := []string{
+		fmt.Sprintf("%s, %s/%s, %d CPUs; load average %s", time.Now().UTC().Format("2006-01-02"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), loadAvg()),
+		"versions: " + versions(),
+		fmt.Sprintf("(a) %d timers due over %v, %d goroutines scheduling; (b) %d pending an hour away, %d cancelled one at a time; (c) %d instances in flight for %v, a %v timer between the two steps; (d) %d timers pending, each system in a child process",
+			cfg.timers, cfg.window, cfg.conc, cfg.cancelPending, cfg.cancels, cfg.sagaWindow, cfg.sagaTime, cfg.sagaDelay, cfg.pending),
+	}
+	if e.pg != nil {
+		h = append(h, "PostgreSQL: "+e.pg.describe())
+	}
+	return h
+}
+
+func loadAvg() string {
+	b, err := readFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(b)
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// versions lists Go, the peers' modules as built, the Temporal CLI and
+// PostgreSQL.
+func versions() string {
+	out := []string{runtime.Version(), "nats.go " + nats.Version}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			for _, want := range []string{"github.com/nats-io/nats-server/v2", "github.com/riverqueue/river", "github.com/dbos-inc/dbos-transact-golang", "go.temporal.io/sdk", "github.com/jackc/pgx/v5", "modernc.org/sqlite"} {
+				if d.Path == want {
+					out = append(out, strings.TrimPrefix(strings.TrimPrefix(d.Path, "github.com/"), "go.")+" "+d.Version)
+				}
+			}
+		}
+	}
+	out = append(out, "temporal CLI "+temporaltest.CLIVersion+" (dev server, SQLite in memory)")
+	if pg, err := exec.LookPath("postgres"); err == nil {
+		if v, err := exec.Command(pg, "--version").Output(); err == nil {
+			out = append(out, strings.TrimSpace(string(v)))
+		}
+	} else if bin, err := postgresBin(); err == nil {
+		if v, err := exec.Command(bin+"/postgres", "--version").Output(); err == nil {
+			out = append(out, strings.TrimSpace(string(v)))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// printReport writes the results as markdown tables, one per workload,
+// each figure beside its ratio to raw nats.go's in the same run.
+func printReport(w io.Writer, head []string, rs []result) {
+	for _, h := range head {
+		fmt.Fprintf(w, "%s  \n", h)
+	}
+	var raw result
+	for _, r := range rs {
+		if r.Key == "raw" {
+			raw = r
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "(a) one-shot timers: schedule rate, handler lateness (handler start − due)")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| system | scheduled/s | × raw | lateness p50 / p99 / max | p99 × raw | early | not handled by last due + grace |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		l := r.Lateness
+		if l == nil {
+			fmt.Fprintf(w, "| %s | %s | | | | | |\n", r.Name, missing(r, "a"))
+			continue
+		}
+		var rateX, p99X string
+		if raw.Lateness != nil {
+			rateX = ratio(l.Rate, raw.Lateness.Rate)
+			p99X = ratio(float64(l.Lateness.P99), float64(raw.Lateness.Lateness.P99))
+		}
+		early := fmt.Sprint(l.Lateness.Negative)
+		if l.Lateness.Negative > 0 {
+			early += fmt.Sprintf(" (up to %s)", dur(-l.Lateness.Min))
+		}
+		lost := fmt.Sprint(l.Lost)
+		if l.Dups > 0 {
+			lost += fmt.Sprintf(", %d twice", l.Dups)
+		}
+		if l.SchedLate > 0 {
+			lost += fmt.Sprintf(" (%d scheduled after due)", l.SchedLate)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s / %s / %s | %s | %s | %s |\n", r.Name, num(l.Rate), rateX,
+			dur(l.Lateness.P50), dur(l.Lateness.P99), dur(l.Lateness.Max), p99X, early, lost)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "(b) cancel, one at a time, with timers pending")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| system | pending | cancel p50 / p99 | p99 × raw |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	for _, r := range rs {
+		c := r.Cancel
+		if c == nil {
+			fmt.Fprintf(w, "| %s | %s | | |\n", r.Name, missing(r, "b"))
+			continue
+		}
+		var x string
+		if raw.Cancel != nil {
+			x = ratio(float64(c.Cancel.P99), float64(raw.Cancel.Cancel.P99))
+		}
+		fmt.Fprintf(w, "| %s | %d | %s / %s | %s |\n", r.Name, c.Pending, dur(c.Cancel.P50), dur(c.Cancel.P99), x)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "(c) two-step saga/workflow with one timer")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| system | steps/s | × raw | CPU per step | × raw |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+	for _, r := range rs {
+		s := r.Saga
+		if s == nil {
+			fmt.Fprintf(w, "| %s | %s | | | |\n", r.Name, missing(r, "c"))
+			continue
+		}
+		var x, cx string
+		if raw.Saga != nil {
+			x = ratio(s.StepsPerS, raw.Saga.StepsPerS)
+			cx = ratio(float64(s.CPUPer), float64(raw.Saga.CPUPer))
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.Name, num(s.StepsPerS), x, dur(s.CPUPer), cx)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "(d) memory with timers pending: PSS of the client process and the servers (shared pages counted once: postgres's processes share its buffers), and their RSS summed")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| system | pending | PSS idle → pending | of which servers | PSS × raw | growth per timer | RSS summed | scheduled in |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		m := r.Pending
+		if m == nil {
+			fmt.Fprintf(w, "| %s | %s | | | | | | |\n", r.Name, missing(r, "d"))
+			continue
+		}
+		var x string
+		if raw.Pending != nil {
+			x = ratio(float64(m.Full.PSS), float64(raw.Pending.Full.PSS))
+		}
+		growth := float64(m.Full.PSS-m.Idle.PSS) / float64(m.N)
+		fmt.Fprintf(w, "| %s | %d | %s → %s | %s | %s | %s | %s | %.1f s |\n", r.Name, m.N, mib(m.Idle.PSS), mib(m.Full.PSS),
+			mib(m.Server.PSS), x, fmt.Sprintf("%.0f B", growth), mib(m.Full.RSS), m.Seconds)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Configurations:")
+	fmt.Fprintln(w)
+	for _, r := range rs {
+		fmt.Fprintf(w, "- **%s**: %s\n", r.Name, r.Config)
+	}
+}
+
+// missing is the cell of a figure that did not run.
+func missing(r result, w string) string {
+	if e, ok := r.Errors[w]; ok {
+		if len(e) > 60 {
+			e = e[:60] + "…"
+		}
+		return "failed: " + strings.ReplaceAll(e, "|", "/")
+	}
+	return "n/a"
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func num(f float64) string {
+	switch {
+	case f >= 10000:
+		return fmt.Sprintf("%.1fk", f/1000)
+	case f >= 100:
+		return fmt.Sprintf("%.0f", f)
+	}
+	return fmt.Sprintf("%.1f", f)
+}
+
+func dur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0f ms", float64(d)/1e6)
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1f ms", float64(d)/1e6)
+	}
+	return fmt.Sprintf("%.0f µs", float64(d)/1e3)
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
