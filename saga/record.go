@@ -42,6 +42,11 @@ type record struct {
 	Started    time.Time               `json:"started"`
 	Updated    time.Time               `json:"updated"`
 
+	// Expects are the messages the last step expects (Context.Expect):
+	// nil for a saga without CheckLiveness, empty if it expects none
+	// (omitzero writes an empty list, see liveness.go).
+	Expects []string `json:"expects,omitzero"`
+
 	fromCache bool // served by the record cache (cachedRecords), not stored
 }
 
