@@ -442,6 +442,7 @@ func (e *Env) leaks() []string {
 			out = append(out, line)
 		}
 	}
+	out = append(out, e.stuckLeaks()...)
 	timeouts := make(map[uint64]saga.ScheduledTimeout)
 	for st, err := range e.d.ScheduledTimeouts(e.ctx, "") {
 		if err != nil {
