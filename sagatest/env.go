@@ -188,6 +188,7 @@ type Env struct {
 	redelivery int            // redeliveries so far, to name their queues
 	sends      int            // messages Send sent, to name them
 	inputs     map[int]string // Explore's inputs, as resolved
+	crash      *crashState    // the crash armed for the step in flight (Crash)
 
 	mu         sync.Mutex
 	events     []event
@@ -315,7 +316,7 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 	// saga.WithHooks adds to the hooks given before it: the user's run
 	// first, then the journal's.
 	dopts = append(dopts, saga.WithHooks(saga.Hooks{StepDone: e.stepDone, Sent: e.sent}))
-	if e.d, err = saga.NewDispatcher(e.b, e.store, Queue, dopts...); err != nil {
+	if e.d, err = saga.NewDispatcher(e.b, crashStore{e.store, e}, Queue, dopts...); err != nil {
 		t.Fatalf("sagatest: %v", err)
 	}
 	if err := e.d.Open(e.ctx); err != nil {
