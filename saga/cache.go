@@ -205,6 +205,7 @@ func (r *record) clone() *record {
 		c.Timeouts[tok] = te
 	}
 	c.Inbox = slices.Clone(r.Inbox)
+	c.Expects = slices.Clone(r.Expects)
 	if r.Outbox != nil {
 		c.Outbox = make([]effect, len(r.Outbox))
 		for i, e := range r.Outbox {

@@ -225,8 +225,9 @@ type Failure struct {
 // sagas, and stops the Env when f returns. It then fails the test if
 // anything was left behind: a message dead-lettered, or a message still
 // waiting for a delayed retry, that the test did not look at
-// (DeadLetters, Failures), or a timeout still scheduled for an instance
-// that completed or no longer waits for it. The bubble itself fails the
+// (DeadLetters, Failures), a timeout still scheduled for an instance
+// that completed or no longer waits for it, or a stuck instance of a saga
+// with saga.CheckLiveness (Env.Stuck). The bubble itself fails the
 // test if a goroutine started in it is still blocked.
 //
 // See the package documentation for the limits of the bubble.
