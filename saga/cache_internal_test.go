@@ -27,7 +27,8 @@ func sampleRecord() *record {
 				Msg: &envelope{ID: "t2-r", Type: "U", Body: []byte("{}"), ContentType: "application/json",
 					CorrelationID: "c", ReplyTo: "rq", SessionID: "s", Properties: map[string]string{"k": "v"}}},
 		},
-		Inbox: []string{"a", "b"},
+		Inbox:   []string{"a", "b"},
+		Expects: []string{"M"},
 		Outbox: []effect{
 			{
 				Kind: effectSend, Queue: "q", At: time.Unix(4, 0).UTC(), Token: "tok", Ref: "queue:q:3", Engine: "eng", ID: "id",
@@ -66,6 +67,7 @@ func mutateRecord(r *record) {
 	delete(r.Timeouts, "t2")
 	r.Timeouts["t3"] = full("new", 11)
 	r.Inbox[0] = "z"
+	r.Expects[0] = "N"
 	e := &r.Outbox[0]
 	e.Kind, e.Queue, e.At, e.Token, e.Ref, e.Engine, e.ID = effectPublish, "other", time.Unix(40, 0), "t", "r", "e", "i"
 	m := e.Msg

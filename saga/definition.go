@@ -17,6 +17,7 @@ type Definition[S any] struct {
 	routes   map[string]route[S]
 	notFound NotFoundPolicy
 	engine   string
+	liveness bool // CheckLiveness
 	err      error
 
 	version   int        // DataVersion; 0 is 1
@@ -94,6 +95,7 @@ func Define[S any](name string, opts ...DefinitionOption) *Definition[S] {
 	}
 	d.notFound, d.engine = cfg.notFound, cfg.engine
 	d.version, d.upcasters = cfg.version, cfg.upcasters
+	d.liveness = cfg.liveness
 	if cfg.err != nil && d.err == nil {
 		d.err = fmt.Errorf("%w: saga %s: %w", ErrInvalidDefinition, name, cfg.err)
 	}
@@ -105,6 +107,7 @@ type definitionConfig struct {
 	engine    string
 	version   int
 	upcasters []Upcaster
+	liveness  bool
 	err       error // of an option given an invalid value
 }
 
@@ -285,6 +288,7 @@ func (d *Definition[S]) run(ctx context.Context, s *stepState, msgType string, m
 	if c.Data, err = d.loadData(s.codec, s.rec); err != nil {
 		return err
 	}
+	resetExpects(s.rec, d.liveness)
 	r := d.routes[msgType]
 	if s.late != nil && r.late != nil {
 		err = r.late(ctx, c, m, *s.late)

@@ -271,6 +271,15 @@
 // example, and how sagatest checks golden records and payloads of an
 // older version.
 //
+// # Liveness
+//
+// A saga defined with [CheckLiveness] promises that a running instance
+// always waits for something: a pending timeout, or a message that its
+// last step declared with [Context.Expect] (an expectation lasts one
+// step). An instance that waits for nothing is stuck: sagatest fails a
+// test that leaves one, and [Dispatcher.StuckInstances] lists them, over
+// a store that can list its keys ([ListingStore]).
+//
 // # Operating
 //
 // [Dispatcher.Instance] shows one instance's state and pending timeouts

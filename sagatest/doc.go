@@ -119,6 +119,12 @@
 // [Timeout] names the earliest pending timeout of an instance;
 // [TimeoutOf] the earliest of one payload type.
 //
+// [Crash] makes the dispatcher die in an input's step, [BeforeCommit],
+// [BeforeOutboxCleared] or [BeforeAck], and explores the message's
+// redelivery in every position after it: what a crash does to the
+// invariants. A side effect a handler has outside its Context (a call to
+// another service) happens twice after a crash before commit.
+//
 // Explore runs every order of up to 6 inputs (720), and a sample drawn
 // with a fixed seed beyond ([WithOrderings], [WithSeed]). Each order costs
 // about what a Run of the same scenario costs (BenchmarkExplore: about
@@ -174,7 +180,9 @@
 // retry, and the test never looked ([Env.DeadLetters], [Env.Failures]) —
 // naming the call of the test (Send, Advance, ... with its file and line)
 // during which the step failed — or if a timeout is still scheduled for
-// an instance that completed or no longer waits for it.
+// an instance that completed or no longer waits for it, or if an instance
+// of a saga with saga.CheckLiveness is stuck: running, with no pending
+// timeout and no expected message ([Env.Stuck]).
 //
 // # Limits
 //

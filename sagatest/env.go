@@ -188,6 +188,7 @@ type Env struct {
 	redelivery int            // redeliveries so far, to name their queues
 	sends      int            // messages Send sent, to name them
 	inputs     map[int]string // Explore's inputs, as resolved
+	crash      *crashState    // the crash armed for the step in flight (Crash)
 
 	mu         sync.Mutex
 	events     []event
@@ -224,8 +225,9 @@ type Failure struct {
 // sagas, and stops the Env when f returns. It then fails the test if
 // anything was left behind: a message dead-lettered, or a message still
 // waiting for a delayed retry, that the test did not look at
-// (DeadLetters, Failures), or a timeout still scheduled for an instance
-// that completed or no longer waits for it. The bubble itself fails the
+// (DeadLetters, Failures), a timeout still scheduled for an instance
+// that completed or no longer waits for it, or a stuck instance of a saga
+// with saga.CheckLiveness (Env.Stuck). The bubble itself fails the
 // test if a goroutine started in it is still blocked.
 //
 // See the package documentation for the limits of the bubble.
@@ -315,7 +317,7 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 	// saga.WithHooks adds to the hooks given before it: the user's run
 	// first, then the journal's.
 	dopts = append(dopts, saga.WithHooks(saga.Hooks{StepDone: e.stepDone, Sent: e.sent}))
-	if e.d, err = saga.NewDispatcher(e.b, e.store, Queue, dopts...); err != nil {
+	if e.d, err = saga.NewDispatcher(e.b, crashStore{e.store, e}, Queue, dopts...); err != nil {
 		t.Fatalf("sagatest: %v", err)
 	}
 	if err := e.d.Open(e.ctx); err != nil {
@@ -442,6 +444,7 @@ func (e *Env) leaks() []string {
 			out = append(out, line)
 		}
 	}
+	out = append(out, e.stuckLeaks()...)
 	timeouts := make(map[uint64]saga.ScheduledTimeout)
 	for st, err := range e.d.ScheduledTimeouts(e.ctx, "") {
 		if err != nil {

@@ -21,7 +21,8 @@ import (
 // Input is one of the concurrent inputs that Explore delivers in every
 // order: a message sent to the dispatcher's queue ([Send]), a timeout
 // that is due ([Timeout]), or a redelivery of a message already handled
-// ([Redeliver]).
+// ([Redeliver]); and any of the first two with the dispatcher crashing
+// in its step ([Crash]), its redelivery one more input.
 type Input struct {
 	kind  inputKind
 	msg   any
@@ -29,6 +30,7 @@ type Input struct {
 	saga  saga.Saga
 	id    string
 	types []string // of a Timeout input: the payload's names; nil: any
+	crash CrashPoint
 }
 
 type inputKind int
@@ -74,6 +76,11 @@ func Redeliver(m any) Input {
 
 // String describes the input, as Explore reports orders.
 func (in Input) String() string {
+	if in.crash != 0 {
+		c := in
+		c.crash = 0
+		return c.String() + ", crashing " + in.crash.String()
+	}
 	switch in.kind {
 	case inputSend:
 		return "send " + describeMessage(saga.JSON{}, in.msg)
@@ -168,6 +175,10 @@ func Replay(order ...int) Option {
 // re-runs it alone, Replay(...) with the order as input indexes. A
 // failing order fails the same way every time it is replayed.
 //
+// A Crash input's step crashes at its CrashPoint, and the message's
+// redelivery is explored in every position after it; the report names
+// the crash point and the redelivery in the failing order.
+//
 // Options are Run's, and WithOrderings, WithSeed and Replay. See the
 // package documentation for the limits of the bubble.
 func Explore(t *testing.T, sagas []saga.Saga, setup func(t *testing.T, env *Env), inputs []Input, check func(t *testing.T, env *Env), opts ...Option) {
@@ -183,6 +194,9 @@ func Explore(t *testing.T, sagas []saga.Saga, setup func(t *testing.T, env *Env)
 		if in.kind == 0 || in.kind != inputTimeout && in.msg == nil || in.kind == inputTimeout && in.saga == nil {
 			t.Fatalf("sagatest: Explore: input %d: %s: nothing to deliver", i, in)
 		}
+		if in.crash != 0 && (in.kind == inputRedeliver || in.crash < BeforeCommit || in.crash > BeforeAck) {
+			t.Fatalf("sagatest: Explore: input %d: %s: Crash takes a Send or a Timeout input and a CrashPoint", i, in)
+		}
 	}
 	codec := cfg.codec
 	if codec == nil {
@@ -193,7 +207,9 @@ func Explore(t *testing.T, sagas []saga.Saga, setup func(t *testing.T, env *Env)
 		where = fmt.Sprintf(" at %s:%d", filepath.Base(file), line)
 	}
 	after := redeliveryConstraints(codec, inputs)
-	orders, total := cfg.explore.orders(len(inputs), after)
+	crashes := crashSlots(inputs)
+	after = append(after, crashes...) // a crash's redelivery after its input
+	orders, total := cfg.explore.orders(len(after), after)
 	if cfg.explore.replay != nil {
 		if err := validOrder(cfg.explore.replay, after); err != nil {
 			t.Fatalf("sagatest: Explore: Replay%s: %v", formatOrder(cfg.explore.replay), err)
@@ -214,7 +230,13 @@ func Explore(t *testing.T, sagas []saga.Saga, setup func(t *testing.T, env *Env)
 				var sb strings.Builder
 				fmt.Fprintf(&sb, "sagatest: Explore%s: order %d of %d failed:\n", where, k+1, total)
 				for i, idx := range order {
-					what := inputs[idx].String()
+					var what string
+					if idx < len(inputs) {
+						what = inputs[idx].String()
+					} else {
+						c := crashes[idx-len(inputs)]
+						what = fmt.Sprintf("redelivery of input %d after its crash %s", c, inputs[c].crash)
+					}
 					if e != nil && e.inputs[idx] != "" {
 						what = e.inputs[idx]
 					}
@@ -458,13 +480,31 @@ func (e *Env) deliver(inputs []Input, order []int) {
 	e.settle()
 
 	e.record(0, time.Now(), "explore: inputs in the order "+formatOrder(order))
+	crashes := crashSlots(inputs)
+	crashed := make(map[int]*crashedDelivery) // by input
 	for _, i := range order {
+		if i >= len(inputs) {
+			c := crashes[i-len(inputs)]
+			e.mu.Lock()
+			e.steps, e.caller = 0, fmt.Sprintf("Explore input %d (redelivery of input %d after its crash %s)", i, c, inputs[c].crash)
+			e.mu.Unlock()
+			if cd := crashed[c]; cd != nil {
+				e.inputs[i] = fmt.Sprintf("redelivery of input %d (MessageID %s) after its crash %s", c, cd.del.MessageID, cd.point)
+			}
+			e.redeliverCrashed(crashed[c])
+			e.settle()
+			continue
+		}
 		in := inputs[i]
 		e.mu.Lock()
 		e.steps, e.caller = 0, fmt.Sprintf("Explore input %d (%s)", i, in)
 		e.mu.Unlock()
 		switch in.kind {
 		case inputSend:
+			if in.crash != 0 {
+				crashed[i] = e.sendCrashing(in)
+				break
+			}
 			e.send(in.msg, in.opts)
 		case inputTimeout:
 			del := held[i]
@@ -474,7 +514,11 @@ func (e *Env) deliver(inputs []Input, order []int) {
 			}
 			e.record(0, time.Now(), "explore: "+dues[i].what)
 			e.pause()
-			e.handle(del)
+			if in.crash != 0 {
+				crashed[i] = e.handleCrashing(del, in.crash, dues[i].what)
+			} else {
+				e.handle(del)
+			}
 			e.resume()
 		case inputRedeliver:
 			e.redeliver(in.msg)
@@ -537,13 +581,23 @@ func (e *Env) redeliver(m any) {
 			break
 		}
 	}
-	e.redelivery++
-	n := e.redelivery
 	e.mu.Unlock()
 	if orig == nil {
 		e.t.Fatalf("sagatest: Redeliver(%s%s): no such message was handled before\n%s", name, bodySuffix(body), e.journalSection())
 		return
 	}
+	e.redeliverCopy(orig)
+}
+
+// redeliverCopy delivers orig again, through a queue of its own (the
+// dispatcher settles it there), as a second delivery.
+func (e *Env) redeliverCopy(orig *transport.Message) {
+	e.t.Helper()
+	e.mu.Lock()
+	e.redelivery++
+	n := e.redelivery
+	e.mu.Unlock()
+	name, body := orig.Properties[saga.TypeProperty], orig.Body
 	q, err := e.b.OpenQueue(e.ctx, transport.QueueConfig{Name: fmt.Sprintf("%s-redelivery-%d", Queue, n)})
 	if err != nil {
 		e.t.Fatalf("sagatest: Redeliver: %v", err)

@@ -49,7 +49,13 @@ func (e *Env) stepDone(ctx context.Context, info saga.StepInfo, res saga.StepRes
 	if cur != nil {
 		e.snaps[key] = cur
 	}
-	for i, line := range describeStep(info, res, prev, cur, now, e.offset, e.bodySuffix) {
+	lines := describeStep(info, res, prev, cur, now, e.offset, e.bodySuffix)
+	if cur != nil && len(lines) > 0 {
+		if w := e.waitLine(ctx, info.Saga, info.ID); w != "" {
+			lines = append(lines, w)
+		}
+	}
+	for i, line := range lines {
 		e.recordLocked(min(i, 1), now, line)
 	}
 	if res.Err != nil {

@@ -138,6 +138,16 @@ name. A timeout on an engine this binary lacks (Temporal) is forgotten in the
 record and cancelled on its engine by the application's dispatcher.`,
 			examples: []string{"jetsaga sagas cancel-timeouts twofactor l1 --yes", "jetsaga sagas cancel-timeouts orders o-17 --queue orders --json --yes"},
 			flags:    fJSON | fYes | fQueue, run: cmdSagasCancel},
+		{path: "sagas stuck", args: "[SAGA]", maxArgs: 1,
+			short: "list stuck instances: running, waiting for no timeout and no message",
+			long: `Runs saga.Dispatcher.StuckInstances: the running instances of SAGA (of every
+saga type by default) whose saga has saga.CheckLiveness and whose last step
+left them with no pending timeout and no expected message
+(saga.Context.Expect). Nothing will move them on: complete them, or send the
+message they should wait for. It reads every record of the saga type. Saga
+types without CheckLiveness are never listed.`,
+			examples: []string{"jetsaga sagas stuck", "jetsaga sagas stuck approval --json"},
+			flags:    fJSON, run: cmdSagasStuck},
 		{path: "timeouts list", maxArgs: 0,
 			short: "list pending timeouts by saga type or instance, across engines",
 			long: `The transport engine's timeouts are found by browsing the scheduled messages

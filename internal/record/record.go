@@ -45,6 +45,11 @@ type Record struct {
 	Started    time.Time          `json:"started"`
 	Updated    time.Time          `json:"updated"`
 
+	// Expects are the messages the last step expects (Context.Expect):
+	// nil for a saga without CheckLiveness, empty if it expects none
+	// (omitzero writes an empty list, see saga/liveness.go).
+	Expects []string `json:"expects,omitzero"`
+
 	// FromCache marks a record the runtime's record cache served, not
 	// the store: a mark of this value, not content.
 	FromCache bool `json:"-"`
@@ -212,6 +217,7 @@ func (r *Record) Clone() *Record {
 		c.Timeouts[tok] = te
 	}
 	c.Inbox = slices.Clone(r.Inbox)
+	c.Expects = slices.Clone(r.Expects)
 	if r.Outbox != nil {
 		c.Outbox = make([]Effect, len(r.Outbox))
 		for i, e := range r.Outbox {

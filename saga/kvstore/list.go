@@ -1,0 +1,52 @@
+package kvstore
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/saga"
+)
+
+var _ saga.ListingStore = (*Store)(nil)
+
+// ListKeys yields the keys that start with prefix (every key if empty), in
+// no particular order: for saga.Dispatcher.StuckInstances. A prefix of one
+// key token and a dot ("order.", the keys of a saga type) is read with a
+// subject filter; any other prefix reads every key.
+func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return ListKeys(ctx, s.kv, prefix)
+}
+
+// ListKeys yields the keys of kv that start with prefix, as Store.ListKeys
+// does, for tools that hold a bucket rather than a Store.
+func ListKeys(ctx context.Context, kv jetstream.KeyValue, prefix string) iter.Seq2[string, error] {
+	return func(yield func(string, error) bool) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel() // ends the lister's goroutine if the caller stops early
+		filter := ">"
+		if tok, rest, ok := strings.Cut(prefix, "."); ok && rest == "" && tok != "" && !strings.ContainsAny(tok, "*> ") {
+			filter = tok + ".*"
+		}
+		l, err := kv.ListKeysFiltered(ctx, filter)
+		if err != nil {
+			yield("", fmt.Errorf("kvstore: listing keys: %w", err))
+			return
+		}
+		defer l.Stop()
+		for k := range l.Keys() {
+			if !strings.HasPrefix(k, prefix) {
+				continue
+			}
+			if !yield(k, nil) {
+				return
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			yield("", fmt.Errorf("kvstore: listing keys: %w", context.Cause(ctx)))
+		}
+	}
+}
