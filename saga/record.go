@@ -16,7 +16,6 @@ type (
 	timeoutEntry = recordfmt.Timeout
 	address      = recordfmt.Address
 	effect       = recordfmt.Effect
-	effectKind   = recordfmt.EffectKind
 	envelope     = recordfmt.Envelope
 )
 
