@@ -77,14 +77,27 @@ type ScheduledTimeout struct {
 	// its due time was computed with. Empty for other timeouts.
 	Rule     string
 	Calendar calendar.Ref
+	// Activating is true for a timeout activated early and not yet due
+	// (on JetStream by default, timeout.WithEarlyActivation): its message
+	// is on the queue, held by a dispatcher until At or waiting to be
+	// received, and Seq is its active sequence number ("0:20"). It can no
+	// longer be cancelled on its engine (Ref's Cancel returns
+	// timeout.ErrAlreadyFired), but cancelling it through the saga
+	// (Context.CancelTimeout, Dispatcher.CancelTimeouts) still has it
+	// dropped on arrival, never handled.
+	Activating bool
 }
 
 // String describes the timeout on one line, its sequence number as the
-// jetsaga command shows it (transport.FormatSeq, "0:s20"):
+// jetsaga command shows it (transport.FormatSeq, "0:s20"), and
+// "activating" for one activated early:
 //
 //	dunning/inv-1 dunning.Remind due 2024-01-22T00:00:00Z seq 0:s2 (queue:sagatest:140737488355330@1705881600000000000)
 func (st ScheduledTimeout) String() string {
 	s := st.Saga + "/" + st.ID + " " + st.Type + " due " + st.At.UTC().Format(time.RFC3339Nano)
+	if st.Activating {
+		s += " activating"
+	}
 	if st.Seq != 0 {
 		s += " seq " + transport.FormatSeq(st.Seq)
 	}
@@ -97,9 +110,11 @@ func (st ScheduledTimeout) String() string {
 // ScheduledTimeouts lists the pending timeouts of saga sagaName (all
 // sagas if empty) on every engine of the dispatcher's timeout scheduler
 // (a timeout.Router lists each of its engines; the transport engine in
-// sequence order). An engine that cannot list its timeouts yields an
-// error matching errors.ErrUnsupported; the listing goes on with the
-// next engine if the caller continues.
+// sequence order, then the timeouts it activated early that are not due
+// yet, marked Activating: see timeout.Transport.Pending for what that
+// reads). An engine that cannot list its timeouts yields an error
+// matching errors.ErrUnsupported; the listing goes on with the next
+// engine if the caller continues.
 func (d *Dispatcher) ScheduledTimeouts(ctx context.Context, sagaName string) iter.Seq2[ScheduledTimeout, error] {
 	return func(yield func(ScheduledTimeout, error) bool) {
 		if _, err := d.open(ctx); err != nil {
@@ -117,7 +132,7 @@ func (d *Dispatcher) ScheduledTimeouts(ctx context.Context, sagaName string) ite
 				continue
 			}
 			st := ScheduledTimeout{Saga: p.Saga, ID: p.Instance, Type: p.Properties[propType], At: p.At, Ref: p.Ref, Seq: p.Seq,
-				Handle: TimeoutHandle(p.Properties[propToken])}
+				Handle: TimeoutHandle(p.Properties[propToken]), Activating: p.Activating}
 			scheduledPlan(&st, p)
 			if !yield(st, nil) {
 				return

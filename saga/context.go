@@ -35,7 +35,21 @@ func (c *Context[S]) Now() time.Time { return c.step.now.UTC() }
 
 // Incoming returns the message being handled, with its transport
 // metadata (Seq, EnqueuedAt, ScheduledAt, MessageID, ...). Do not modify it.
+//
+// For a timeout, EnqueuedAt is its activation time — when its message
+// became active on the queue — and ScheduledAt the activation time its
+// engine asked for, not its due time: a timeout activated early (the
+// default on JetStream, see timeout.WithEarlyActivation) is enqueued up to
+// its engine's lead before its due time and held until then. TimeoutDue
+// returns the due time.
 func (c *Context[S]) Incoming() *transport.Message { return c.step.in }
+
+// TimeoutDue returns the due time of the timeout being handled, in UTC:
+// the instant it was requested for (RequestTimeoutAt, or computed by
+// RequestTimeout or RequestTimeoutBy), which its handler never runs
+// before. It is zero in other handlers. Now minus TimeoutDue is how late
+// the handler runs; the activation time is Incoming().EnqueuedAt.
+func (c *Context[S]) TimeoutDue() time.Time { return c.step.timeoutDue.UTC() }
 
 // Send sends m to queue.
 //

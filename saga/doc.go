@@ -159,14 +159,19 @@
 //     it there cancels the message only; the saga still waits for the
 //     timeout (cancel through the saga, or [Dispatcher.CancelTimeouts]).
 //
-// By default a timeout on JetStream reaches its handler up to ~260 ms after
-// its due time (nats-server activates due schedules on a 250 ms tick).
-// With [timeout.WithEarlyActivation] the engine activates it a lead early
-// and the dispatcher holds it until its due time by its own clock, so that
-// handlers see it within milliseconds and never before; a timeout that
-// arrives more than the lead plus a second early is dead-lettered with
-// [ReasonTimeoutNotDue] ([ErrTimeoutNotDue]). The trade-offs and figures
-// are in the guide docs/early-activation.md of the repository.
+// On JetStream the default engine activates a timeout a lead early
+// ([timeout.DefaultEarlyActivation]; nats-server activates due schedules
+// on a 250 ms tick) and the dispatcher holds it until its due time by its
+// own clock, so that handlers see it within milliseconds and never before;
+// a timeout that arrives more than the lead plus a second early is
+// dead-lettered with [ReasonTimeoutNotDue] ([ErrTimeoutNotDue]). In a
+// handler, [Context.TimeoutDue] is the due time; the message's EnqueuedAt
+// ([Context.Incoming]) is its activation time, before the due time.
+// [Dispatcher.ScheduledTimeouts] lists a timeout so activated as
+// Activating until it is due. timeout.WithEarlyActivation(0) gives the
+// engine that activates at the due time or after (up to ~260 ms after on
+// JetStream). The trade-offs and figures are in the guide
+// docs/early-activation.md of the repository.
 //
 // # Business time
 //

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -44,6 +45,7 @@ type earlyRun struct {
 	ID                string
 	Due, At, Enqueued time.Time // At: time.Now() in the handler
 	CtxNow            time.Time // the step's Context.Now
+	TimeoutDue        time.Time // the step's Context.TimeoutDue
 }
 
 type earlyRuns struct {
@@ -81,7 +83,8 @@ func earlySaga(runs *earlyRuns) *saga.Definition[earlyData] {
 			return nil
 		})
 	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[earlyData], _ EarlyDue) error {
-		runs.add(earlyRun{ID: c.ID(), Due: c.Data.Due, At: time.Now(), Enqueued: c.Incoming().EnqueuedAt, CtxNow: c.Now()})
+		runs.add(earlyRun{ID: c.ID(), Due: c.Data.Due, At: time.Now(), Enqueued: c.Incoming().EnqueuedAt, CtxNow: c.Now(),
+			TimeoutDue: c.TimeoutDue()})
 		c.Data.Fired++
 		return nil
 	})
@@ -101,6 +104,11 @@ func (s *cancelLog) Cancel(ctx context.Context, ref timeout.Ref) error {
 	s.errs = append(s.errs, err)
 	s.mu.Unlock()
 	return err
+}
+
+// Pending lists the wrapped engine's timeouts.
+func (s *cancelLog) Pending(ctx context.Context, f timeout.Filter) iter.Seq2[timeout.Pending, error] {
+	return timeout.List(ctx, s.Scheduler, f)
 }
 
 func (s *cancelLog) results() []error {
@@ -160,6 +168,9 @@ func (e *earlyEnv) checkRuns(ids ...string) {
 		}
 		if !r.Enqueued.Before(r.Due) {
 			e.t.Errorf("%s: activated at %v, not before its due time %v: not activated early, so not held", r.ID, r.Enqueued, r.Due)
+		}
+		if !r.TimeoutDue.Equal(r.Due) || r.TimeoutDue.Location() != time.UTC {
+			e.t.Errorf("%s: Context.TimeoutDue %v, want the due time requested, %v, in UTC", r.ID, r.TimeoutDue, r.Due)
 		}
 	}
 	for _, id := range ids {
@@ -310,7 +321,8 @@ func TestEarlyTimeoutCancel(t *testing.T) {
 	}
 
 	// Within the lead window, while held.
-	if _, err := d.Send(ctxFor(t), EarlyStart{ID: "within", Due: time.Now().Add(2 * time.Second)}); err != nil {
+	withinDue := time.Now().Add(2 * time.Second)
+	if _, err := d.Send(ctxFor(t), EarlyStart{ID: "within", Due: withinDue}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -320,6 +332,17 @@ func TestEarlyTimeoutCancel(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the timeout was not held")
+	}
+	// Held, it is still listed: as activating, at its due time.
+	var listed []saga.ScheduledTimeout
+	for st, err := range d.ScheduledTimeouts(ctxFor(t), "early") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed = append(listed, st)
+	}
+	if len(listed) != 1 || listed[0].ID != "within" || !listed[0].Activating || !listed[0].At.Equal(withinDue) || transport.IsScheduledSeq(listed[0].Seq) {
+		t.Errorf("ScheduledTimeouts while the timeout is held: %v; want within's, activating, due %v", listed, withinDue)
 	}
 	if _, err := d.Send(ctxFor(t), EarlyStop{ID: "within"}); err != nil {
 		t.Fatal(err)

@@ -54,9 +54,12 @@ type stepState struct {
 	isNew    bool
 	now      time.Time
 	codec    Codec
-	timeout  string    // token of the timeout being handled, if one is
-	late     *Lateness // the timeout goes to its late handler (CatchUpLate)
-	n        int       // effects so far, for effect IDs
+	timeout  string // token of the timeout being handled, if one is
+	// timeoutDue is the due time of the timeout being handled (its
+	// record's), if one is.
+	timeoutDue time.Time
+	late       *Lateness // the timeout goes to its late handler (CatchUpLate)
+	n          int       // effects so far, for effect IDs
 }
 
 func (s *stepState) envelope(m any, opts []SendOption) (*envelope, error) {

@@ -344,3 +344,26 @@ var fastRetry = saga.RetryPolicy{Immediate: 1, Delayed: 1, Backoff: func(int) ti
 
 // startServer starts an embedded nats-server for one test, or fails it.
 func startServer(t *testing.T) *embedded.Server { return testutil.StartServer(t, embedded.Options{}) }
+
+// timeoutTooEarly says how a timeout handler on the default engine saw its
+// timeout too early, "" if it did not: handled (Context.Now) before its
+// due time due, Context.TimeoutDue other than due, or activated (the
+// message's EnqueuedAt, by the server's clock on the same host) before
+// the activation time its engine asked for (ScheduledAt) or more than the
+// default engine's lead before due. Activation within the lead is the
+// default engine's early activation (timeout.DefaultEarlyActivation on
+// JetStream), which the dispatcher holds until due.
+func timeoutTooEarly[S any](c *saga.Context[S], due time.Time) string {
+	in := c.Incoming()
+	var s string
+	if c.Now().Before(due) {
+		s += fmt.Sprintf("handled %v early; ", due.Sub(c.Now()))
+	}
+	if !c.TimeoutDue().Equal(due) {
+		s += fmt.Sprintf("Context.TimeoutDue %v, requested for %v; ", c.TimeoutDue(), due)
+	}
+	if in.EnqueuedAt.Before(in.ScheduledAt) || in.EnqueuedAt.Before(due.Add(-timeout.DefaultEarlyActivation)) {
+		s += fmt.Sprintf("activated %v before its due time (scheduled %v before); ", due.Sub(in.EnqueuedAt), due.Sub(in.ScheduledAt))
+	}
+	return s
+}

@@ -12,7 +12,8 @@ import (
 
 // Timeouts activated early.
 //
-// A timeout engine with timeout.WithEarlyActivation puts a timeout's
+// A timeout engine with early activation (timeout.NewTransport on
+// JetStream by default, see timeout.WithEarlyActivation) puts a timeout's
 // message on the queue up to a lead before its due time, with the due
 // time in timeout.PropertyDue and ScheduledAt = due − lead. The
 // dispatcher holds such a message, locked, until its due time by the

@@ -169,8 +169,8 @@ func crashSaga(starts, fires *atomic.Int64) *saga.Definition[crashData] {
 	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[crashData], _ CrashDue) error {
 		fires.Add(1)
 		c.Data.Fired++
-		if in := c.Incoming(); in.EnqueuedAt.Before(c.Data.Due) || c.Now().Before(c.Data.Due) {
-			c.Data.Early = fmt.Sprintf("activated at %v, handled at %v, due %v", in.EnqueuedAt, c.Now(), c.Data.Due)
+		if early := timeoutTooEarly(c, c.Data.Due); early != "" {
+			c.Data.Early = early
 		}
 		return nil
 	})
@@ -998,11 +998,8 @@ func restartSaga() *saga.Definition[restartData] {
 		})
 	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[restartData], _ RDue) error {
 		c.Data.Fired++
-		in := c.Incoming()
-		// EnqueuedAt is the activation instant, by the server's clock (the
-		// same host's).
-		if c.Now().Before(c.Data.Due) || in.EnqueuedAt.Before(c.Data.Due) {
-			c.Data.Early = fmt.Sprintf("activated at %v, handled at %v, due %v", in.EnqueuedAt, c.Now(), c.Data.Due)
+		if early := timeoutTooEarly(c, c.Data.Due); early != "" {
+			c.Data.Early = early
 		}
 		return nil
 	})

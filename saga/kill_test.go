@@ -128,10 +128,8 @@ func r1Saga() *saga.Definition[r1Data] {
 		})
 	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[r1Data], _ R1Due) error {
 		c.Data.Fired++
-		// EnqueuedAt is the activation instant by the server's clock, the
-		// same host's.
-		if at := c.Incoming().EnqueuedAt; at.Before(c.Data.Due) {
-			c.Data.Anomaly += fmt.Sprintf("timeout %d activated %v early; ", c.Data.Fired, c.Data.Due.Sub(at))
+		if early := timeoutTooEarly(c, c.Data.Due); early != "" {
+			c.Data.Anomaly += fmt.Sprintf("timeout %d: %s", c.Data.Fired, early)
 		}
 		if c.Data.Steps < r1Steps {
 			c.Data.Due = c.Now().Add(time.Duration(c.Data.Fired) * r1Again)

@@ -199,8 +199,8 @@ func (d *Dispatcher) listedTimeouts(ctx context.Context, sagaName string) iter.S
 				}
 				continue
 			}
-			if p.Saga == "" || p.Properties[propType] == flushType || p.Properties[propToken] == "" {
-				continue
+			if p.Saga == "" || p.Properties[propType] == flushType || p.Properties[propToken] == "" || p.Activating {
+				continue // not a saga timeout, or activated early: it fires within its lead
 			}
 			st := ScheduledTimeout{Saga: p.Saga, ID: p.Instance, Type: p.Properties[propType], At: p.At, Ref: p.Ref, Seq: p.Seq,
 				Handle: TimeoutHandle(p.Properties[propToken])}

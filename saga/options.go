@@ -82,7 +82,10 @@ func WithQueueConfig(qc transport.QueueConfig) Option {
 }
 
 // WithTimeouts sets the timeout engine. Default: timeout.NewTransport on
-// the dispatcher's broker.
+// the dispatcher's broker, which on JetStream activates timeouts early
+// (timeout.DefaultEarlyActivation) for the dispatcher to hold until their
+// due time; give timeout.NewTransport(b, timeout.WithEarlyActivation(0))
+// for messages that activate at their due time or after.
 func WithTimeouts(s timeout.Scheduler) Option {
 	return optionFunc(func(c *config) error {
 		if s == nil {
@@ -354,9 +357,10 @@ type StepInfo struct {
 	// TimeoutDue is the due time of a timeout, zero for other messages:
 	// EnqueuedAt minus TimeoutDue is how late it was activated, and
 	// StartedAt minus TimeoutDue how late its handler got it. A timeout
-	// activated early (timeout.WithEarlyActivation) has an EnqueuedAt
-	// before TimeoutDue; it is held until TimeoutDue before StepStarted
-	// is called.
+	// activated early (by default on JetStream: timeout.WithEarlyActivation)
+	// has an EnqueuedAt before TimeoutDue; it is held until TimeoutDue
+	// before StepStarted is called. A handler reads it as
+	// Context.TimeoutDue.
 	TimeoutDue time.Time
 	// StartedAt is when the step began, by the dispatcher's clock (after
 	// any hold of an early-activated timeout): StartedAt minus TimeoutDue

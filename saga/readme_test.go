@@ -112,8 +112,14 @@ func TestReadmeService(t *testing.T) {
 
 // docsEarlyActivation is the early-activation guide's snippet.
 func docsEarlyActivation(broker *transport.Broker, store saga.Store) (*saga.Dispatcher, error) {
-	engine := timeout.NewTransport(broker, timeout.WithEarlyActivation(timeout.DefaultEarlyActivation))
-	d, _ := saga.NewDispatcher(broker, store, "auth", saga.WithSagas(TwoFactor), saga.WithTimeouts(engine))
+	d, _ := saga.NewDispatcher(broker, store, "auth", saga.WithSagas(TwoFactor)) // early activation on JetStream
+	if d == nil {
+		return nil, saga.ErrInvalidOption
+	}
+
+	// The engine as it was before: messages activate at their due time or after.
+	onTime := timeout.NewTransport(broker, timeout.WithEarlyActivation(0))
+	d, _ = saga.NewDispatcher(broker, store, "auth", saga.WithSagas(TwoFactor), saga.WithTimeouts(onTime))
 	if d == nil {
 		return nil, saga.ErrInvalidOption
 	}

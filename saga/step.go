@@ -266,7 +266,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		delete(rec.Timeouts, token)
 	}
 	s := &stepState{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
-		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token}
+		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token, timeoutDue: te.At}
 	typ := del.Properties[propType]
 	var late *LateTimeout
 	if t.kind == routeTimeout {

@@ -9,11 +9,14 @@
 // Engines:
 //   - [Transport], the default: a scheduled message on the transport queue
 //     (JetStream's message schedules, or the in-memory broker on a virtual
-//     clock in tests). On JetStream a timeout arrives up to ~250 ms late
-//     (nats-server's scheduler ticks every 250 ms); [WithEarlyActivation]
-//     has it arrive a little early instead, for a receiver that holds it
-//     until its due time, as the saga dispatcher does, so that handlers
-//     see it within milliseconds of its due time;
+//     clock in tests). nats-server's scheduler ticks every 250 ms, so on
+//     JetStream the engine activates a timeout [DefaultEarlyActivation]
+//     before its due time, for a receiver that holds it until then, as the
+//     saga dispatcher does: handlers see it within milliseconds of its due
+//     time, never before. [WithEarlyActivation] sets the lead;
+//     WithEarlyActivation(0) has timeouts activate at their due time or
+//     after (on JetStream up to ~250 ms after). The memory broker
+//     activates on time and gets no lead;
 //   - Temporal, in the nested module github.com/jetsaga/jetsaga/timeout/temporal
 //     (one small workflow per timeout), for timeouts days or months away,
 //     so that a service that never uses it does not depend on the Temporal
@@ -22,7 +25,9 @@
 //     saga type, and Cancel to the engine that holds it.
 //
 // Engines that implement [Lister] list the timeouts they hold; [List]
-// and Router.Pending reach every engine.
+// and Router.Pending reach every engine. A Transport lists a timeout
+// activated early and not yet due as [Pending].Activating ([Activating]
+// finds them on a queue by reading only its last seconds).
 //
 // Every engine passes the conformance suite in timeout/timeouttest.
 package timeout

@@ -21,8 +21,15 @@ type Pending struct {
 	// Properties are the properties of the message to deliver.
 	Properties map[string]string
 	// Seq is the scheduled message's sequence number on the transport
-	// engine; 0 on other engines.
+	// engine (the active message's, for one Activating); 0 on other
+	// engines.
 	Seq uint64
+	// Activating is true for a timeout activated early and not yet due
+	// (see Activating): its message is on the queue, where a receiver
+	// holds it until At or has yet to receive it. Cancel of its Ref
+	// returns ErrAlreadyFired: it will be delivered (a saga drops it by
+	// its token if the saga cancelled it).
+	Activating bool
 }
 
 // Filter selects pending timeouts; an empty field matches every value.

@@ -33,9 +33,10 @@ type Timeout struct {
 	// Queue is the transport queue the message is delivered to. Required.
 	Queue string
 	// At is the due time. The message is never delivered before it —
-	// except by a Transport engine with WithEarlyActivation, whose
-	// messages reach the queue up to its lead before At, for a receiver
-	// that holds them until At (as the saga dispatcher does).
+	// except by a Transport engine with early activation (the default on
+	// JetStream, see WithEarlyActivation), whose messages reach the queue
+	// up to its lead before At, for a receiver that holds them until At
+	// (as the saga dispatcher does).
 	At time.Time
 	// Message is what is delivered. Its MessageID is set to ID.
 	Message *transport.Message

@@ -21,15 +21,18 @@ const TransportEngine = "queue"
 // Schedule within the queue's DuplicateWindow is a no-op that returns the
 // first ref.
 //
-// By default a timeout's message becomes active on its queue at its due
-// time or after, never before: on JetStream up to ~250 ms after, since
-// nats-server activates due message schedules on a 250 ms tick. With
-// [WithEarlyActivation] it becomes active up to a lead before, and the
-// receiver holds it until the due time (see WithEarlyActivation).
+// On JetStream a timeout's message becomes active on its queue by default
+// up to DefaultEarlyActivation before its due time, and its receiver (the
+// saga dispatcher) holds it until the due time: nats-server activates due
+// message schedules on a 250 ms tick, so a message scheduled for its due
+// time would reach its handler up to ~250 ms late. On the memory broker,
+// which activates on time, it becomes active at its due time. See
+// WithEarlyActivation, which sets the lead, and turns it off with 0.
 type Transport struct {
-	b    *transport.Broker
-	name string
-	lead time.Duration
+	b       *transport.Broker
+	name    string
+	lead    time.Duration
+	leadSet bool // WithEarlyActivation given, even with 0
 }
 
 // TransportOption configures a Transport.
@@ -42,8 +45,8 @@ func WithEngineName(name string) TransportOption {
 	return func(s *Transport) { s.name = name }
 }
 
-// DefaultEarlyActivation is the lead to give WithEarlyActivation on
-// JetStream: nats-server activates due message schedules on a 250 ms tick
+// DefaultEarlyActivation is the lead of a Transport engine on JetStream
+// when WithEarlyActivation is not given: nats-server activates due message schedules on a 250 ms tick
 // (measured 0–270 ms after the scheduled time on a quiet machine), so a
 // message scheduled 300 ms before its due time is on the queue by then,
 // except under load that delays the server's tick by more than 30 ms.
@@ -54,11 +57,16 @@ const DefaultEarlyActivation = 300 * time.Millisecond
 const MaxEarlyActivation = 5 * time.Second
 
 // WithEarlyActivation has the engine schedule each timeout's message lead
-// before its due time (lead is clamped to [0, MaxEarlyActivation]; 0, the
-// default, turns it off). The message carries the due time in
-// PropertyDue, as every engine's does, and its ScheduledAt is the due time
-// less lead; refs, listings (Pending.At) and Cancel still speak of the due
-// time.
+// before its due time (lead is clamped to [0, MaxEarlyActivation]).
+// WithEarlyActivation(0) turns early activation off: messages activate at
+// their due time or after (on JetStream up to ~250 ms after), as before
+// it was the default. Without this option the lead is
+// DefaultEarlyActivation on a broker that activates late
+// (transport.Broker.ActivationTick above 0: JetStream) and 0 on the
+// memory broker, which activates on time. The message carries the due
+// time in PropertyDue, as every engine's does, and its ScheduledAt is the
+// due time less lead; refs, listings (Pending.At) and Cancel still speak
+// of the due time.
 //
 // It is for queues whose receivers hold a timeout until its due time: the
 // saga dispatcher (saga.Dispatcher) does, for every timeout whose due time
@@ -66,10 +74,9 @@ const MaxEarlyActivation = 5 * time.Second
 // milliseconds of its due time instead of up to the server's 250 ms tick
 // later, and never before it; a receiver that crashes while holding one
 // only delays it (it is redelivered when its lock expires). Every
-// dispatcher that receives from the queue must hold such timeouts (a
-// jetsaga release that has this option, or later); an older one would
-// handle them up to lead early. Pointless on the memory broker, which
-// activates on time.
+// receiver of the queue must hold such timeouts: a receiver of your own
+// that is not a saga dispatcher must hold each message until its
+// PropertyDue, or its engine must be given WithEarlyActivation(0).
 //
 // What changes for Cancel: a timeout is activated, and Cancel returns
 // ErrAlreadyFired, from lead before its due time on (on JetStream from
@@ -79,7 +86,7 @@ const MaxEarlyActivation = 5 * time.Second
 // Sagas do not mind: a timeout that arrives after its saga cancelled it
 // is dropped by its token, never handled.
 func WithEarlyActivation(lead time.Duration) TransportOption {
-	return func(s *Transport) { s.lead = min(max(lead, 0), MaxEarlyActivation) }
+	return func(s *Transport) { s.lead, s.leadSet = min(max(lead, 0), MaxEarlyActivation), true }
 }
 
 // NewTransport returns a scheduler on broker b. It schedules on queues as
@@ -89,11 +96,19 @@ func NewTransport(b *transport.Broker, opts ...TransportOption) *Transport {
 	for _, o := range opts {
 		o(s)
 	}
+	if !s.leadSet && b.ActivationTick() > 0 {
+		s.lead = DefaultEarlyActivation
+	}
 	return s
 }
 
-// Schedule schedules t.Message on t.Queue for t.At, less the lead of
-// WithEarlyActivation.
+// EarlyActivation returns the engine's lead: how long before its due time
+// a timeout's message becomes active (see WithEarlyActivation); 0 if it
+// activates at its due time or after.
+func (s *Transport) EarlyActivation() time.Duration { return s.lead }
+
+// Schedule schedules t.Message on t.Queue for t.At, less the engine's lead
+// (see WithEarlyActivation).
 func (s *Transport) Schedule(ctx context.Context, t Timeout) (Ref, error) {
 	if err := t.validate(); err != nil {
 		return "", err
@@ -117,8 +132,9 @@ func (s *Transport) Schedule(ctx context.Context, t Timeout) (Ref, error) {
 
 // Cancel cancels the scheduled message ref names, with the outcomes
 // Scheduler documents (see transport.Queue.Cancel for how long a
-// cancellation is remembered). With WithEarlyActivation, a timeout within
-// its lead of its due time has been activated: Cancel returns
+// cancellation is remembered). With early activation (the default on
+// JetStream), a timeout within its lead of its due time has been
+// activated: Cancel returns
 // ErrAlreadyFired, and the message is delivered (to be held until the due
 // time by its receiver).
 func (s *Transport) Cancel(ctx context.Context, ref Ref) error {
@@ -148,12 +164,20 @@ func (s *Transport) Cancel(ctx context.Context, ref Ref) error {
 	return err
 }
 
-// Pending lists the timeouts scheduled on queue f.Queue (required: a
-// listing of every queue yields ErrNoListing), in sequence order. Other
+// Pending lists the timeouts of this engine on queue f.Queue (required: a
+// listing of every queue yields ErrNoListing), partition by partition:
+// those still scheduled, in sequence order, then those activated early
+// and not yet due (Pending.Activating; see Activating), which a receiver
+// holds until their due time or which wait on the queue for one. Other
 // scheduled messages on the queue (not scheduled by this engine) are not
 // listed. At is the due time the message carries (PropertyDue), else its
-// ScheduledAt; a timeout activated early (WithEarlyActivation) is no
-// longer listed.
+// ScheduledAt.
+//
+// It reads the queue's scheduled messages and, with early activation, the
+// tail of its active messages enqueued within the engine's lead (plus a
+// second), never the backlog of active messages before it. A timeout
+// that activates while it is being listed may be listed twice, scheduled
+// and activating; none is missed.
 func (s *Transport) Pending(ctx context.Context, f Filter) iter.Seq2[Pending, error] {
 	return func(yield func(Pending, error) bool) {
 		if f.Queue == "" {
@@ -165,26 +189,34 @@ func (s *Transport) Pending(ctx context.Context, f Filter) iter.Seq2[Pending, er
 			yield(Pending{}, err)
 			return
 		}
-		for m, err := range q.Browse(ctx, 0) {
-			if err != nil {
-				yield(Pending{}, err)
-				return
+		for part := range q.Config().Partitions {
+			for m, err := range q.Browse(ctx, partitionSeq(part, true, 1)) {
+				if err != nil {
+					yield(Pending{}, err)
+					return
+				}
+				if transport.Partition(m.Seq) != part || m.State != transport.Scheduled {
+					break // the next partition
+				}
+				if m.Properties[PropertyTimeout] != s.name {
+					continue
+				}
+				p := pendingOf(q.Name(), s.name, m, m.Seq, dueOf(m))
+				if f.match(p) && !yield(p, nil) {
+					return
+				}
 			}
-			if m.State != transport.Scheduled || m.Properties[PropertyTimeout] != s.name {
+			if s.lead == 0 {
 				continue
 			}
-			at := m.ScheduledAt
-			if due, err := time.Parse(time.RFC3339Nano, m.Properties[PropertyDue]); err == nil {
-				at = due
-			}
-			p := Pending{
-				Ref:   s.ref(f.Queue, m.Seq, at),
-				ID:    m.MessageID,
-				Queue: f.Queue, Saga: m.Properties[PropertySaga], Instance: m.Properties[PropertyInstance],
-				At: at, Properties: m.Properties, Seq: m.Seq,
-			}
-			if f.match(p) && !yield(p, nil) {
-				return
+			for p, err := range activating(ctx, q, part, s.lead, time.Now()) {
+				if err != nil {
+					yield(Pending{}, err)
+					return
+				}
+				if p.Properties[PropertyTimeout] == s.name && f.match(p) && !yield(p, nil) {
+					return
+				}
 			}
 		}
 	}

@@ -95,6 +95,18 @@ func (b *Broker) MaxBodySize(m *Message) int64 {
 	return max(b.d.maxPayload()-int64(wireSize(&c)), 0)
 }
 
+// ActivationTick returns how late the backend activates a due scheduled
+// message on an idle server: 250 ms on JetStream, whose server activates
+// due message schedules on a 250 ms tick (more under load); 0 on the
+// memory broker, which activates a message at its time by its clock.
+// Timeout engines pick their default early activation by it.
+func (b *Broker) ActivationTick() time.Duration {
+	if _, ok := b.d.(*memBroker); ok {
+		return 0
+	}
+	return 250 * time.Millisecond
+}
+
 // Close releases the broker's resources. It does not close a *nats.Conn
 // the caller passed in.
 func (b *Broker) Close() error { return b.d.close() }

@@ -10,14 +10,18 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/timeout"
 )
 
 // P3: timeouts due at evenly spaced instants over -spread, received as they
 // fire. Lateness is measured twice: the broker's (EnqueuedAt − due) and
 // end to end (time of receipt − due). Server and client share one clock.
 // Then the same due times as saga timeouts (lateness_saga.go), as their
-// handlers see them (handler start − due): on the default engine, and
-// with early activation (issue 11), beside the raw receiver's end to end.
+// handlers see them (handler start − due): with default options (early
+// activation, issue 25), with WithEarlyActivation(0) (the old default) as
+// its baseline in the same run, and with -lead if given, each beside the
+// raw receiver's end to end.
 
 // publishers bounds the concurrency of scheduling the timeouts.
 const publishers = 16
@@ -34,24 +38,23 @@ func benchLateness(ctx context.Context, e *env) ([]Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raw: %w", err)
 	}
-	e.progress("  saga, default engine: %d timeouts over %v", n, e.cfg.spread)
-	sagaDef, err := latenessSaga(ctx, e, n, 0)
+	e.progress("  saga, default options: %d timeouts over %v", n, e.cfg.spread)
+	sagaDef, err := latenessSaga(ctx, e, n, lateRound{lead: timeout.DefaultEarlyActivation})
 	if err != nil {
 		return nil, fmt.Errorf("saga: %w", err)
 	}
-	lead := e.cfg.lead
-	e.progress("  saga, early activation %v: %d timeouts over %v", lead, n, e.cfg.spread)
-	sagaEarly, err := latenessSaga(ctx, e, n, lead)
+	e.progress("  saga, WithEarlyActivation(0): %d timeouts over %v", n, e.cfg.spread)
+	sagaOld, err := latenessSaga(ctx, e, n, lateRound{opts: []timeout.TransportOption{timeout.WithEarlyActivation(0)}})
 	if err != nil {
-		return nil, fmt.Errorf("saga, early activation: %w", err)
+		return nil, fmt.Errorf("saga, WithEarlyActivation(0): %w", err)
 	}
 	e.charts.lateness = &latenessChart{n: n, spread: e.cfg.spread, jet: jet.e2e, raw: raw.e2e, jetEnq: jet.broker, rawEq: raw.broker}
-	const maxP99, target = 300 * time.Millisecond, "p99 <= 300ms, 0 early (P3)"
-	const maxEarlyP99, earlyTarget = 50 * time.Millisecond, "p99 <= 50ms, 0 early (issue 11)"
+	const maxP99, target = 300 * time.Millisecond, "p99 <= 300ms, 0 early"
+	const maxDefP99, defTarget = 20 * time.Millisecond, "p99 <= 20ms, 0 early (P3)"
 	jb, rb := jet.summary(n, jet.broker), raw.summary(n, raw.broker)
 	je, re := jet.summary(n, jet.e2e), raw.summary(n, raw.e2e)
-	sd, se := sagaDef.summary(n, sagaDef.e2e), sagaEarly.summary(n, sagaEarly.e2e)
-	return []Result{
+	sd, so := sagaDef.summary(n, sagaDef.e2e), sagaOld.summary(n, sagaOld.e2e)
+	out := []Result{
 		latencyResult("lateness", fmt.Sprintf("lateness enqueued-due (%d over %v)", n, e.cfg.spread), jb, rb, maxP99, target),
 		latencyResult("lateness", "lateness received-due", je, re, maxP99, target),
 		latencyResult("lateness", "  of which received-enqueued", summarize(jet.lag), summarize(raw.lag), 0, ""),
@@ -63,23 +66,54 @@ func benchLateness(ctx context.Context, e *env) ([]Result, error) {
 			Target:  "min >= 0, 0 early, 0 lost",
 			Pass:    verdict(je.Early == 0 && jb.Early == 0 && je.Missing == 0),
 		},
-		latencyResult("lateness", "saga handler-due, default engine", sd, re, maxP99, target),
+		latencyResult("lateness", fmt.Sprintf("saga handler-due, default options (lead %v)", timeout.DefaultEarlyActivation), sd, re, maxDefP99, defTarget),
 		{
 			Bench:   "lateness",
 			Label:   "  min, counts",
-			Jetsaga: Figure{Text: sagaDef.counts(sd)},
+			Jetsaga: Figure{Text: sagaDef.counts(sd) + fmt.Sprintf(", %d activated after due", sagaDef.activatedLate())},
 			Target:  "min >= 0, 0 early, 0 lost",
 			Pass:    verdict(sd.Early == 0 && sd.Missing == 0),
 		},
-		latencyResult("lateness", fmt.Sprintf("saga handler-due, early activation %v", lead), se, re, maxEarlyP99, earlyTarget),
+		latencyResult("lateness", "saga handler-due, WithEarlyActivation(0)", so, re, maxP99, target),
 		{
 			Bench:   "lateness",
 			Label:   "  min, counts",
-			Jetsaga: Figure{Text: sagaEarly.counts(se) + fmt.Sprintf(", %d activated after due", sagaEarly.activatedLate())},
+			Jetsaga: Figure{Text: sagaOld.counts(so)},
 			Target:  "min >= 0, 0 early, 0 lost",
-			Pass:    verdict(se.Early == 0 && se.Missing == 0),
+			Pass:    verdict(so.Early == 0 && so.Missing == 0),
 		},
-	}, nil
+		{
+			Bench:   "lateness",
+			Label:   "saga handler p99: default options vs WithEarlyActivation(0)",
+			Jetsaga: Figure{Text: fmt.Sprintf("%s vs %s", fmtDur(sd.P99), fmtDur(so.P99))},
+			Ratio:   ratioOf(sd.P99, so.P99),
+		},
+	}
+	if lead := e.cfg.lead; lead > 0 && lead != timeout.DefaultEarlyActivation {
+		e.progress("  saga, early activation %v: %d timeouts over %v", lead, n, e.cfg.spread)
+		sagaLead, err := latenessSaga(ctx, e, n, lateRound{lead: lead, opts: []timeout.TransportOption{timeout.WithEarlyActivation(lead)}})
+		if err != nil {
+			return nil, fmt.Errorf("saga, early activation %v: %w", lead, err)
+		}
+		sl := sagaLead.summary(n, sagaLead.e2e)
+		out = append(out,
+			latencyResult("lateness", fmt.Sprintf("saga handler-due, early activation %v", lead), sl, re, maxDefP99, defTarget),
+			Result{
+				Bench:   "lateness",
+				Label:   "  min, counts",
+				Jetsaga: Figure{Text: sagaLead.counts(sl) + fmt.Sprintf(", %d activated after due", sagaLead.activatedLate())},
+				Target:  "min >= 0, 0 early, 0 lost",
+				Pass:    verdict(sl.Early == 0 && sl.Missing == 0),
+			})
+	}
+	return out, nil
+}
+
+func ratioOf(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
 }
 
 // firings collects what a receiver saw.

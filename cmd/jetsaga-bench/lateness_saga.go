@@ -19,9 +19,12 @@ import (
 // Lateness as a saga's timeout handler sees it: the same due times as
 // the transport rounds, each requested by one saga instance, handled by a
 // saga.Dispatcher (kvstore, default options). Lateness is the time the
-// OnTimeout handler starts less the due time. Two rounds: the default
-// timeout engine, and the engine with timeout.WithEarlyActivation, whose
-// timeouts the dispatcher holds until their due time.
+// OnTimeout handler starts less the due time (Context.TimeoutDue). Rounds:
+// the dispatcher with default options (on JetStream its engine activates
+// timeouts DefaultEarlyActivation early and the dispatcher holds them
+// until their due time), the engine with timeout.WithEarlyActivation(0)
+// (activation at the due time, the default before early activation was),
+// and, with -lead, the engine with that lead.
 
 const (
 	lateSagaQueue  = "late-saga"
@@ -57,7 +60,7 @@ func latenessSagaDef(f *firings, n int, lead time.Duration, handled *atomic.Int6
 		})
 	saga.OnTimeout(def, func(_ context.Context, c *saga.Context[lateData], _ lateDue) error {
 		now := time.Now()
-		f.add(n, c.ID(), c.Data.Due, c.Incoming().EnqueuedAt, now)
+		f.add(n, c.ID(), c.TimeoutDue(), c.Incoming().EnqueuedAt, now)
 		c.MarkComplete()
 		if handled.Add(1) == int64(n) {
 			close(done)
@@ -67,9 +70,17 @@ func latenessSagaDef(f *firings, n int, lead time.Duration, handled *atomic.Int6
 	return def
 }
 
-// latenessSaga runs one saga round: lead 0 for the default engine, else
-// the engine with WithEarlyActivation(lead).
-func latenessSaga(ctx context.Context, e *env, n int, lead time.Duration) (*firings, error) {
+// lateRound is a round of latenessSaga: the dispatcher's default engine
+// (opts nil), or timeout.NewTransport with opts, whose early activation is
+// lead.
+type lateRound struct {
+	lead time.Duration
+	opts []timeout.TransportOption
+}
+
+// latenessSaga runs one saga round.
+func latenessSaga(ctx context.Context, e *env, n int, r lateRound) (*firings, error) {
+	lead := r.lead
 	nc, err := e.servers.connect(nats.Name("jetsaga-bench-late-saga"))
 	if err != nil {
 		return nil, err
@@ -102,12 +113,13 @@ func latenessSaga(ctx context.Context, e *env, n int, lead time.Duration) (*firi
 	f := newFirings(n)
 	var handled atomic.Int64
 	done := make(chan struct{})
-	var engine timeout.Scheduler = timeout.NewTransport(b)
-	if lead > 0 {
-		engine = timeout.NewTransport(b, timeout.WithEarlyActivation(lead))
+	opts := []saga.Option{saga.WithSagas(latenessSagaDef(f, n, lead, &handled, done)), saga.WithLogger(sagaLogger())}
+	if r.opts != nil {
+		opts = append(opts, saga.WithTimeouts(timeout.NewTransport(b, r.opts...)))
+	} else if got := timeout.NewTransport(b).EarlyActivation(); got != lead {
+		return nil, fmt.Errorf("the default engine activates %v early, the round expects %v", got, lead)
 	}
-	d, err := saga.NewDispatcher(b, store, lateSagaQueue, saga.WithSagas(latenessSagaDef(f, n, lead, &handled, done)),
-		saga.WithLogger(sagaLogger()), saga.WithTimeouts(engine))
+	d, err := saga.NewDispatcher(b, store, lateSagaQueue, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@
 //	go run ./cmd/jetsaga-bench -only million        # 1M pending (P4, P7), opt-in, minutes
 //	go run ./cmd/jetsaga-bench -timeouts -svg .     # issue 11's figures: lateness, cancel, million; charts
 //	go run ./cmd/jetsaga-bench -timeouts -quick     # the same at 1/10 scale, a few minutes
-//	go run ./cmd/jetsaga-bench -only lateness -lead 400ms # saga timeouts activated 400 ms early
+//	go run ./cmd/jetsaga-bench -only lateness -lead 400ms # also a round of saga timeouts activated 400 ms early
 //	go run ./cmd/jetsaga-bench -only topic          # topic send with 1, 4, 16 subscriptions
 //	go run ./cmd/jetsaga-bench -only counts         # Counts with 100k schedules pending, opt-in
 //	go run ./cmd/jetsaga-bench -json out.json -cpuprofile cpu.out
@@ -28,8 +28,6 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-
-	"github.com/jetsaga/jetsaga/timeout"
 )
 
 // bench is one family of figures.
@@ -79,7 +77,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.rounds, "rounds", 5, "measured rounds of the rate benches; the median is reported")
 	fs.IntVar(&cfg.conc, "conc", 8, "concurrent publishers for schedule-par")
 	fs.DurationVar(&cfg.spread, "spread", defaultSpread, "time over which the lateness bench spreads its due times")
-	fs.DurationVar(&cfg.lead, "lead", timeout.DefaultEarlyActivation, "lateness bench: the lead of its saga round with early activation (timeout.WithEarlyActivation)")
+	fs.DurationVar(&cfg.lead, "lead", 0, "lateness bench: also a saga round whose engine has this early activation (timeout.WithEarlyActivation); the default options' lead is timeout.DefaultEarlyActivation")
 	only := fs.String("only", "", "comma-separated benches to run: "+benchNames()+" (million only when named)")
 	fs.StringVar(&cfg.jsonPath, "json", "", "also write the results as JSON to this file (- for stdout)")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the benches to this file (the million bench's child processes: to this file .raw and .jetsaga)")
@@ -114,8 +112,8 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if cfg.scale <= 0 || cfg.rounds < 1 || cfg.conc < 1 || cfg.spread <= 0 || cfg.millionParts < 1 || cfg.lead <= 0 {
-		return cfg, fmt.Errorf("-n, -rounds, -conc, -spread, -lead and -million-partitions must be positive")
+	if cfg.scale <= 0 || cfg.rounds < 1 || cfg.conc < 1 || cfg.spread <= 0 || cfg.millionParts < 1 || cfg.lead < 0 {
+		return cfg, fmt.Errorf("-n, -rounds, -conc, -spread and -million-partitions must be positive, -lead not negative")
 	}
 	if cfg.millionSettle < 0 {
 		return cfg, fmt.Errorf("-million-settle %v: must not be negative", cfg.millionSettle)

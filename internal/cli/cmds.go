@@ -151,8 +151,11 @@ types without CheckLiveness are never listed.`,
 		{path: "timeouts list", maxArgs: 0,
 			short: "list pending timeouts by saga type or instance, across engines",
 			long: `The transport engine's timeouts are found by browsing the scheduled messages
-of --queue (every queue by default); timeouts on Temporal are listed when
---temporal-address is given to a build with the Temporal engine.`,
+of --queue (every queue by default), then the messages it activated early and
+a dispatcher holds until their due time (STATE activating; on JetStream the
+engine activates a timeout up to its lead, 300 ms by default, early), read
+from the last seconds of each queue, never its backlog; timeouts on Temporal
+are listed when --temporal-address is given to a build with the Temporal engine.`,
 			examples: []string{"jetsaga timeouts list", "jetsaga timeouts list --saga twofactor", "jetsaga timeouts list --saga twofactor --id l1 --json"},
 			flags:    fJSON | fTimeouts, run: cmdTimeoutsList},
 		{path: "timeouts replan", args: "SAGA CALENDAR-FILE NAME@VERSION", minArgs: 3, maxArgs: 3,
@@ -815,13 +818,17 @@ func cmdTimeoutsList(c *call) error {
 		ps = []PendingView{}
 	}
 	if perr := c.out(ps, func(w *tabwriter.Writer) {
-		fmt.Fprintln(w, "DUE\tENGINE\tSAGA\tID\tTYPE\tQUEUE\tSEQ\tRULE")
+		fmt.Fprintln(w, "DUE\tSTATE\tENGINE\tSAGA\tID\tTYPE\tQUEUE\tSEQ\tRULE")
 		for _, p := range ps {
 			seq := "-"
 			if p.Seq != 0 {
 				seq = transport.FormatSeq(p.Seq)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(p.At), p.Engine, dash(p.Saga), dash(p.ID), dash(p.Type), dash(p.Queue), seq,
+			state := "scheduled"
+			if p.Activating {
+				state = "activating"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", fmtTime(p.At), state, p.Engine, dash(p.Saga), dash(p.ID), dash(p.Type), dash(p.Queue), seq,
 				fmtRule(p.Rule, p.Calendar, time.Time{}))
 		}
 		if len(ps) == 0 {

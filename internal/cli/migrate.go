@@ -189,5 +189,5 @@ func cmdTimeoutsDrain(c *call) error {
 
 func scheduledView(st saga.ScheduledTimeout) PendingView {
 	return PendingView{Engine: st.Ref.Engine(), Ref: string(st.Ref), Saga: st.Saga, ID: st.ID, Type: st.Type, At: st.At, Seq: st.Seq,
-		TimeoutID: string(st.Handle)}
+		TimeoutID: string(st.Handle), Activating: st.Activating}
 }

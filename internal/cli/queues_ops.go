@@ -418,6 +418,10 @@ type PendingView struct {
 	// a calendar rule (saga.PropertyRule, saga.PropertyCalendar).
 	Rule     string `json:"rule,omitempty"`
 	Calendar string `json:"calendar,omitempty"`
+	// Activating marks a timeout activated early and not yet due: its
+	// message is on the queue (Seq is its active sequence number), held
+	// by a dispatcher until its due time (timeout.Activating).
+	Activating bool `json:"activating,omitempty"`
 }
 
 // withPlan fills the rule fields of pv from a timeout message's
@@ -472,12 +476,30 @@ func (e *env) pendingTimeouts(ctx context.Context, queue, sagaType, id string) (
 				if engine == "1" {
 					engine = timeout.TransportEngine
 				}
+				at := m.ScheduledAt // activated early by its engine's lead before the due time
+				if due, err := time.Parse(time.RFC3339Nano, m.Properties[timeout.PropertyDue]); err == nil {
+					at = due
+				}
 				pv := PendingView{Engine: engine, Saga: m.Properties[timeout.PropertySaga], ID: m.Properties[timeout.PropertyInstance],
-					Type: m.Properties[saga.TypeProperty], At: m.ScheduledAt, Queue: name, Seq: m.Seq, TimeoutID: m.MessageID}.withPlan(m.Properties)
+					Type: m.Properties[saga.TypeProperty], At: at, Queue: name, Seq: m.Seq, TimeoutID: m.MessageID}.withPlan(m.Properties)
 				if (sagaType == "" || pv.Saga == sagaType) && (id == "" || pv.ID == id) {
 					out = append(out, pv)
 				}
 			}
+		}
+		// Timeouts activated early and held until their due time: the
+		// command does not know the engines' leads, so it reads the tail
+		// of the longest one.
+		for p, err := range timeout.Activating(ctx, q, timeout.MaxEarlyActivation, time.Now()) {
+			if err != nil {
+				errs = append(errs, fmt.Errorf("queue %s: %w", name, err))
+				break
+			}
+			if p.Properties[saga.TypeProperty] == "jetsaga.flush" || (sagaType != "" && p.Saga != sagaType) || (id != "" && p.Instance != id) {
+				continue
+			}
+			out = append(out, PendingView{Engine: p.Ref.Engine(), Saga: p.Saga, ID: p.Instance, Type: p.Properties[saga.TypeProperty],
+				At: p.At, Queue: name, Seq: p.Seq, Ref: string(p.Ref), TimeoutID: p.ID, Activating: true}.withPlan(p.Properties))
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(e.engines)) {

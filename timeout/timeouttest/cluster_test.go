@@ -43,5 +43,5 @@ func TestTransportOnCluster(t *testing.T) {
 		}
 		t.Cleanup(func() { b.Close(); nc.Close() })
 		return timeouttest.Env{Scheduler: timeout.NewTransport(b), Broker: b}
-	}, timeouttest.Features{Slack: time.Second})
+	}, timeouttest.Features{Slack: time.Second, EarlyActivation: timeout.DefaultEarlyActivation})
 }

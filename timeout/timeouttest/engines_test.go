@@ -26,15 +26,17 @@ func TestTransportOnMemory(t *testing.T) {
 	}, timeouttest.Features{Slack: 100 * time.Millisecond})
 }
 
+// TestTransportOnJetStream runs the suite on the default transport engine,
+// which on JetStream activates timeouts early (DefaultEarlyActivation).
 func TestTransportOnJetStream(t *testing.T) {
-	runOnJetStream(t, timeouttest.Features{Slack: time.Second})
+	runOnJetStream(t, timeouttest.Features{Slack: time.Second, EarlyActivation: timeout.DefaultEarlyActivation})
 }
 
-// TestTransportEarlyOnJetStream runs the suite on a transport engine that
-// activates timeouts early (timeout.WithEarlyActivation).
-func TestTransportEarlyOnJetStream(t *testing.T) {
-	runOnJetStream(t, timeouttest.Features{Slack: time.Second, EarlyActivation: timeout.DefaultEarlyActivation},
-		timeout.WithEarlyActivation(timeout.DefaultEarlyActivation))
+// TestTransportOnTimeOnJetStream runs the suite on a transport engine with
+// early activation turned off (WithEarlyActivation(0)): messages activate
+// at their due time or after, never before.
+func TestTransportOnTimeOnJetStream(t *testing.T) {
+	runOnJetStream(t, timeouttest.Features{Slack: time.Second}, timeout.WithEarlyActivation(0))
 }
 
 // runOnJetStream runs the suite on transport engines made with opts, each

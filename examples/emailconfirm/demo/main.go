@@ -36,6 +36,7 @@ import (
 	"github.com/jetsaga/jetsaga/examples/emailconfirm"
 	"github.com/jetsaga/jetsaga/examples/internal/demo"
 	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -250,8 +251,8 @@ type watcher struct {
 
 	mu sync.Mutex
 	// owners names the instance of each timeout browsed, by type and due
-	// time: an activated timeout keeps its ScheduledAt, so the due time
-	// tells which of the listed timeouts it is.
+	// time: an activated timeout keeps its due time (StepInfo.TimeoutDue),
+	// so it tells which of the listed timeouts it is.
 	owners map[owned]string
 }
 
@@ -284,7 +285,13 @@ func (w *watcher) browse(ctx context.Context) error {
 		n++
 		due, what := "", m.Properties[saga.TypeProperty]
 		if m.State == transport.Scheduled {
-			due = "due " + w.p.At(m.ScheduledAt)
+			// The due time; ScheduledAt is the activation time, the due time
+			// less the engine's lead (early activation, on by default).
+			at := m.ScheduledAt
+			if d, err := time.Parse(time.RFC3339Nano, m.Properties[timeout.PropertyDue]); err == nil {
+				at = d
+			}
+			due = "due " + w.p.At(at)
 		}
 		if t, ok := byseq[m.Seq]; ok {
 			what = fmt.Sprintf("%s/%-4s %s", t.saga, t.id, t.typ)
@@ -299,7 +306,9 @@ func (w *watcher) browse(ctx context.Context) error {
 
 // stepStarted is a saga.Hooks callback: when the dispatcher starts on an
 // activated timeout, it looks the message up in the queue and prints its
-// sequence number, due time, enqueue time and lateness.
+// sequence number, due time, enqueue time (the activation, up to the
+// engine's lead before the due time: the dispatcher held it until then)
+// and how late its handler starts.
 func (w *watcher) stepStarted(ctx context.Context, info saga.StepInfo) context.Context {
 	ms, err := w.q.Peek(ctx, info.Seq, 1)
 	if err != nil || len(ms) == 0 || ms[0].Seq != info.Seq || ms[0].ScheduledAt.IsZero() {
@@ -307,9 +316,10 @@ func (w *watcher) stepStarted(ctx context.Context, info saga.StepInfo) context.C
 	}
 	m := ms[0]
 	w.mu.Lock()
-	who := w.owners[owned{info.MessageType, m.ScheduledAt.UnixNano()}]
+	who := w.owners[owned{info.MessageType, info.TimeoutDue.UnixNano()}]
 	w.mu.Unlock()
-	w.p.Say(who, "timeout %s activated: seq=%d, due %s, enqueued %s: %s late",
-		info.MessageType, m.Seq, w.p.At(m.ScheduledAt), w.p.At(m.EnqueuedAt), m.EnqueuedAt.Sub(m.ScheduledAt).Round(time.Millisecond))
+	w.p.Say(who, "timeout %s activated: seq=%d, due %s, enqueued %s, handled %s: %s late",
+		info.MessageType, m.Seq, w.p.At(info.TimeoutDue), w.p.At(m.EnqueuedAt), w.p.At(info.StartedAt),
+		info.StartedAt.Sub(info.TimeoutDue).Round(time.Millisecond))
 	return ctx
 }

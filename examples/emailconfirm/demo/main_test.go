@@ -56,7 +56,9 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	// Three timeouts activated (eve's reminder, finn's reminder and
-	// release), none early.
+	// release), none handled early. (Their activation, the enqueue time,
+	// comes up to the engine's lead before the due time: early activation,
+	// the default on JetStream.)
 	late := regexp.MustCompile(`timeout \S+ activated: .*: (-?)\S+ late`).FindAllStringSubmatch(got, -1)
 	if len(late) != 3 {
 		t.Errorf("got %d activations, want 3:\n%s", len(late), got)
