@@ -197,27 +197,9 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			if stale {
 				return fresh("", nil)
 			}
-			if !rec.HasSends() {
-				// Timeouts to schedule or cancel only: carrying them out
-				// again is harmless at any time (see carryOutKept), and
-				// this step's commit, if it makes one, stores the record
-				// without them.
-				if err = d.carryOutKept(ctx, key, rec); err != nil {
-					if rec.Seen(identity) {
-						return EffectsPending, err // this message's own step
-					}
-					return "", err
-				}
-			} else {
-				if patient && now.Sub(rec.Updated) < outboxGrace {
-					return "", errOutboxBusy
-				}
-				if rev, err = d.flush(ctx, key, rec, rev); err != nil {
-					if rec.Seen(identity) && !errors.Is(err, ErrConflict) {
-						return EffectsPending, err // this message's own step
-					}
-					return "", err
-				}
+			var o Outcome
+			if rev, o, err = d.carryOutEarlier(ctx, key, identity, rec, rev, now, patient); err != nil {
+				return o, err
 			}
 		}
 		if rec.Seen(identity) {
@@ -255,15 +237,10 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 	var token string
 	var te timeoutEntry
 	if t.kind == routeTimeout {
-		token = del.Properties[propToken]
 		var ok bool
-		if te, ok = rec.Timeouts[token]; !ok {
-			return fresh(Dropped, nil) // cancelled, rescheduled or already handled
+		if token, te, ok = takeTimeout(rec, del); !ok {
+			return fresh(Dropped, nil)
 		}
-		if te.ID != "" && te.ID != cmp.Or(del.Properties[propMessageID], del.MessageID) {
-			return fresh(Dropped, nil) // scheduled before a re-plan, whose cancel came too late
-		}
-		delete(rec.Timeouts, token)
 	}
 	s := &stepState{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
 		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token, timeoutDue: te.At}
@@ -292,29 +269,86 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 	if late != nil {
 		d.reportLate(ctx, *late)
 	}
+	if err := d.carryOutCommitted(ctx, key, rec, rev); err != nil {
+		return EffectsPending, err
+	}
+	if late != nil && late.Skipped {
+		return Skipped, nil
+	}
+	return Handled, nil
+}
+
+// carryOutEarlier carries out the effects an earlier step committed and
+// did not carry out, before this step may commit over them, and returns
+// the record's revision after. An error ends the attempt with the
+// outcome returned: EffectsPending if the earlier step was this
+// message's own.
+func (d *Dispatcher) carryOutEarlier(ctx context.Context, key, identity string, rec *record, rev uint64, now time.Time, patient bool) (uint64, Outcome, error) {
+	if !rec.HasSends() {
+		// Timeouts to schedule or cancel only: carrying them out again is
+		// harmless at any time (see carryOutKept), and this step's
+		// commit, if it makes one, stores the record without them.
+		if err := d.carryOutKept(ctx, key, rec); err != nil {
+			if rec.Seen(identity) {
+				return rev, EffectsPending, err // this message's own step
+			}
+			return rev, "", err
+		}
+		return rev, "", nil
+	}
+	if patient && now.Sub(rec.Updated) < outboxGrace {
+		return rev, "", errOutboxBusy
+	}
+	rev, err := d.flush(ctx, key, rec, rev)
+	if err != nil {
+		if rec.Seen(identity) && !errors.Is(err, ErrConflict) {
+			return rev, EffectsPending, err // this message's own step
+		}
+		return rev, "", err
+	}
+	return rev, "", nil
+}
+
+// takeTimeout removes from rec the pending timeout del delivers, and
+// returns its token and entry; ok is false if the instance no longer
+// waits for this message: the timeout was cancelled, rescheduled or
+// already handled, or del was scheduled before a re-plan or a move to
+// another engine whose cancel came too late.
+func takeTimeout(rec *record, del *transport.Delivery) (token string, te timeoutEntry, ok bool) {
+	token = del.Properties[propToken]
+	if te, ok = rec.Timeouts[token]; !ok {
+		return "", te, false
+	}
+	if te.ID != "" && te.ID != cmp.Or(del.Properties[propMessageID], del.MessageID) {
+		return "", te, false
+	}
+	delete(rec.Timeouts, token)
+	return token, te, true
+}
+
+// carryOutCommitted carries out the effects of the step just committed
+// at rev.
+func (d *Dispatcher) carryOutCommitted(ctx context.Context, key string, rec *record, rev uint64) error {
 	switch {
 	case len(rec.Outbox) == 0:
 	case rec.HasSends() || !d.mayKeepOutbox:
 		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
-			return EffectsPending, err
+			return err
 		}
 	default:
 		// Timeouts only: the outbox may stay in the stored record until
 		// the next commit on the instance (see carryOutKept), if that
 		// step starts from this record without it.
 		if err := d.carryOutKept(ctx, key, rec); err != nil {
-			return EffectsPending, err
+			return err
 		}
 		if !d.records.keepOutbox(key, rev, rec) {
 			if _, err := d.records.commit(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
-				return EffectsPending, err
+				return err
 			}
 		}
 	}
-	if late != nil && late.Skipped {
-		return Skipped, nil
-	}
-	return Handled, nil
+	return nil
 }
 
 func callHandler(ctx context.Context, rt sagaRuntime, s *stepState, typ string, m any) (err error) {
