@@ -378,9 +378,8 @@ func engineName(e string) string {
 	return e
 }
 
-// stepStarted is a saga.Hooks callback: it prints each timeout as it
-// arrives at the dispatcher, with the engine that held it and its
-// lateness.
+// stepStarted is a saga.Hooks callback: it prints each timeout as its
+// handler gets it, with the engine that held it and how late it is.
 func (w *watcher) stepStarted(ctx context.Context, info saga.StepInfo) context.Context {
 	if info.TimeoutDue.IsZero() {
 		return ctx
@@ -389,8 +388,11 @@ func (w *watcher) stepStarted(ctx context.Context, info saga.StepInfo) context.C
 	engine := w.engines[info.ID+" "+info.MessageType]
 	w.mu.Unlock()
 	who := info.ID[len("offer-"):]
-	w.p.Say(who, "timeout %s arrived from %s: due %s, enqueued %s: %s late", info.MessageType, engineName(engine),
-		w.p.At(info.TimeoutDue), w.p.At(info.EnqueuedAt), info.EnqueuedAt.Sub(info.TimeoutDue).Round(time.Millisecond))
+	// EnqueuedAt is when the message was activated: on JetStream a lead
+	// before the due time (early activation), the dispatcher holding it
+	// until then; StartedAt is when the handler got it.
+	w.p.Say(who, "timeout %s arrived from %s: due %s, activated %s, handled %s: %s late", info.MessageType, engineName(engine),
+		w.p.At(info.TimeoutDue), w.p.At(info.EnqueuedAt), w.p.At(info.StartedAt), info.StartedAt.Sub(info.TimeoutDue).Round(time.Millisecond))
 	return ctx
 }
 
