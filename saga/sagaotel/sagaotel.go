@@ -39,7 +39,8 @@
 //   - jetsaga.retries ({message}) and jetsaga.dead_letters ({message}):
 //     delayed retries scheduled and messages dead-lettered;
 //   - jetsaga.timeout.lateness (s): how late timeouts were activated,
-//     EnqueuedAt minus the due time (0 for a timeout activated early by
+//     EnqueuedAt minus the due time (0 for a timeout activated early, as
+//     the JetStream engine does by default, see
 //     timeout.WithEarlyActivation), on their first delivery;
 //   - jetsaga.timeout.handler_lateness (s): how late their handlers got
 //     them, the step's start minus the due time (StepInfo.StartedAt), on
