@@ -117,24 +117,8 @@ func (st ScheduledTimeout) String() string {
 // engine if the caller continues.
 func (d *Dispatcher) ScheduledTimeouts(ctx context.Context, sagaName string) iter.Seq2[ScheduledTimeout, error] {
 	return func(yield func(ScheduledTimeout, error) bool) {
-		if _, err := d.open(ctx); err != nil {
-			yield(ScheduledTimeout{}, err)
-			return
-		}
-		for p, err := range timeout.List(ctx, d.cfg.timeouts, timeout.Filter{Queue: d.queueName, Saga: sagaName}) {
-			if err != nil {
-				if !yield(ScheduledTimeout{}, err) {
-					return
-				}
-				continue
-			}
-			if p.Saga == "" || p.Properties[propType] == flushType {
-				continue
-			}
-			st := ScheduledTimeout{Saga: p.Saga, ID: p.Instance, Type: p.Properties[propType], At: p.At, Ref: p.Ref, Seq: p.Seq,
-				Handle: TimeoutHandle(p.Properties[propToken]), Activating: p.Activating}
-			scheduledPlan(&st, p)
-			if !yield(st, nil) {
+		for lt, err := range d.listedTimeouts(ctx, sagaName) {
+			if !yield(lt.st, err) {
 				return
 			}
 		}

@@ -145,6 +145,9 @@ func (d *Dispatcher) MigrateTimeouts(ctx context.Context, sagaName, to string, o
 				}
 				continue
 			}
+			if !p.movable() {
+				continue
+			}
 			if eng := p.st.Ref.Engine(); eng != to && (cfg.from == "" || eng == cfg.from) {
 				todo = append(todo, p)
 			}
@@ -184,6 +187,11 @@ type listedTimeout struct {
 	engineID string
 }
 
+// movable reports whether a migration or a drain report deals with the
+// listed timeout: one with a handle, and not activated early (it fires
+// within its lead).
+func (p listedTimeout) movable() bool { return p.st.Handle != "" && !p.st.Activating }
+
 // listedTimeouts lists the saga timeouts of sagaName on every engine, as
 // ScheduledTimeouts does, with their IDs on the engines.
 func (d *Dispatcher) listedTimeouts(ctx context.Context, sagaName string) iter.Seq2[listedTimeout, error] {
@@ -199,11 +207,11 @@ func (d *Dispatcher) listedTimeouts(ctx context.Context, sagaName string) iter.S
 				}
 				continue
 			}
-			if p.Saga == "" || p.Properties[propType] == flushType || p.Properties[propToken] == "" || p.Activating {
-				continue // not a saga timeout, or activated early: it fires within its lead
+			if p.Saga == "" || p.Properties[propType] == flushType {
+				continue // not a saga timeout
 			}
 			st := ScheduledTimeout{Saga: p.Saga, ID: p.Instance, Type: p.Properties[propType], At: p.At, Ref: p.Ref, Seq: p.Seq,
-				Handle: TimeoutHandle(p.Properties[propToken])}
+				Handle: TimeoutHandle(p.Properties[propToken]), Activating: p.Activating}
 			scheduledPlan(&st, p)
 			if !yield(listedTimeout{st: st, engineID: p.ID}, nil) {
 				return
@@ -362,7 +370,7 @@ func (d *Dispatcher) DrainReport(ctx context.Context, sagaName, engine string) (
 			errs = append(errs, err)
 			continue
 		}
-		if p.st.Ref.Engine() != engine {
+		if !p.movable() || p.st.Ref.Engine() != engine {
 			continue
 		}
 		waits, err := d.waitsFor(ctx, p)
