@@ -85,8 +85,9 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 }
 
 // sizeStale is how old the queue stream's size may be when Send checks
-// MaxBytes; sends of this broker since the read are added to it.
-const sizeStale = 100 * time.Millisecond
+// MaxBytes; sends of this broker since the read are added to it. A
+// variable for tests (see SetSizeStale).
+var sizeStale = 100 * time.Millisecond
 
 // copySize estimates, on the high side, what a copy of wire bytes
 // (headers and body) sent on subject subj takes in the queue stream: the
@@ -112,7 +113,7 @@ const unsourcedKeep = time.Minute
 
 // checkFull refuses a message that would take the partition's active
 // messages past MaxBytes. The size counted is the queue stream's, as read
-// at most sizeStale ago, plus every copy this broker has sent that the
+// at most sizeStale ago (read again before any refusal), plus every copy this broker has sent that the
 // queue stream had not sourced yet by then: a copy lands in the schedule
 // stream first and reaches the queue stream a moment later (later still
 // on a replicated stream, where each sourced copy is a proposal of its
@@ -131,12 +132,16 @@ func (q *jsQueue) checkFull(ctx context.Context, part *jsPartition, n uint64) er
 	}
 	part.sizeMu.Lock()
 	defer part.sizeMu.Unlock()
-	if time.Since(part.sizeRead) > sizeStale {
+	over := func() bool { return part.size+part.sending+n > uint64(q.cfg.MaxBytes) }
+	// A size up to sizeStale old may let a send through, never refuse
+	// one: the partition may have been drained since, so a refusal is
+	// always decided on a fresh read.
+	if time.Since(part.sizeRead) > sizeStale || over() {
 		if err := q.readSize(ctx, part); err != nil {
 			return q.d.mapErr(err)
 		}
 	}
-	if part.size+part.sending+n > uint64(q.cfg.MaxBytes) {
+	if over() {
 		return fmt.Errorf("%w: queue %s partition %d: MaxBytes %d reached", ErrQueueFull, q.cfg.Name, part.idx, q.cfg.MaxBytes)
 	}
 	part.sending += n // until sent (see sent)

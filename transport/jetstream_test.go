@@ -143,3 +143,43 @@ func TestClosedConnection(t *testing.T) {
 		t.Errorf("Receive on a closed connection: %v, want ErrClosed", err)
 	}
 }
+
+// A queue that was full and has been drained takes sends at once: the
+// size Send caches between reads of the stream may let a send through,
+// never refuse one. The cache is kept for an hour here, so that a refusal
+// on the cached size shows whatever the machine's speed.
+func TestSendAfterDrainingFullQueue(t *testing.T) {
+	defer transport.SetSizeStale(time.Hour)()
+	_, _, b := startServer(t, embedded.Options{})
+	const max, size = 32 << 10, 4 << 10
+	q, err := b.OpenQueue(t.Context(), transport.QueueConfig{Name: "drained", MaxBytes: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, size)
+	stored := 0
+	for ; ; stored++ {
+		_, err := q.Send(t.Context(), &transport.Message{Body: body})
+		if errors.Is(err, transport.ErrQueueFull) {
+			break
+		}
+		if err != nil || stored > max/size {
+			t.Fatalf("Send #%d to a queue with MaxBytes %d: %v, want ErrQueueFull by message %d", stored+1, max, err, max/size+1)
+		}
+	}
+	for got := 0; got < stored; {
+		ds, err := q.Receive(t.Context(), stored-got)
+		if err != nil {
+			t.Fatalf("Receive: %v", err)
+		}
+		for _, d := range ds {
+			if err := d.Complete(t.Context()); err != nil {
+				t.Fatalf("Complete(%#x): %v", d.Seq, err)
+			}
+		}
+		got += len(ds)
+	}
+	if _, err := q.Send(t.Context(), &transport.Message{Body: body}); err != nil {
+		t.Errorf("Send after draining the %d messages of a full queue: %v, want nil", stored, err)
+	}
+}
