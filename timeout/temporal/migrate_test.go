@@ -302,9 +302,10 @@ func (m *migration) migrate(to string) (map[string]saga.MigrateOutcome, map[saga
 	return byID, counts
 }
 
-// awaitGone waits until engine lists none of the saga's timeouts: right
-// after a migration away from it, it may still list timeouts it
-// activated early, which are not moved but fire there.
+// awaitGone waits until engine lists none of the saga's timeouts. Right
+// after a migration away from it, it may still list those it activated
+// early (not moved: they fire there) and stale copies whose cancel raced
+// their activation (dropped when they fire).
 func (m *migration) awaitGone(engine string) {
 	m.t.Helper()
 	testutil.Await(m.t, 10*time.Second, func() string {
