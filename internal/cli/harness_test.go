@@ -122,7 +122,7 @@ func newWorkloadWith(t *testing.T, timeouts func(*transport.Broker) timeout.Sche
 	if err := w.d.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
-	runUntilCleanup(t, w.d)
+	testutil.RunUntilCleanup(t, w.d.Run)
 	return w
 }
 
@@ -139,23 +139,8 @@ func (w *workload) dispatcher(queue string, opts ...saga.Option) *saga.Dispatche
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	runUntilCleanup(w.t, d)
+	testutil.RunUntilCleanup(w.t, d.Run)
 	return d
-}
-
-// runUntilCleanup runs d until the test ends, and fails the test if Run
-// returns an error.
-func runUntilCleanup(t *testing.T, d *saga.Dispatcher) {
-	t.Helper()
-	ctx, stop := context.WithCancel(context.Background())
-	finished := make(chan error, 1)
-	go func() { finished <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-finished; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
 }
 
 // sendAll sends msgs with d, in order.

@@ -1,11 +1,14 @@
 package testutil
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,6 +40,38 @@ func TestAwaitFailsWithTheLastExplanation(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "condition not met within 50ms: waiting for the moon") {
 		t.Fatalf("Await on a condition never met: err %v, output:\n%s", err, out)
+	}
+}
+
+func TestRunUntilCleanup(t *testing.T) {
+	var stopped atomic.Bool
+	t.Run("run", func(t *testing.T) {
+		RunUntilCleanup(t, func(ctx context.Context) error {
+			<-ctx.Done()
+			stopped.Store(true)
+			return nil
+		})
+	})
+	if !stopped.Load() {
+		t.Fatal("run did not return by the end of the test that started it")
+	}
+}
+
+// RunUntilCleanup fails the test when run returns an error: run in a
+// child process, since the failure is the point.
+func TestRunUntilCleanupFailsOnAnError(t *testing.T) {
+	if os.Getenv("TESTUTIL_RUN_CHILD") != "" {
+		RunUntilCleanup(t, func(ctx context.Context) error {
+			<-ctx.Done()
+			return errors.New("the moon fell")
+		})
+		return
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestRunUntilCleanupFailsOnAnError$")
+	cmd.Env = append(os.Environ(), "TESTUTIL_RUN_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "run: the moon fell") {
+		t.Fatalf("RunUntilCleanup of a run that fails: err %v, output:\n%s", err, out)
 	}
 }
 

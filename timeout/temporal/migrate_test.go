@@ -210,15 +210,7 @@ func startMigration(t *testing.T, name string, n int, first, spread time.Duratio
 	m.d = d
 	t.Cleanup(func() { b.Close() })
 	startWorker(t, c, b, WithTaskQueue(tq))
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testutil.RunUntilCleanup(t, d.Run)
 	began := time.Now()
 	start := began.Add(first)
 	for i := range n {
