@@ -72,7 +72,10 @@ func TestRollingDeployOfTwoBinaries(t *testing.T) {
 			id, n := fmt.Sprintf("c%d", i%instances), i%5+1
 			// Not on streamCtx: a send cut short by the end of the stream
 			// may have reached the queue all the same.
-			if _, err := sd.SendTo(ctxFor(t), deploy.Queue, deploy.Add{ID: id, N: n}, saga.WithMessageID(fmt.Sprintf("add-%d", i))); err != nil {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			_, err := sd.SendTo(ctx, deploy.Queue, deploy.Add{ID: id, N: n}, saga.WithMessageID(fmt.Sprintf("add-%d", i)))
+			cancel()
+			if err != nil {
 				t.Errorf("send %d: %v", i, err)
 				return
 			}
@@ -115,8 +118,10 @@ func TestRollingDeployOfTwoBinaries(t *testing.T) {
 	testutil.Await(t, 60*time.Second, func() string {
 		sentMu.Lock()
 		defer sentMu.Unlock()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
 		for id, want := range sent {
-			v, _, err := sender.store.Load(ctxFor(t), saga.StoreKey(deploy.Saga, id))
+			v, _, err := sender.store.Load(ctx, saga.StoreKey(deploy.Saga, id))
 			if err != nil {
 				return fmt.Sprintf("%s: %v", id, err)
 			}
