@@ -38,6 +38,10 @@ const (
 	// ExitPartial: a batch (resubmit, purge, cancel of several) did only
 	// part of its work; the output says what was left and why.
 	ExitPartial = 6
+	// ExitStuck: sagas stuck listed stuck instances. A check run from cron
+	// or an alerting system tells them (7) from none (0) and from a
+	// failure to look (1, 2, 3).
+	ExitStuck = 7
 )
 
 // Errors Run maps to exit codes; commands wrap them.
@@ -46,6 +50,7 @@ var (
 	ErrNotFound = errors.New("not found")
 	ErrAborted  = errors.New("aborted: not confirmed")
 	ErrPartial  = errors.New("done in part")
+	ErrStuck    = errors.New("stuck instances found")
 )
 
 // exitCode maps an error to Run's exit code.
@@ -59,6 +64,8 @@ func exitCode(err error) int {
 		return ExitAborted
 	case errors.Is(err, ErrPartial):
 		return ExitPartial
+	case errors.Is(err, ErrStuck):
+		return ExitStuck
 	case errors.Is(err, transport.ErrAlreadyActivated):
 		return ExitAlreadyActivated
 	case errors.Is(err, ErrNotFound), errors.Is(err, transport.ErrNotFound),

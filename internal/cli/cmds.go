@@ -124,9 +124,14 @@ ID order, --limit per page; pass the page's "next" as --after for the next.`,
 			examples: []string{"jetsaga sagas list", "jetsaga sagas list twofactor --limit 20", "jetsaga sagas list twofactor --after l42 --json"},
 			flags:    fJSON | fPage, run: cmdSagasList},
 		{path: "sagas show", args: "SAGA ID", minArgs: 2, maxArgs: 2,
-			short:    "show an instance: state as JSON, pending timeouts with due times and engine, inbox size, last update",
-			examples: []string{"jetsaga sagas show twofactor l1", "jetsaga sagas show twofactor l1 --json | jq .data"},
-			flags:    fJSON, run: cmdSagasShow},
+			short: "show an instance: state as JSON, pending timeouts with due times and engine, inbox size, last update",
+			long: `An instance of a saga with saga.CheckLiveness also shows what its last step
+declared it waits for (saga.Context.Expect): the expected messages' names
+("expects" in --json, empty if none), and "stuck" when it expects none and
+has no pending timeout (as sagas stuck lists it).`,
+			examples: []string{"jetsaga sagas show twofactor l1", "jetsaga sagas show twofactor l1 --json | jq .data",
+				"jetsaga sagas show approval r2 --json | jq .expects"},
+			flags: fJSON, run: cmdSagasShow},
 		{path: "sagas cancel-timeouts", args: "SAGA ID", minArgs: 2, maxArgs: 2,
 			short: "cancel every pending timeout of an instance, as a step on it",
 			long: `Runs saga.Dispatcher.CancelTimeouts: the cancel is committed in the
@@ -145,9 +150,15 @@ saga type by default) whose saga has saga.CheckLiveness and whose last step
 left them with no pending timeout and no expected message
 (saga.Context.Expect). Nothing will move them on: complete them, or send the
 message they should wait for. It reads every record of the saga type. Saga
-types without CheckLiveness are never listed.`,
-			examples: []string{"jetsaga sagas stuck", "jetsaga sagas stuck approval --json"},
-			flags:    fJSON, run: cmdSagasStuck},
+types without CheckLiveness are never listed.
+
+It exits 7 when it lists any stuck instance and 0 when there is none, so
+that a check run from cron or an alerting system tells the two apart, and
+both from a failure to look (1, or 2 and 3 for a bad command line or a
+missing bucket).`,
+			examples: []string{"jetsaga sagas stuck", "jetsaga sagas stuck approval --json",
+				"jetsaga sagas stuck >stuck.txt || notify-oncall stuck.txt   # 7: stuck instances; 1-3: could not look"},
+			flags: fJSON, run: cmdSagasStuck},
 		{path: "timeouts list", maxArgs: 0,
 			short: "list pending timeouts by saga type or instance, across engines",
 			long: `The transport engine's timeouts are found by browsing the scheduled messages
@@ -735,6 +746,9 @@ func writeInstance(w *tabwriter.Writer, v InstanceView) {
 		v.Saga, v.ID, state, fmtTime(v.Started), fmtTime(v.Updated), v.Revision, v.InboxSize)
 	if v.OutboxSize > 0 {
 		fmt.Fprintf(w, "outbox\t%d effects pending\n", v.OutboxSize)
+	}
+	if e := v.expectsText(); e != "" {
+		fmt.Fprintf(w, "expects\t%s\n", e)
 	}
 	w.Flush()
 	switch {

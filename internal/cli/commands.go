@@ -202,6 +202,7 @@ const exitCodes = `Exit codes:
   4  already activated (a scheduled message that has been or will be delivered)
   5  aborted (not confirmed: declined, or stdin not a terminal without --yes)
   6  done in part (a batch left some items: see its output)
+  7  stuck instances found (sagas stuck: listed on stdout)
 `
 
 func (c *call) usage(w io.Writer) {

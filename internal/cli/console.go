@@ -455,8 +455,8 @@ func (c *console) instancePage(r *http.Request) (string, string, any, error) {
 	}
 	return "saga " + name + "/" + id, "instance", struct {
 		InstanceView
-		DataText string
-	}{v, indentJSON(v.Data)}, nil
+		DataText, ExpectsText string
+	}{v, indentJSON(v.Data), v.expectsText()}, nil
 }
 
 func indentJSON(raw []byte) string {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-
 	"fmt"
 	"io"
 	"log/slog"
@@ -123,11 +122,35 @@ func newWorkloadWith(t *testing.T, timeouts func(*transport.Broker) timeout.Sche
 	if err := w.d.Open(ctx); err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	finished := make(chan struct{})
-	go func() { defer close(finished); _ = w.d.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-finished })
+	testutil.RunUntilCleanup(t, w.d.Run)
 	return w
+}
+
+// dispatcher runs a second dispatcher beside the order saga's, on the
+// workload's server, prefix and bucket: on queue, with opts (the sagas
+// it runs among them), until the test ends.
+func (w *workload) dispatcher(queue string, opts ...saga.Option) *saga.Dispatcher {
+	w.t.Helper()
+	store, err := kvstore.New(w.t.Context(), w.js, kvstore.Config{Bucket: w.bucket})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	d, err := saga.NewDispatcher(w.broker, store, queue, append([]saga.Option{saga.WithLogger(testutil.Logger())}, opts...)...)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	testutil.RunUntilCleanup(w.t, d.Run)
+	return d
+}
+
+// sendAll sends msgs with d, in order.
+func sendAll(t *testing.T, d *saga.Dispatcher, msgs ...any) {
+	t.Helper()
+	for _, m := range msgs {
+		if _, err := d.Send(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func (w *workload) orderSaga() saga.Saga {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
-	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/timeout"
 )
 
@@ -36,25 +35,9 @@ func TestTimeoutsMigrateAndDrain(t *testing.T) {
 			return err
 		})
 	saga.OnTimeout(d, func(context.Context, *saga.Context[struct{}], remindDue) error { return nil })
-	ctx := context.Background()
-	store, err := kvstore.New(ctx, w.js, kvstore.Config{Bucket: w.bucket})
-	if err != nil {
-		t.Fatal(err)
-	}
 	router := &timeout.Router{Default: timeout.NewTransport(w.broker), Routes: []timeout.Route{{Engine: "temporal", Scheduler: second, Beyond: math.MaxInt64}}}
-	disp, err := saga.NewDispatcher(w.broker, store, "reminders", saga.WithSagas(d), saga.WithTimeouts(router), saga.WithLogger(testutil.Logger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	finished := make(chan struct{})
-	go func() { defer close(finished); _ = disp.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-finished })
-	for _, id := range []string{"r1", "r2"} {
-		if _, err := disp.Send(ctx, Remind{ID: id}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	disp := w.dispatcher("reminders", saga.WithSagas(d), saga.WithTimeouts(router))
+	sendAll(t, disp, Remind{ID: "r1"}, Remind{ID: "r2"})
 	testutil.AwaitTrue(t, 15*time.Second, "two timeouts listed", func() bool {
 		r := w.run("timeouts", "list", "--saga", "reminder", "--json")
 		return r.code == 0 && len(decode[[]PendingView](t, r.stdout)) == 2

@@ -11,7 +11,6 @@ import (
 	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
-	"github.com/jetsaga/jetsaga/saga/kvstore"
 )
 
 // Timeouts requested by a calendar rule: the CLI shows the rule beside
@@ -44,24 +43,8 @@ func TestTimeoutRulesAndReplan(t *testing.T) {
 			return err
 		})
 	saga.OnTimeout(d, func(context.Context, *saga.Context[struct{}], renewDue) error { return nil })
-	ctx := context.Background()
-	store, err := kvstore.New(ctx, w.js, kvstore.Config{Bucket: w.bucket})
-	if err != nil {
-		t.Fatal(err)
-	}
-	disp, err := saga.NewDispatcher(w.broker, store, "billing", saga.WithSagas(d), saga.WithCalendars(reg), saga.WithLogger(testutil.Logger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	finished := make(chan struct{})
-	go func() { defer close(finished); _ = disp.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-finished })
-	for _, s := range []string{"s1", "s2"} {
-		if _, err := disp.Send(ctx, Renew{Sub: s}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	disp := w.dispatcher("billing", saga.WithSagas(d), saga.WithCalendars(reg))
+	sendAll(t, disp, Renew{Sub: "s1"}, Renew{Sub: "s2"})
 	rule := "2 business days after, at 09:00 UTC"
 	wed, thu := time.Date(2030, time.January, 9, 9, 0, 0, 0, time.UTC), time.Date(2030, time.January, 10, 9, 0, 0, 0, time.UTC)
 	testutil.AwaitTrue(t, 15*time.Second, "two renewal timeouts listed", func() bool {

@@ -44,6 +44,9 @@ type storedRecord struct {
 	Completed bool              `json:"completed,omitempty"`
 	Started   time.Time         `json:"started"`
 	Updated   time.Time         `json:"updated"`
+	// Expects: absent (nil) for a saga without saga.CheckLiveness, a list
+	// (maybe empty) for one with it.
+	Expects []string `json:"expects"`
 }
 
 func instanceKey(sagaType, id string) string {
@@ -119,6 +122,29 @@ type InstanceView struct {
 	InboxSize  int             `json:"inbox_size"`
 	// OutboxSize counts effects committed and not yet carried out.
 	OutboxSize int `json:"outbox_size"`
+	// Expects are the messages the last step of an instance of a saga
+	// with saga.CheckLiveness declared it waits for (saga.Context.Expect):
+	// empty if none; absent for a saga without CheckLiveness.
+	Expects []string `json:"expects,omitzero"`
+	// Stuck: the instance is checked for liveness, running, expects no
+	// message and has no pending timeout (as sagas stuck lists it).
+	Stuck bool `json:"stuck,omitempty"`
+}
+
+// expectsText says what a liveness-checked instance waits for, as its
+// last step declared it; "" for an instance that is not checked.
+func (v InstanceView) expectsText() string {
+	switch {
+	case v.Expects == nil:
+		return ""
+	case len(v.Expects) > 0:
+		return strings.Join(v.Expects, ", ")
+	case v.Stuck:
+		return "no message, and no timeout is pending: stuck"
+	case len(v.Timeouts) > 0:
+		return "no message (waits for its pending timeouts)"
+	}
+	return "no message"
 }
 
 // parseTransportRef reads a transport engine ref
@@ -146,7 +172,9 @@ func instanceView(sagaType, id string, rev uint64, raw []byte) (InstanceView, er
 	}
 	v := InstanceView{Saga: sagaType, ID: id, Completed: r.Completed, Started: r.Started, Updated: r.Updated,
 		Revision: rev, Data: r.JSONData, DataBase64: r.BinData, InboxSize: len(r.Inbox), OutboxSize: len(r.Outbox),
-		Timeouts: []TimeoutView{}}
+		Timeouts: []TimeoutView{}, Expects: r.Expects}
+	// As saga's own rule (saga/liveness.go) decides it.
+	v.Stuck = r.Expects != nil && len(r.Expects) == 0 && len(r.Timeouts) == 0 && !r.Completed && !r.Started.IsZero()
 	for _, h := range slices.Sorted(maps.Keys(r.Timeouts)) {
 		t := r.Timeouts[h]
 		tv := TimeoutView{Handle: h, Type: t.Type, At: t.At, Ref: t.Ref, Rule: t.Rule, From: t.From}

@@ -75,7 +75,7 @@ func cmdSagasStuck(c *call) error {
 	if err != nil {
 		return err
 	}
-	return c.out(vs, func(w *tabwriter.Writer) {
+	err = c.out(vs, func(w *tabwriter.Writer) {
 		fmt.Fprintln(w, "SAGA\tID\tSTARTED\tLAST STEP")
 		for _, v := range vs {
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", v.Saga, v.ID, fmtTime(v.Started), fmtTime(v.Updated))
@@ -83,6 +83,10 @@ func cmdSagasStuck(c *call) error {
 		w.Flush()
 		fmt.Fprintf(c.stdout, "%d stuck instance(s)\n", len(vs))
 	})
+	if err == nil && len(vs) > 0 {
+		return fmt.Errorf("%w: %d", ErrStuck, len(vs)) // exit 7, for checks run from cron
+	}
+	return err
 }
 
 func (c *console) stuckPage(r *http.Request) (string, string, any, error) {

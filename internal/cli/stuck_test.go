@@ -5,13 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
-	"github.com/jetsaga/jetsaga/saga/kvstore"
 )
 
 // An approval saga with the liveness rule on, whose reminder message
@@ -48,28 +49,11 @@ func approvalSaga() saga.Saga {
 func TestSagasStuck(t *testing.T) {
 	w := newWorkload(t)
 	ctx := t.Context()
-	store, err := kvstore.New(ctx, w.js, kvstore.Config{Bucket: w.bucket})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := saga.NewDispatcher(w.broker, store, "approvals", saga.WithSagas(approvalSaga()), saga.WithLogger(testutil.Logger()),
+	d := w.dispatcher("approvals", saga.WithSagas(approvalSaga()),
 		saga.WithConcurrency(1)) // in queue order: a reminder after its request
-
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	finished := make(chan struct{})
-	go func() { defer close(finished); _ = d.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-finished })
-
 	w.send(OrderPlaced{Order: "o1"}) // a saga without the rule: never listed
-	for _, m := range []any{approvalRequested{"r1"}, approvalRequested{"r2"}, approvalRequested{"r3"},
-		approvalRemind{"r2"}, approvalRemind{"r3"}, approvalDecided{"r3"}} {
-		if _, err := d.Send(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sendAll(t, d, approvalRequested{"r1"}, approvalRequested{"r2"}, approvalRequested{"r3"},
+		approvalRemind{"r2"}, approvalRemind{"r3"}, approvalDecided{"r3"})
 	// r1 waits for its decision; r2 is stuck; r3 is reminded, then decided.
 	testutil.Await(t, 10*time.Second, func() string {
 		if w.handledCount("placed/o1") == 0 {
@@ -96,8 +80,9 @@ func TestSagasStuck(t *testing.T) {
 		t.Errorf("Dispatcher.StuckInstances: got %v, want [approval/r2]", got)
 	}
 
+	// Exit 7 when it lists any, 0 when none: a check for cron.
 	for _, args := range [][]string{{"sagas", "stuck"}, {"sagas", "stuck", "approval"}} {
-		vs := jsonOf[[]StuckView](w, 0, args...)
+		vs := jsonOf[[]StuckView](w, ExitStuck, args...)
 		var data bytes.Buffer
 		if len(vs) == 1 {
 			_ = json.Compact(&data, vs[0].Data)
@@ -109,12 +94,48 @@ func TestSagasStuck(t *testing.T) {
 	if vs := jsonOf[[]StuckView](w, 0, "sagas", "stuck", "order"); len(vs) != 0 {
 		t.Errorf("jetsaga sagas stuck order --json: got %+v, want none", vs)
 	}
-	r := w.must(0, "sagas", "stuck")
-	if !regexpLine(r.stdout, `^approval\s+r2\s+\S+\s+\S+`) || !strings.Contains(r.stdout, "1 stuck instance(s)") {
-		t.Errorf("jetsaga sagas stuck:\n%s", r.stdout)
+	r := w.must(ExitStuck, "sagas", "stuck")
+	if !regexpLine(r.stdout, `^approval\s+r2\s+\S+\s+\S+`) || !strings.Contains(r.stdout, "1 stuck instance(s)") ||
+		!strings.Contains(r.stderr, "stuck instances found: 1") {
+		t.Errorf("jetsaga sagas stuck:\n%v", r)
+	}
+	if r := w.must(0, "sagas", "stuck", "order"); !strings.Contains(r.stdout, "0 stuck instance(s)") {
+		t.Errorf("jetsaga sagas stuck order:\n%v", r)
 	}
 	if r := w.run("sagas", "stuck", "no.such"); r.code != ExitUsage {
 		t.Errorf("jetsaga sagas stuck no.such: want exit %d, got %v", ExitUsage, r)
+	}
+	if r := w.run("--bucket", "no_such_bucket", "sagas", "stuck"); r.code != ExitNotFound {
+		t.Errorf("jetsaga sagas stuck on a missing bucket: want exit %d, got %v", ExitNotFound, r)
+	}
+	if r := w.must(0, "sagas", "stuck", "--help"); !strings.Contains(r.stdout, "It exits 7 when it lists any stuck instance") ||
+		!strings.Contains(r.stdout, "7  stuck instances found") {
+		t.Errorf("jetsaga sagas stuck --help does not document exit 7:\n%s", r.stdout)
+	}
+
+	// sagas show says what a checked instance's last step expects.
+	for _, c := range []struct {
+		saga, id string
+		expects  []string // nil: not checked
+		stuck    bool
+		wantText string // the text output's expects line; "" for none
+	}{
+		{"approval", "r1", []string{"approval.Decided"}, false, "approval.Decided"},
+		{"approval", "r2", []string{}, true, "no message, and no timeout is pending: stuck"},
+		{"order", "o1", nil, false, ""},
+	} {
+		v := jsonOf[InstanceView](w, 0, "sagas", "show", c.saga, c.id)
+		if (v.Expects == nil) != (c.expects == nil) || !slices.Equal(v.Expects, c.expects) || v.Stuck != c.stuck {
+			t.Errorf("sagas show %s %s --json: expects %#v, stuck %v; want %#v, %v", c.saga, c.id, v.Expects, v.Stuck, c.expects, c.stuck)
+		}
+		raw := w.must(0, "sagas", "show", c.saga, c.id, "--json").stdout
+		if has := strings.Contains(raw, `"expects"`); has != (c.expects != nil) {
+			t.Errorf("sagas show %s %s --json: an \"expects\" key is there: %v, want %v\n%s", c.saga, c.id, has, c.expects != nil, raw)
+		}
+		text := w.must(0, "sagas", "show", c.saga, c.id).stdout
+		if c.wantText == "" && strings.Contains(text, "expects") || c.wantText != "" && !regexpLine(text, `^expects\s+`+regexp.QuoteMeta(c.wantText)+"$") {
+			t.Errorf("sagas show %s %s: want the line \"expects %s\"\n%s", c.saga, c.id, c.wantText, text)
+		}
 	}
 
 	srv := w.console("", false)
@@ -124,5 +145,28 @@ func TestSagasStuck(t *testing.T) {
 	}
 	if code, body := get(t, client(t), srv.URL+"/stuck?saga=order"); code != 200 || !strings.Contains(body, "no stuck instances") {
 		t.Errorf("GET /stuck?saga=order: %d\n%s", code, body)
+	}
+	if code, body := get(t, client(t), srv.URL+"/sagas/approval/r1"); code != 200 || !strings.Contains(body, `<td id="expects">approval.Decided</td>`) {
+		t.Errorf("GET /sagas/approval/r1: %d, want what it expects\n%s", code, body)
+	}
+}
+
+func TestInstanceExpectsText(t *testing.T) {
+	pending := []TimeoutView{{Handle: "h1"}}
+	for _, c := range []struct {
+		name string
+		v    InstanceView
+		want string
+	}{
+		{"not checked", InstanceView{}, ""},
+		{"not checked, with timeouts", InstanceView{Timeouts: pending}, ""},
+		{"expects two", InstanceView{Expects: []string{"a.B", "a.C"}}, "a.B, a.C"},
+		{"expects none, waits for a timeout", InstanceView{Expects: []string{}, Timeouts: pending}, "no message (waits for its pending timeouts)"},
+		{"stuck", InstanceView{Expects: []string{}, Stuck: true}, "no message, and no timeout is pending: stuck"},
+		{"completed", InstanceView{Expects: []string{}, Completed: true}, "no message"},
+	} {
+		if got := c.v.expectsText(); got != c.want {
+			t.Errorf("%s: got %q, want %q", c.name, got, c.want)
+		}
 	}
 }

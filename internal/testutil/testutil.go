@@ -1,10 +1,12 @@
 // Package testutil holds the helpers jetsaga's tests share: awaiting a
-// condition, a test logger, a buffer safe for concurrent writers, and an
-// embedded nats-server for one test. It is for tests only.
+// condition, running something until the test ends, a test logger, a
+// buffer safe for concurrent writers, and an embedded nats-server for one
+// test. It is for tests only.
 package testutil
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"os"
 	"sync"
@@ -48,6 +50,22 @@ func AwaitTrue(t testing.TB, within time.Duration, what string, cond func() bool
 			return ""
 		}
 		return "waiting for " + what
+	})
+}
+
+// RunUntilCleanup runs run in a goroutine until the test ends: the test's
+// cleanup cancels run's context, waits for run to return, and fails the
+// test if it returned an error. For a saga.Dispatcher: RunUntilCleanup(t, d.Run).
+func RunUntilCleanup(t testing.TB, run func(context.Context) error) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.WithoutCancel(t.Context()))
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
 	})
 }
 

@@ -1,11 +1,14 @@
 package testutil
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,19 +28,55 @@ func TestAwaitReturnsOnceMet(t *testing.T) {
 	}
 }
 
+// childEnv marks the child process of a test whose failure is the point.
+const childEnv = "TESTUTIL_CHILD"
+
+// failingChild runs t's test again in a child process, with childEnv
+// set, and fails t unless the child fails saying want.
+func failingChild(t *testing.T, want string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^"+t.Name()+"$")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Fatalf("want the child to fail saying %q: err %v, output:\n%s", want, err, out)
+	}
+}
+
 // Await fails a test whose condition is never met, with the last
-// explanation: run in a child process, since the failure is the point.
+// explanation.
 func TestAwaitFailsWithTheLastExplanation(t *testing.T) {
-	if os.Getenv("TESTUTIL_AWAIT_CHILD") != "" {
+	if os.Getenv(childEnv) != "" {
 		AwaitTrue(t, 50*time.Millisecond, "the moon", func() bool { return false })
 		return
 	}
-	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestAwaitFailsWithTheLastExplanation$")
-	cmd.Env = append(os.Environ(), "TESTUTIL_AWAIT_CHILD=1")
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "condition not met within 50ms: waiting for the moon") {
-		t.Fatalf("Await on a condition never met: err %v, output:\n%s", err, out)
+	failingChild(t, "condition not met within 50ms: waiting for the moon")
+}
+
+func TestRunUntilCleanup(t *testing.T) {
+	var stopped atomic.Bool
+	t.Run("run", func(t *testing.T) {
+		RunUntilCleanup(t, func(ctx context.Context) error {
+			<-ctx.Done()
+			stopped.Store(true)
+			return nil
+		})
+	})
+	if !stopped.Load() {
+		t.Fatal("run did not return by the end of the test that started it")
 	}
+}
+
+// RunUntilCleanup fails the test when run returns an error.
+func TestRunUntilCleanupFailsOnAnError(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		RunUntilCleanup(t, func(ctx context.Context) error {
+			<-ctx.Done()
+			return errors.New("the moon fell")
+		})
+		return
+	}
+	failingChild(t, "run: the moon fell")
 }
 
 func TestBufferConcurrentWrites(t *testing.T) {
