@@ -50,7 +50,6 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 )
 
 type config struct {
@@ -243,7 +242,7 @@ func plainPair(ctx context.Context, js jetstream.JetStream, stream string, i int
 // published without a reply, the second a request that commits the batch
 // and gets its acknowledgement.
 func batchPair(ctx context.Context, nc *nats.Conn, stream string, i int) error {
-	id := nuid.Next()
+	id := "b" + strconv.Itoa(i) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	first := &nats.Msg{Subject: stream + ".a." + strconv.Itoa(i), Data: payload, Header: nats.Header{
 		"Nats-Batch-Id":       {id},
 		"Nats-Batch-Sequence": {"1"},
