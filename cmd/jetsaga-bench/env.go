@@ -49,6 +49,11 @@ type config struct {
 	// millionSettle is how long the million bench waits after scheduling
 	// before it cancels (the lead grows by as much).
 	millionSettle time.Duration
+	// shardCounts, shardRounds and shardSides are the shards bench's -shards,
+	// -shards-rounds and -shards-sides.
+	shardCounts []int
+	shardRounds int
+	shardSides  []string
 	// child names the work of a child process (-child million-raw,
 	// million-jetsaga): see runChild.
 	child string

@@ -15,6 +15,7 @@
 //	go run ./cmd/jetsaga-bench -only counts         # Counts with 100k schedules pending, opt-in
 //	go run ./cmd/jetsaga-bench -json out.json -cpuprofile cpu.out
 //	go run ./cmd/jetsaga-bench -only million -n 0.25 -burstprofile burst.out  # CPU profiles of the burst, each side
+//	go run ./cmd/jetsaga-bench -only shards -n 0.25 # schedule shards beside raw with 1 and K streams (BENCHMARKS.md)
 //	go run ./cmd/jetsaga-bench -cluster 3            # one node beside a 3-node cluster (R3)
 //	go run ./cmd/jetsaga-bench -nodes 3 -only saga   # the saga benches on a 3-node cluster, everything R3
 package main
@@ -27,6 +28,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -52,6 +54,7 @@ var benches = []bench{
 var optInBenches = []bench{
 	{"million", "1M × -n pending timeouts due within -spread, each side in its own process: schedule rate, RSS, cancel latency, burst drain (P4, P7)", benchMillion},
 	{"counts", "Queue.Counts with 100k × -n schedules pending vs StreamInfo with a subject filter", benchCounts},
+	{"shards", "the million bench's burst on schedule shards (-shards K: K schedule streams sourced into one queue stream) beside raw with 1 and K streams and jetsaga, each side in its own process, -shards-rounds rounds (issue 25)", benchShards},
 }
 
 func allBenches() []bench { return slices.Concat(benches, optInBenches) }
@@ -88,6 +91,9 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.millionLead, "million-lead", 0, "million bench: time from the estimated end of the scheduling to the first due time (default 20s × -n, at least 5s); schedules older than 10s when they fire meet nats-server's cache expiry (BENCHMARKS.md)")
 	fs.DurationVar(&cfg.millionSettle, "million-settle", 0, "million bench: wait this long after the scheduling before cancelling (the first due time moves as much later); after 10s unused nats-server drops a message block's cache, so the first cancels then meet cold blocks (BENCHMARKS.md)")
 	fs.BoolVar(&cfg.millionNoWait, "million-complete-nowait", false, "million bench: jetsaga's receivers complete with CompleteNoWait (an ack without reply, as raw's receiver and as the saga dispatcher mostly does) instead of Complete")
+	shards := fs.String("shards", "2,4", "shards bench: the shard counts K to measure, comma-separated (1-"+strconv.Itoa(maxShards)+")")
+	fs.IntVar(&cfg.shardRounds, "shards-rounds", 1, "shards bench: rounds, each running every side once, in the opposite order to the round before")
+	shardOnly := fs.String("shards-sides", "", "shards bench: only these sides besides raw, comma-separated (streamsK, shardsK, jetsaga; default all)")
 	quick := fs.Bool("quick", false, "a quick run: -n 0.1 and 2 rounds unless set")
 	timeouts := fs.Bool("timeouts", false, "run the timeout benches of P3, P4 and P7: lateness, cancel, million")
 	fs.StringVar(&cfg.child, "child", "", "internal: run as a child process of the million bench")
@@ -114,6 +120,21 @@ func parseFlags(args []string) (config, error) {
 	}
 	if cfg.scale <= 0 || cfg.rounds < 1 || cfg.conc < 1 || cfg.spread <= 0 || cfg.millionParts < 1 || cfg.lead < 0 {
 		return cfg, fmt.Errorf("-n, -rounds, -conc, -spread and -million-partitions must be positive, -lead not negative")
+	}
+	var err error
+	if cfg.shardCounts, err = parseShardCounts(*shards); err != nil {
+		return cfg, err
+	}
+	if cfg.shardRounds < 1 {
+		return cfg, fmt.Errorf("-shards-rounds %d: must be at least 1", cfg.shardRounds)
+	}
+	for side := range strings.SplitSeq(*shardOnly, ",") {
+		if side = strings.TrimSpace(side); side != "" {
+			if !slices.Contains(shardSides(cfg.shardCounts), side) {
+				return cfg, fmt.Errorf("-shards-sides: unknown side %q (have %s)", side, strings.Join(shardSides(cfg.shardCounts), ","))
+			}
+			cfg.shardSides = append(cfg.shardSides, side)
+		}
 	}
 	if cfg.millionSettle < 0 {
 		return cfg, fmt.Errorf("-million-settle %v: must not be negative", cfg.millionSettle)

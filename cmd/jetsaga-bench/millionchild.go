@@ -61,7 +61,7 @@ func runChild(ctx context.Context, cfg config) error {
 	case "jetsaga":
 		s, err = newJetMillion(ctx, nc, cfg.millionParts, !cfg.millionNoWait)
 	default:
-		err = fmt.Errorf("unknown side %q", side)
+		s, err = newShardSide(ctx, nc, side) // the shards bench's (shards.go)
 	}
 	if err != nil {
 		return err
