@@ -616,30 +616,7 @@ func (r *rawMillion) receive(ctx context.Context, got func(string, time.Time) er
 	if err != nil {
 		return err
 	}
-	it, err := c.Messages(jetstream.PullMaxMessages(1000))
-	if err != nil {
-		return err
-	}
-	defer it.Stop()
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return err
-		}
-		if err := got(m.Headers().Get(hdrMessageID), md.Timestamp); err != nil {
-			return err
-		}
-		if err := m.Ack(); err != nil {
-			return err
-		}
-	}
+	return consumeAll(ctx, c, got)
 }
 
 func (r *rawMillion) close() {}
