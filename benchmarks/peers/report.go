@@ -89,15 +89,11 @@ func printReport(w io.Writer, head []string, rs []result) {
 			raw = r
 		}
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "(a) one-shot timers: schedule rate, handler lateness (handler start − due)")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| system | scheduled/s | × raw | lateness p50 / p99 / max | p99 × raw | early | not handled by last due + grace |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
+	tableHead(w, "(a) one-shot timers: schedule rate, handler lateness (handler start − due)", "system", "scheduled/s", "× raw", "lateness p50 / p99 / max", "p99 × raw", "early", "not handled by last due + grace")
 	for _, r := range rs {
 		l := r.Lateness
 		if l == nil {
-			fmt.Fprintf(w, "| %s | %s | | | | | |\n", r.Name, missing(r, "a"))
+			missingRow(w, r, "a", 7)
 			continue
 		}
 		var rateX, p99X string
@@ -119,15 +115,11 @@ func printReport(w io.Writer, head []string, rs []result) {
 		fmt.Fprintf(w, "| %s | %s | %s | %s / %s / %s | %s | %s | %s |\n", r.Name, num(l.Rate), rateX,
 			dur(l.Lateness.P50), dur(l.Lateness.P99), dur(l.Lateness.Max), p99X, early, lost)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "(b) cancel, one at a time, with timers pending")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| system | pending | cancel p50 / p99 | p99 × raw |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|")
+	tableHead(w, "(b) cancel, one at a time, with timers pending", "system", "pending", "cancel p50 / p99", "p99 × raw")
 	for _, r := range rs {
 		c := r.Cancel
 		if c == nil {
-			fmt.Fprintf(w, "| %s | %s | | |\n", r.Name, missing(r, "b"))
+			missingRow(w, r, "b", 4)
 			continue
 		}
 		var x string
@@ -136,15 +128,11 @@ func printReport(w io.Writer, head []string, rs []result) {
 		}
 		fmt.Fprintf(w, "| %s | %d | %s / %s | %s |\n", r.Name, c.Pending, dur(c.Cancel.P50), dur(c.Cancel.P99), x)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "(c) two-step saga/workflow with one timer")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| system | steps/s | × raw | CPU per step | × raw |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+	tableHead(w, "(c) two-step saga/workflow with one timer", "system", "steps/s", "× raw", "CPU per step", "× raw")
 	for _, r := range rs {
 		s := r.Saga
 		if s == nil {
-			fmt.Fprintf(w, "| %s | %s | | | |\n", r.Name, missing(r, "c"))
+			missingRow(w, r, "c", 5)
 			continue
 		}
 		var x, cx string
@@ -154,15 +142,11 @@ func printReport(w io.Writer, head []string, rs []result) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.Name, num(s.StepsPerS), x, dur(s.CPUPer), cx)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "(d) memory with timers pending: PSS of the client process and the servers (shared pages counted once: postgres's processes share its buffers), and their RSS summed")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| system | pending | PSS idle → pending | of which servers | PSS × raw | growth per timer | RSS summed | scheduled in |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	tableHead(w, "(d) memory with timers pending: PSS of the client process and the servers (shared pages counted once: postgres's processes share its buffers), and their RSS summed", "system", "pending", "PSS idle → pending", "of which servers", "PSS × raw", "growth per timer", "RSS summed", "scheduled in")
 	for _, r := range rs {
 		m := r.Pending
 		if m == nil {
-			fmt.Fprintf(w, "| %s | %s | | | | | | |\n", r.Name, missing(r, "d"))
+			missingRow(w, r, "d", 8)
 			continue
 		}
 		var x string
@@ -182,6 +166,18 @@ func printReport(w io.Writer, head []string, rs []result) {
 }
 
 // missing is the cell of a figure that did not run.
+// tableHead starts a results table: a blank line, its title, and its
+// header row, the system's column left-aligned and the figures right.
+func tableHead(w io.Writer, title string, cols ...string) {
+	fmt.Fprintf(w, "\n%s\n\n| %s |\n|---%s|\n", title, strings.Join(cols, " | "), strings.Repeat("|---:", len(cols)-1))
+}
+
+// missingRow is the row of a system that has no figures for part in a
+// table of n columns: why (see missing), and empty cells.
+func missingRow(w io.Writer, r result, part string, n int) {
+	fmt.Fprintf(w, "| %s | %s |%s\n", r.Name, missing(r, part), strings.Repeat(" |", n-2))
+}
+
 func missing(r result, w string) string {
 	if e, ok := r.Errors[w]; ok {
 		if len(e) > 60 {
