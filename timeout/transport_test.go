@@ -12,6 +12,23 @@ import (
 	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
+// earlyEngine returns a transport engine on a memory broker that
+// activates timeouts lead early, and the queue cfg on that broker; the
+// broker closes with the test.
+func earlyEngine(t *testing.T, cfg transport.QueueConfig, lead time.Duration) (*timeout.Transport, *transport.Queue) {
+	t.Helper()
+	b, err := transport.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	q, err := b.OpenQueue(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return timeout.NewTransport(b, timeout.WithEarlyActivation(lead)), q
+}
+
 // TestEarlyActivation follows timeouts of a transport engine with
 // WithEarlyActivation on the memory broker, in virtual time: the message
 // is scheduled lead before its due time and carries the due time; the
@@ -23,17 +40,8 @@ import (
 func TestEarlyActivation(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		b, err := transport.NewMemory()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
 		const lead = 300 * time.Millisecond
-		s := timeout.NewTransport(b, timeout.WithEarlyActivation(lead))
-		q, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "early"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, q := earlyEngine(t, transport.QueueConfig{Name: "early"}, lead)
 		due := time.Now().Add(time.Minute)
 		tmo := func(id string) timeout.Timeout {
 			return timeout.Timeout{ID: id, Queue: "early", At: due, Saga: "S", Instance: id, Message: &transport.Message{Body: []byte(id)}}
@@ -218,17 +226,8 @@ func TestEarlyActivationDefault(t *testing.T) {
 func TestActivatingReadsTheTail(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := t.Context()
-		b, err := transport.NewMemory()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
 		const lead = 2 * time.Second
-		s := timeout.NewTransport(b, timeout.WithEarlyActivation(lead))
-		q, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "tail", Partitions: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, q := earlyEngine(t, transport.QueueConfig{Name: "tail", Partitions: 2}, lead)
 		// A backlog: old messages, a second apart, and timeouts of the
 		// engine that activated early and are long due.
 		for i := range 300 {
