@@ -20,6 +20,7 @@ import (
 //	                                      activated; sourced into the queue
 //	            P.S.N.p.<key>.g.<tail>    the same without a MessageID
 //	            P.L.N.p.<sid>             a session's lock (session queues)
+//	            P.V.N.p.<state key>       a state record (see state.go; queues only)
 //	stream P_Q_N_p  active messages (work queue), on no subject of its
 //	                own: sourced from P_S_N_p, transformed to
 //	            P.Q.N.p.m                 messages without session
@@ -36,6 +37,7 @@ import (
 type jsNames struct {
 	queue, sched         string // stream names
 	qSubj, sSubj         string // subject prefixes, without trailing dot
+	vSubj                string // state records' subject prefix; "" on topics and dead-letter queues
 	lock                 string // session lock subject prefix (see sessionLockSubject)
 	isDeadLetter, hasSch bool
 	// topic marks a topic's partition (see jetstream_topic.go): interest
@@ -53,6 +55,7 @@ func (d *jsDriver) names(queue string, p int) jsNames {
 		sched:  d.o.prefix + "_S_" + queue + "_" + ps,
 		qSubj:  d.o.prefix + ".Q." + queue + "." + ps,
 		sSubj:  d.o.prefix + ".S." + queue + "." + ps,
+		vSubj:  d.o.prefix + ".V." + queue + "." + ps,
 		lock:   d.o.prefix + ".L." + queue + "." + ps,
 		hasSch: true,
 	}
@@ -75,8 +78,8 @@ const cancelToken = "x"
 // refused by the server instead of stored and never delivered: copies
 // with and without MessageID (of a queue's messages: without session, or
 // with one on a queue that requires sessions; on a topic, both, followed
-// by the topic's filter tokens), scheduled messages, cancel records and
-// session locks.
+// by the topic's filter tokens), scheduled messages, cancel records,
+// session locks and (on a queue) state records.
 func (n jsNames) schedSubjects(requiresSession bool) []string {
 	var filter string
 	for range n.tokens {
@@ -98,6 +101,9 @@ func (n jsNames) schedSubjects(requiresSession bool) []string {
 	subs = append(subs, n.sSubj+".*."+ScheduleToken, n.sSubj+".*."+cancelToken+".*")
 	if n.topic || requiresSession {
 		subs = append(subs, n.lock+".>")
+	}
+	if n.vSubj != "" {
+		subs = append(subs, n.vSubj+".>")
 	}
 	return subs
 }

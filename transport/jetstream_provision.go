@@ -279,6 +279,8 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		sc.Retention = jetstream.LimitsPolicy
 		sc.AllowMsgSchedules = true
 		sc.AllowMsgTTL = true
+		// A state commit with schedules is one atomic batch (state.go).
+		sc.AllowAtomicPublish = n.vSubj != ""
 		// The server refuses DiscardNew on a schedule stream; with no limit
 		// set, DiscardOld never discards anything either.
 		sc.Discard, sc.MaxBytes = jetstream.DiscardOld, -1

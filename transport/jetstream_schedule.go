@@ -26,23 +26,10 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 		return SendResult{}, err
 	}
 	part := q.parts[p]
-	sm := *m
-	sm.ScheduledAt = at
 	key := msgKey(m.MessageID)
-	schedSubj := part.n.sSubj + "." + key + ".s"
-	msg, _, err := q.natsMsg(schedSubj, &sm)
+	msg, err := q.scheduleMsg(part, key, m, at)
 	if err != nil {
 		return SendResult{}, err
-	}
-	// RFC3339Nano: jetstream.WithScheduleAt rounds to whole seconds, which
-	// would fire up to a second early.
-	msg.Header.Set(natsSchedule, "@at "+msg.Header.Get(HeaderScheduledAt))
-	msg.Header.Set(natsScheduleTarget, q.copySubject(part, key, m))
-	if m.MessageID != "" {
-		guard(msg, part, key)
-	}
-	if q.topic != nil {
-		msg.Header.Set(natsScheduleTTL, q.topic.copyTTL)
 	}
 	seq, dup, err := q.store(ctx, part, key, msg, m.MessageID != "", q.copySubject(part, key, m))
 	if err != nil {
@@ -58,6 +45,29 @@ func (q *jsQueue) schedule(ctx context.Context, m *Message, p int, at time.Time)
 		return SendResult{}, nil
 	}
 	return SendResult{Seq: makeSeq(p, true, seq)}, nil
+}
+
+// scheduleMsg makes the schedule of m for at in part, on its own subject
+// under key (msgKey of its MessageID): the server writes its copy at at.
+// A message with a MessageID is guarded (see guard).
+func (q *jsQueue) scheduleMsg(part *jsPartition, key string, m *Message, at time.Time) (*nats.Msg, error) {
+	sm := *m
+	sm.ScheduledAt = at
+	msg, _, err := q.natsMsg(part.n.sSubj+"."+key+"."+ScheduleToken, &sm)
+	if err != nil {
+		return nil, err
+	}
+	// RFC3339Nano: jetstream.WithScheduleAt rounds to whole seconds, which
+	// would fire up to a second early.
+	msg.Header.Set(natsSchedule, "@at "+msg.Header.Get(HeaderScheduledAt))
+	msg.Header.Set(natsScheduleTarget, q.copySubject(part, key, m))
+	if m.MessageID != "" {
+		guard(msg, part, key)
+	}
+	if q.topic != nil {
+		msg.Header.Set(natsScheduleTTL, q.topic.copyTTL)
+	}
+	return msg, nil
 }
 
 // duplicateOf reports a duplicate of the MessageID whose key is key: with

@@ -251,6 +251,7 @@ type memPartition struct {
 	activated  map[uint64]struct{}
 	bytes      int64    // stored size of active messages, which MaxBytes caps
 	dedup      memDedup // MessageIDs of sent and scheduled messages alike
+	state      map[string]memState
 }
 
 // memEntry is a stored message.

@@ -538,6 +538,12 @@ type queueDriver interface {
 	nextSession(ctx context.Context) (string, error)
 	deadLetter() queueDriver
 	counts(ctx context.Context) (Counts, error)
+
+	// State records (state.go), in partition p (the key's).
+	loadState(ctx context.Context, key string, p int) ([]byte, uint64, error)
+	commitState(ctx context.Context, c StateCommit, p int) (StateResult, error)
+	deleteState(ctx context.Context, key string, rev uint64, p int) error
+	stateKeys(ctx context.Context, prefix string) iter.Seq2[string, error]
 }
 
 type sessionDriver interface {

@@ -74,6 +74,7 @@ func Run(t *testing.T, newBroker func(t *testing.T) *transport.Broker, f Feature
 		{"Topic", s.testTopic},
 		{"Counts", s.testCounts},
 		{"SlowLink", s.testSlowLink},
+		{"State", s.testState},
 	} {
 		parallel(t, g.name, g.run)
 	}

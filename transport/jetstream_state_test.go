@@ -1,0 +1,62 @@
+package transport_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/transport/embedded"
+)
+
+// A commit whose answer was lost (it took effect; the try waited out its
+// limit) is asked again and reports what it stored: the record's
+// revision and the schedules' numbers, each stored once; a commit made
+// on that revision then succeeds.
+func TestCommitStateAfterLostAnswer(t *testing.T) {
+	_, _, b := startServer(t, embedded.Options{})
+	ctx := t.Context()
+	q, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "lost-state", DuplicateWindow: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lose atomic.Bool
+	t.Cleanup(transport.SetAnswerLost(func() bool { return lose.CompareAndSwap(true, false) }))
+	at := time.Now().Add(time.Hour)
+	for i, c := range []transport.StateCommit{
+		{Key: "k", Value: []byte("v1")},
+		{Key: "k", Value: []byte("v2"), Schedule: []*transport.Message{
+			{Body: []byte("a"), MessageID: "a", ScheduledAt: at}, {Body: []byte("b"), MessageID: "b", ScheduledAt: at}}},
+	} {
+		if i > 0 {
+			_, c.Rev, err = q.LoadState(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		lose.Store(true)
+		r, err := q.CommitState(ctx, c)
+		if lose.Load() {
+			t.Fatalf("commit %d: no answer was lost", i)
+		}
+		if err != nil {
+			t.Fatalf("commit %d, its first answer lost: %v", i, err)
+		}
+		v, rev, err := q.LoadState(ctx, "k")
+		if err != nil || string(v) != string(c.Value) || rev != r.Rev {
+			t.Errorf("commit %d: LoadState = %q rev %d, %v; want %q rev %d", i, v, rev, err, c.Value, r.Rev)
+		}
+		ms, err := q.Peek(ctx, transport.ScheduledBit, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ms) != len(r.Seqs) {
+			t.Fatalf("commit %d: %d scheduled messages, want %d: stored once", i, len(ms), len(r.Seqs))
+		}
+		for j, m := range ms {
+			if m.Seq != r.Seqs[j] {
+				t.Errorf("commit %d: scheduled message %d has seq %#x, CommitState reported %#x", i, j, m.Seq, r.Seqs[j])
+			}
+		}
+	}
+}
