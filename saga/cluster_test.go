@@ -27,6 +27,7 @@ import (
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
+	"github.com/jetsaga/jetsaga/saga/queuestore"
 	"github.com/jetsaga/jetsaga/transport"
 	"github.com/jetsaga/jetsaga/transport/embedded"
 )
@@ -62,7 +63,15 @@ func clusterR1Options() []saga.Option {
 	}
 }
 
+// TestClusterSagas runs the workload with state in an R3 KV bucket
+// (kvstore), and with state in the R3 queue's own state (queuestore),
+// where each step commits its state and timeouts in one atomic batch.
 func TestClusterSagas(t *testing.T) {
+	t.Run("kvstore", func(t *testing.T) { testClusterSagas(t, false) })
+	t.Run("queuestore", func(t *testing.T) { testClusterSagas(t, true) })
+}
+
+func testClusterSagas(t *testing.T, inQueue bool) {
 	instances := 200
 	if *soak {
 		instances = 1000
@@ -83,12 +92,18 @@ func TestClusterSagas(t *testing.T) {
 	admin := clusterNode(t, c, 0)
 	q := admin.openQueue(t, clusterR1QueueConfig())
 	effects := admin.openQueue(t, transport.QueueConfig{Name: r1Effects, Replicas: 3})
-	sender := admin.dispatcher(t, nil, r1Queue, clusterR1Options()...) // sends and reads state; never runs
+	storeOf := func(n *node) saga.Store {
+		if inQueue {
+			return queuestore.New(n.broker, r1Queue)
+		}
+		return n.store
+	}
+	sender := admin.dispatcher(t, storeOf(admin), r1Queue, clusterR1Options()...) // sends and reads state; never runs
 
 	var log stepLog
 	for i := range c.Size() {
 		n := clusterNode(t, c, i)
-		d := n.dispatcher(t, nil, r1Queue, append(clusterR1Options(), saga.WithHooks(log.hooks()))...)
+		d := n.dispatcher(t, storeOf(n), r1Queue, append(clusterR1Options(), saga.WithHooks(log.hooks()))...)
 		run(t, d)
 	}
 
@@ -101,6 +116,9 @@ func TestClusterSagas(t *testing.T) {
 	// between.
 	kv := "KV_jetsaga_sagas"
 	sched := "JETSAGA_S_" + r1Queue + "_0"
+	if inQueue {
+		kv = sched // the state's stream: the schedule stream
+	}
 	var faults []func(ctx context.Context) string
 	rounds := 1
 	if *soak {

@@ -2,10 +2,13 @@ package saga
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	recordfmt "github.com/jetsaga/jetsaga/internal/record"
+	"github.com/jetsaga/jetsaga/timeout"
+	"github.com/jetsaga/jetsaga/transport"
 )
 
 // Loading and committing records: the commit path's view of the Store.
@@ -77,4 +80,79 @@ func (storeRecords) keepOutbox(string, uint64, *record) bool { return false }
 func (d *Dispatcher) load(ctx context.Context, key string) (*record, uint64, error) {
 	rec, rev, _, err := storeRecords{store: d.store}.load(ctx, key, false)
 	return rec, rev, err
+}
+
+// scheduledRecords are records in a SchedulingStore whose commits take
+// the timeouts a step requests on the dispatcher's queue (up to
+// transport.MaxStateSchedules of them) into the same write: the record
+// with its outbox as it is, and those timeouts' messages, made by the
+// engine exactly as its Schedule makes them. Once committed they are
+// carried out, so they leave the outbox in memory, with their refs in
+// rec.Timeouts; the stored record keeps them in its outbox until the next
+// commit, which is what carryOutKept does with an outbox of timeouts, and
+// safe for the same reason: a step that loads the record schedules them
+// again, and the queue's duplicate detection answers with their refs.
+type scheduledRecords struct {
+	storeRecords
+	store  SchedulingStore
+	engine *timeout.Transport
+	queue  string
+}
+
+func (s scheduledRecords) commit(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
+	var picked []int // indexes in rec.Outbox
+	var msgs []*transport.Message
+	for i, e := range rec.Outbox {
+		if e.Kind != effectSchedule || e.Queue != s.queue || len(msgs) == transport.MaxStateSchedules {
+			continue
+		}
+		m, err := s.engine.Message(timeoutOf(e))
+		if err != nil || !s.store.SchedulesWith(key, m) {
+			continue // left to the outbox
+		}
+		picked, msgs = append(picked, i), append(msgs, m)
+	}
+	if len(msgs) == 0 {
+		return s.storeRecords.commit(ctx, key, rec, rev)
+	}
+	b, err := recordfmt.Encode(rec)
+	if err != nil {
+		return 0, err
+	}
+	var ttl time.Duration
+	if rec.Completed {
+		ttl = s.retention
+	}
+	n, seqs, err := s.store.PutScheduled(ctx, key, b, rev, ttl, msgs)
+	if errors.Is(err, transport.ErrDuplicateMessage) {
+		// Scheduled before (a record written otherwise): the outbox
+		// carries them out, and the duplicates answer with their refs.
+		return s.storeRecords.commit(ctx, key, rec, rev)
+	}
+	if err != nil {
+		return 0, err
+	}
+	for j, i := range picked {
+		e := rec.Outbox[i]
+		if te, ok := rec.Timeouts[e.Token]; ok {
+			te.Ref = s.engine.Ref(timeoutOf(e), seqs[j])
+			rec.Timeouts[e.Token] = te
+		}
+	}
+	rec.Outbox = deleteIndexes(rec.Outbox, picked)
+	return n, nil
+}
+
+// deleteIndexes removes the elements at idx (ascending) from s.
+func deleteIndexes[T any](s []T, idx []int) []T {
+	out := s[:0]
+	for i, v := range s {
+		if len(idx) > 0 && idx[0] == i {
+			idx = idx[1:]
+			continue
+		}
+		out = append(out, v)
+	}
+	clear(s[len(out):])
+	return out
 }

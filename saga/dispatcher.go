@@ -91,6 +91,12 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 		byType: make(map[string][]sagaRuntime), byName: make(map[string]sagaRuntime),
 		records: storeRecords{store: store, retention: c.retention},
 	}
+	if ss, ok := store.(SchedulingStore); ok {
+		sb, sq := ss.Queue()
+		if eng, ok := c.timeouts.(*timeout.Transport); ok && eng.Broker() == b && sb == b && sq == queue {
+			d.records = scheduledRecords{storeRecords: d.records.(storeRecords), store: ss, engine: eng, queue: queue}
+		}
+	}
 	if cache := newRecordCache(c.cacheSize); cache != nil {
 		d.records = &cachedRecords{next: d.records, cache: cache}
 	}

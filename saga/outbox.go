@@ -90,11 +90,7 @@ func (d *Dispatcher) carryOut(ctx context.Context, key string, rec *record, e ef
 			return fmt.Errorf("saga: publishing %s to topic %s: %w", e.Msg.Type, e.Queue, err)
 		}
 	case effectSchedule:
-		m := transportMessage(e.Msg)
-		ref, err := d.cfg.timeouts.Schedule(ctx, timeout.Timeout{
-			ID: cmp.Or(e.ID, e.Token), Queue: e.Queue, At: e.At, Message: m,
-			Saga: m.Properties[propSaga], Instance: m.Properties[propSagaID], Engine: e.Engine,
-		})
+		ref, err := d.cfg.timeouts.Schedule(ctx, timeoutOf(e))
 		if errors.Is(err, transport.ErrInvalidMessage) || errors.Is(err, transport.ErrMessageTooLarge) {
 			d.dropEffect(ctx, key, e, err)
 			return nil
@@ -113,6 +109,15 @@ func (d *Dispatcher) carryOut(ctx context.Context, key string, rec *record, e ef
 		}
 	}
 	return nil
+}
+
+// timeoutOf is the timeout a schedule effect asks for.
+func timeoutOf(e effect) timeout.Timeout {
+	m := transportMessage(e.Msg)
+	return timeout.Timeout{
+		ID: cmp.Or(e.ID, e.Token), Queue: e.Queue, At: e.At, Message: m,
+		Saga: m.Properties[propSaga], Instance: m.Properties[propSagaID], Engine: e.Engine,
+	}
 }
 
 // dropEffect logs an effect that can never be carried out (the step

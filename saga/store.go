@@ -3,6 +3,8 @@ package saga
 import (
 	"context"
 	"time"
+
+	"github.com/jetsaga/jetsaga/transport"
 )
 
 // Store persists saga records with optimistic concurrency. It is small
@@ -50,4 +52,28 @@ type ExpiringStore interface {
 	// then returns ErrNotFound and Put with rev 0 creates it again. A
 	// later Put (or PutTTL) replaces the expiry.
 	PutTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error)
+}
+
+// SchedulingStore is an ExpiringStore that keeps records beside a
+// transport queue's scheduled messages, and can store a record together
+// with messages scheduled on that queue in one atomic write
+// (saga/queuestore, on transport.Queue's state). A dispatcher whose store
+// is one, and whose timeout scheduler is a timeout.Transport, commits a
+// step's state and the timeouts it requests on the dispatcher's queue in
+// that one write, rather than a write of the state and then one schedule
+// per timeout.
+type SchedulingStore interface {
+	ExpiringStore
+	// Queue returns the broker and the name of the queue whose scheduled
+	// messages PutScheduled writes.
+	Queue() (*transport.Broker, string)
+	// SchedulesWith reports whether PutScheduled of key can schedule m.
+	SchedulesWith(key string, m *transport.Message) bool
+	// PutScheduled is PutTTL (Put if ttl is 0) that also schedules msgs
+	// (each with ScheduledAt set) on Queue, all or nothing, and returns
+	// the record's new revision and each message's scheduled sequence
+	// number (as transport.Queue.Schedule returns it). A message whose
+	// MessageID the queue remembers fails it with
+	// transport.ErrDuplicateMessage, and nothing is stored.
+	PutScheduled(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration, msgs []*transport.Message) (uint64, []uint64, error)
 }

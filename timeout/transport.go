@@ -110,16 +110,14 @@ func (s *Transport) EarlyActivation() time.Duration { return s.lead }
 // Schedule schedules t.Message on t.Queue for t.At, less the engine's lead
 // (see WithEarlyActivation).
 func (s *Transport) Schedule(ctx context.Context, t Timeout) (Ref, error) {
-	if err := t.validate(); err != nil {
+	m, err := s.Message(t)
+	if err != nil {
 		return "", err
 	}
 	q, err := s.b.Queue(ctx, t.Queue)
 	if err != nil {
 		return "", err
 	}
-	m := t.DeliveryMessage()
-	m.Properties[PropertyTimeout] = s.name
-	m.ScheduledAt = t.At.Add(-s.lead)
 	r, err := q.Send(ctx, m)
 	if err != nil {
 		return "", err
@@ -127,8 +125,32 @@ func (s *Transport) Schedule(ctx context.Context, t Timeout) (Ref, error) {
 	// A repeated Schedule of a timeout no longer pending (it fired or was
 	// cancelled) gets no sequence number: its ref carries 0 and the due
 	// time, which is all Cancel needs then.
-	return s.ref(t.Queue, r.Seq, t.At), nil
+	return s.Ref(t, r.Seq), nil
 }
+
+// Message returns the message Schedule stores on t.Queue for t: its
+// delivery message, scheduled (ScheduledAt) for t.At less the engine's
+// lead. With Ref, it lets code that writes the message itself — in the
+// same write as something else (transport.Queue.CommitState) — schedule
+// t exactly as Schedule would.
+func (s *Transport) Message(t Timeout) (*transport.Message, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	m := t.DeliveryMessage()
+	m.Properties[PropertyTimeout] = s.name
+	m.ScheduledAt = t.At.Add(-s.lead)
+	return m, nil
+}
+
+// Ref returns the ref of t scheduled on t.Queue as the scheduled sequence
+// number seq: what Schedule returns, and Cancel takes.
+func (s *Transport) Ref(t Timeout, seq uint64) Ref {
+	return Ref(s.name + ":" + t.Queue + ":" + strconv.FormatUint(seq, 10) + "@" + strconv.FormatInt(t.At.UnixNano(), 10))
+}
+
+// Broker returns the broker the engine schedules on.
+func (s *Transport) Broker() *transport.Broker { return s.b }
 
 // Cancel cancels the scheduled message ref names, with the outcomes
 // Scheduler documents (see transport.Queue.Cancel for how long a
@@ -220,10 +242,6 @@ func (s *Transport) Pending(ctx context.Context, f Filter) iter.Seq2[Pending, er
 			}
 		}
 	}
-}
-
-func (s *Transport) ref(queue string, seq uint64, due time.Time) Ref {
-	return Ref(s.name + ":" + queue + ":" + strconv.FormatUint(seq, 10) + "@" + strconv.FormatInt(due.UnixNano(), 10))
 }
 
 // parseRef reads "<engine>:<queue>:<seq>@<due unix ns>", or the older

@@ -118,7 +118,7 @@ func (q *Queue) CommitState(ctx context.Context, c StateCommit) (StateResult, er
 		}
 	}
 	if c.TTL > 0 {
-		c.TTL = max((c.TTL+time.Second-1).Truncate(time.Second), time.Second)
+		c.TTL = max((c.TTL + time.Second - 1).Truncate(time.Second), time.Second)
 	}
 	return q.d.commitState(ctx, c, p)
 }
