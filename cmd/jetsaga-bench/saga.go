@@ -26,6 +26,7 @@ import (
 
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
+	"github.com/jetsaga/jetsaga/saga/queuestore"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -135,6 +136,14 @@ func benchSaga(ctx context.Context, e *env) ([]Result, error) {
 			return e.sagaProbeRound(ctx, newDesignCalls, n, k)
 		}},
 	}
+	// On a cluster, also the dispatcher with its state in the queue
+	// (queuestore): record and timeout in one atomic batch. Not on one
+	// node, where nats-server stages each batch in a synced file store.
+	if e.cfg.nodes > 1 {
+		sides = append(sides, sagaSide{"jetsaga-queuestore", func(ctx context.Context, n, k int) (sagaRound, error) {
+			return e.sagaJetRoundIn(ctx, def, n, k, 1, true)
+		}})
+	}
 	run := func(s sagaSide, n int) (r sagaRound, err error) {
 		pprof.Do(ctx, pprof.Labels("side", s.label), func(ctx context.Context) {
 			r, err = s.round(ctx, n, k)
@@ -217,7 +226,19 @@ func benchSaga(ctx context.Context, e *env) ([]Result, error) {
 		Jetsaga: *cpuCell(0),
 		Raw:     cpuCell(2),
 	}
-	return []Result{p2, p2new, perStep, perStepNew, abs, benchThirtyDays(ctx, e)}, nil
+	out := []Result{p2, p2new, perStep, perStepNew, abs}
+	if len(sides) > 3 {
+		qs := rateResult("saga", label+" state in the queue (queuestore) vs kvstore", res[3], res[0], 1.3)
+		qs.RawName = "jetsaga with kvstore"
+		qs.RawDesc = "the same dispatcher and saga with its state in an R3 KV bucket: a step writes the record, then schedules its timeout"
+		out = append(out, qs, Result{
+			Bench:   "saga-cpu",
+			Label:   "  CPU per step, queuestore vs kvstore",
+			Jetsaga: *cpuCell(3),
+			Raw:     cpuCell(0),
+		})
+	}
+	return append(out, benchThirtyDays(ctx, e)), nil
 }
 
 func medianDur(ds []time.Duration) time.Duration {
@@ -293,6 +314,13 @@ func (e *env) sagaJetRound(ctx context.Context, def saga.Saga, n, k int, opts ..
 // connection, broker and store (as m processes would be), sharing the
 // concurrency.
 func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opts ...saga.Option) (sagaRound, error) {
+	return e.sagaJetRoundIn(ctx, def, n, k, m, false, opts...)
+}
+
+// sagaJetRoundIn is sagaJetRoundN with the state in the queue's state
+// (saga/queuestore: a step's record and timeout in one atomic batch)
+// rather than in a KV bucket, if inQueue.
+func (e *env) sagaJetRoundIn(ctx context.Context, def saga.Saga, n, k, m int, inQueue bool, opts ...saga.Option) (sagaRound, error) {
 	nc, err := e.servers.connect(nats.Name("jetsaga-bench-saga"))
 	if err != nil {
 		return sagaRound{}, err
@@ -314,7 +342,13 @@ func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opt
 	if err := js.DeleteKeyValue(ctx, jetBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return sagaRound{}, err
 	}
-	store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: jetBucket, Replicas: e.replicas()})
+	storeOn := func(b *transport.Broker, js jetstream.JetStream) (saga.Store, error) {
+		if inQueue {
+			return queuestore.New(b, sagaQueue), nil
+		}
+		return kvstore.New(ctx, js, kvstore.Config{Bucket: jetBucket, Replicas: e.replicas()})
+	}
+	store, err := storeOn(b, js)
 	if err != nil {
 		return sagaRound{}, err
 	}
@@ -356,7 +390,7 @@ func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opt
 		if err != nil {
 			return sagaRound{}, err
 		}
-		store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: jetBucket, Replicas: e.replicas()})
+		store, err := storeOn(b, js)
 		if err != nil {
 			return sagaRound{}, err
 		}
@@ -402,7 +436,11 @@ func (e *env) sagaJetRoundN(ctx context.Context, def saga.Saga, n, k, m int, opt
 	if err != nil {
 		return sagaRound{}, errors.Join(err, fail.get())
 	}
-	rec, err := e.checkSagaRound(ctx, n, k, benchPrefix+"_S_"+sagaQueue+"_0", benchPrefix+".S."+sagaQueue+".0.*.s", benchPrefix+"_Q_"+sagaQueue+"_0", jetBucket)
+	bucket := jetBucket
+	if inQueue {
+		bucket = ""
+	}
+	rec, err := e.checkSagaRound(ctx, n, k, benchPrefix+"_S_"+sagaQueue+"_0", benchPrefix+".S."+sagaQueue+".0.*.s", benchPrefix+"_Q_"+sagaQueue+"_0", bucket)
 	if err != nil {
 		return sagaRound{}, err
 	}
@@ -485,6 +523,16 @@ func (e *env) checkSagaRound(ctx context.Context, n, k int, schedStream, schedSu
 	}
 	if got := qs.CachedInfo().State.Msgs; got != 0 {
 		return 0, fmt.Errorf("stream %s holds %d messages, want 0", queueStream, got)
+	}
+	if bucket == "" { // queuestore: the records are in the schedule stream
+		info, err := ss.Info(ctx, jetstream.WithSubjectFilter(benchPrefix+".V."+sagaQueue+".0.>"))
+		if err != nil {
+			return 0, err
+		}
+		if got := len(info.State.Subjects); got != k {
+			return 0, fmt.Errorf("stream %s holds %d state records, want %d", schedStream, got, k)
+		}
+		return 0, nil
 	}
 	kv, err := e.js.KeyValue(ctx, bucket)
 	if err != nil {
