@@ -14,6 +14,7 @@ import (
 
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
+	"github.com/jetsaga/jetsaga/saga/queuestore"
 	"github.com/jetsaga/jetsaga/saga/memstore"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
@@ -151,6 +152,13 @@ func docsCluster(ctx context.Context) error {
 		saga.WithSagas(TwoFactor),
 		saga.WithQueueConfig(transport.QueueConfig{Name: "auth", Replicas: 3}))
 	_, _ = q, d
+
+	// One write per step: the state in the queue.
+	st := queuestore.New(broker, "auth")
+	d, _ = saga.NewDispatcher(broker, st, "auth",
+		saga.WithSagas(TwoFactor),
+		saga.WithQueueConfig(transport.QueueConfig{Name: "auth", Replicas: 3}))
+	_ = d
 	return nil
 }
 
