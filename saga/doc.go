@@ -99,7 +99,10 @@
 // described in docs/design/commit-path.md of the repository: none of it
 // changes the promises above. One rule concerns a custom [Store]: the
 // dispatcher's record cache ([WithRecordCache]) needs revisions that never
-// come back for a key, also after a delete (see [Store]).
+// come back for a key, also after a delete (see [Store]). With a
+// [SchedulingStore] (saga/queuestore, state in the dispatcher's own
+// queue), the timeouts a step requests are not carried out after the
+// commit but written in it, in the same atomic write as the record.
 //
 // # Committed, effects pending
 //

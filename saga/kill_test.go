@@ -34,11 +34,13 @@ import (
 
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/saga/queuestore"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
 const (
 	r1WorkerEnv = "JETSAGA_R1_WORKER" // the NATS URL; set only in worker processes
+	r1StoreEnv  = "JETSAGA_R1_STORE"  // "queue": the workers keep state with queuestore
 	r1SeedEnv   = "JETSAGA_R1_SEED"   // reruns a failed run's random choices
 	r1Queue     = "r1"
 	r1Effects   = "r1-effects"
@@ -179,7 +181,7 @@ func TestKillWorkerHelper(t *testing.T) {
 	hooks := saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, res saga.StepResult) {
 		fmt.Printf("R1STAT %s %d %d\n", res.Outcome, res.Conflicts, info.DeliveryCount)
 	}}
-	d := n.dispatcher(t, nil, r1Queue, append(r1Options(), saga.WithHooks(hooks))...)
+	d := n.dispatcher(t, r1Store(n, os.Getenv(r1StoreEnv) == "queue"), r1Queue, append(r1Options(), saga.WithHooks(hooks))...)
 	// Open the queue now, so that this worker's stream updates are over
 	// when it reports ready.
 	if err := d.Open(ctx); err != nil {
@@ -191,7 +193,23 @@ func TestKillWorkerHelper(t *testing.T) {
 	}
 }
 
+// r1Store is the store of a worker: the node's KV store, or the state of
+// the r1 queue (queuestore: a step's record and timeouts in one write).
+func r1Store(n *node, inQueue bool) saga.Store {
+	if inQueue {
+		return queuestore.New(n.broker, r1Queue)
+	}
+	return n.store
+}
+
+// TestKillWorkers runs the workload with the workers' state in a KV
+// bucket, and in the queue's state (queuestore).
 func TestKillWorkers(t *testing.T) {
+	t.Run("kvstore", func(t *testing.T) { testKillWorkers(t, false) })
+	t.Run("queuestore", func(t *testing.T) { testKillWorkers(t, true) })
+}
+
+func testKillWorkers(t *testing.T, inQueue bool) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(r1SeedEnv); s != "" {
 		var err error
@@ -213,8 +231,8 @@ func TestKillWorkers(t *testing.T) {
 	// concurrent creation).
 	q := n.openQueue(t, r1QueueConfig())
 	effects := n.openQueue(t, transport.QueueConfig{Name: r1Effects})
-	d := n.dispatcher(t, nil, r1Queue, r1Options()...) // sends and reads state; never runs
-	fleet := &r1Fleet{t: t, url: srv.ClientURL(), stats: map[string]int{}}
+	d := n.dispatcher(t, r1Store(n, inQueue), r1Queue, r1Options()...) // sends and reads state; never runs
+	fleet := &r1Fleet{t: t, url: srv.ClientURL(), inQueue: inQueue, stats: map[string]int{}}
 	t.Cleanup(fleet.killAll)
 
 	ids := make([]string, instances)
@@ -445,6 +463,7 @@ func r1Describe(t *testing.T, d *saga.Dispatcher, id string) string {
 type r1Fleet struct {
 	t       *testing.T
 	url     string
+	inQueue bool // the workers keep state with queuestore
 	started int
 
 	mu    sync.Mutex
@@ -475,6 +494,9 @@ func (f *r1Fleet) start() *r1Worker {
 	w := &r1Worker{n: f.started, ready: make(chan struct{}), done: make(chan struct{})}
 	w.cmd = exec.Command(os.Args[0], "-test.run=^TestKillWorkerHelper$")
 	w.cmd.Env = append(os.Environ(), r1WorkerEnv+"="+f.url)
+	if f.inQueue {
+		w.cmd.Env = append(w.cmd.Env, r1StoreEnv+"=queue")
+	}
 	w.cmd.Stdout = &r1StatWriter{f: f, w: w}
 	w.cmd.Stderr = &w.stderr
 	w.cmd.WaitDelay = 5 * time.Second
