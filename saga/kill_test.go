@@ -154,9 +154,21 @@ func r1QueueConfig() transport.QueueConfig {
 	return transport.QueueConfig{Name: r1Queue, LockDuration: time.Second, MaxDeliveryCount: 30}
 }
 
-func r1Options() []saga.Option {
+func r1QueueConfigIn(inQueue bool) transport.QueueConfig {
+	cfg := r1QueueConfig()
+	cfg.MemoryStorage = inQueue
+	return cfg
+}
+
+// r1Options are the options of the workers' dispatchers. With inQueue
+// (state in the queue, queuestore) the queue is kept in memory: on a
+// file-stored queue of one replica nats-server stages every atomic batch
+// in a synced file store (see saga/queuestore), which is not what this
+// test is about; a worker's SIGKILL loses nothing kept in the server's
+// memory either.
+func r1Options(inQueue bool) []saga.Option {
 	return []saga.Option{
-		saga.WithSagas(r1Saga()), saga.WithQueueConfig(r1QueueConfig()),
+		saga.WithSagas(r1Saga()), saga.WithQueueConfig(r1QueueConfigIn(inQueue)),
 		saga.WithRetry(saga.RetryPolicy{Immediate: 3, Delayed: 5, Backoff: func(int) time.Duration { return 250 * time.Millisecond }}),
 		saga.WithDrainTimeout(3 * time.Second),
 	}
@@ -181,7 +193,8 @@ func TestKillWorkerHelper(t *testing.T) {
 	hooks := saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, res saga.StepResult) {
 		fmt.Printf("R1STAT %s %d %d\n", res.Outcome, res.Conflicts, info.DeliveryCount)
 	}}
-	d := n.dispatcher(t, r1Store(n, os.Getenv(r1StoreEnv) == "queue"), r1Queue, append(r1Options(), saga.WithHooks(hooks))...)
+	inQueue := os.Getenv(r1StoreEnv) == "queue"
+	d := n.dispatcher(t, r1Store(n, inQueue), r1Queue, append(r1Options(inQueue), saga.WithHooks(hooks))...)
 	// Open the queue now, so that this worker's stream updates are over
 	// when it reports ready.
 	if err := d.Open(ctx); err != nil {
@@ -229,9 +242,9 @@ func testKillWorkers(t *testing.T, inQueue bool) {
 	n := newNode(t, srv.ClientURL())
 	// Create the queues before any worker runs (see TestCrashPoints on
 	// concurrent creation).
-	q := n.openQueue(t, r1QueueConfig())
+	q := n.openQueue(t, r1QueueConfigIn(inQueue))
 	effects := n.openQueue(t, transport.QueueConfig{Name: r1Effects})
-	d := n.dispatcher(t, r1Store(n, inQueue), r1Queue, r1Options()...) // sends and reads state; never runs
+	d := n.dispatcher(t, r1Store(n, inQueue), r1Queue, r1Options(inQueue)...) // sends and reads state; never runs
 	fleet := &r1Fleet{t: t, url: srv.ClientURL(), inQueue: inQueue, stats: map[string]int{}}
 	t.Cleanup(fleet.killAll)
 
