@@ -141,6 +141,17 @@ func (q *Queue) StateKeys(ctx context.Context, prefix string) iter.Seq2[string, 
 	return q.d.stateKeys(ctx, prefix)
 }
 
+// StateCommitsStaged reports whether a CommitState with messages to
+// schedule is staged by the server in a synced file of its own: on a
+// JetStream queue of one replica with file storage, where nats-server
+// (2.15) does that for every atomic batch, which then costs many times
+// two separate writes. Callers that can write the record and schedule
+// separately (saga/queuestore) do so there.
+func (q *Queue) StateCommitsStaged() bool {
+	_, mem := q.b.d.(*memBroker)
+	return !mem && q.cfg.Replicas <= 1 && !q.cfg.MemoryStorage
+}
+
 // StatePartitionHolds reports whether m, scheduled, goes to the partition
 // that holds the record under key, as a message scheduled in the same
 // CommitState must: always on a queue of one partition; on a partitioned

@@ -12,7 +12,7 @@
 // never reused), the inbox and outbox, duplicate detection of timeouts,
 // Cancel, browsing and counting scheduled messages.
 //
-// Use it for a dispatcher on a replicated queue (QueueConfig.Replicas 3 on
+// It is for a dispatcher on a replicated queue (QueueConfig.Replicas 3 on
 // a JetStream cluster), created with the queue's broker and name:
 //
 //	st := queuestore.New(broker, "orders")
@@ -26,10 +26,12 @@
 // and carries timeouts out after the commit.
 //
 // Limits:
-//   - On a queue of one replica with file storage nats-server stages each
-//     atomic batch in a synced file store of its own, which makes a step
-//     with a timeout many times slower than with kvstore (BENCHMARKS.md):
-//     keep kvstore there.
+//   - On a JetStream queue of one replica with file storage nats-server
+//     stages each atomic batch in a synced file store of its own, which
+//     makes a batch many times slower than two writes (BENCHMARKS.md,
+//     r1batch): there the store takes no timeouts into its commits
+//     (Store.SchedulesWith), and a step writes the record, then schedules
+//     its timeouts, as with kvstore.
 //   - Records live in the queue's streams: deleting the queue deletes
 //     them, and the queue must be opened (OpenQueue, as the dispatcher
 //     does) by a release that knows queue state (the streams get a subject

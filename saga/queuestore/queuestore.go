@@ -84,13 +84,17 @@ func (s *Store) PutScheduled(ctx context.Context, key string, value []byte, rev 
 	return r.Rev, r.Seqs, mapErr(key, err)
 }
 
-// SchedulesWith reports whether m can be scheduled in a PutScheduled of
-// key: on a partitioned queue, whether they share a partition.
+// SchedulesWith reports whether m is best scheduled in a PutScheduled of
+// key: on a partitioned queue, if they share a partition; never on a
+// JetStream queue of one replica with file storage, where each atomic
+// batch is staged in a synced file (transport.Queue.StateCommitsStaged):
+// there the dispatcher writes the record, then schedules, as with any
+// store.
 func (s *Store) SchedulesWith(key string, m *transport.Message) bool {
 	s.mu.Lock()
 	q := s.q
 	s.mu.Unlock()
-	return q != nil && q.StatePartitionHolds(key, m)
+	return q != nil && !q.StateCommitsStaged() && q.StatePartitionHolds(key, m)
 }
 
 // Delete removes the record if its revision is rev.
