@@ -100,17 +100,21 @@ type scheduledRecords struct {
 }
 
 func (s scheduledRecords) commit(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
-	var picked []int // indexes in rec.Outbox
-	var msgs []*transport.Message
-	for i, e := range rec.Outbox {
-		if e.Kind != effectSchedule || e.Queue != s.queue || len(msgs) == transport.MaxStateSchedules {
-			continue
+	var (
+		rest   []effect          // the outbox without the timeouts taken in
+		taken  []timeout.Timeout // the timeouts taken into the commit
+		tokens []string          // and their tokens
+		msgs   []*transport.Message
+	)
+	for _, e := range rec.Outbox {
+		if e.Kind == effectSchedule && e.Queue == s.queue && len(msgs) < transport.MaxStateSchedules {
+			t := timeoutOf(e)
+			if m, err := s.engine.Message(t); err == nil && s.store.SchedulesWith(key, m) {
+				taken, tokens, msgs = append(taken, t), append(tokens, e.Token), append(msgs, m)
+				continue
+			}
 		}
-		m, err := s.engine.Message(timeoutOf(e))
-		if err != nil || !s.store.SchedulesWith(key, m) {
-			continue // left to the outbox
-		}
-		picked, msgs = append(picked, i), append(msgs, m)
+		rest = append(rest, e)
 	}
 	if len(msgs) == 0 {
 		return s.storeRecords.commit(ctx, key, rec, rev)
@@ -132,27 +136,12 @@ func (s scheduledRecords) commit(ctx context.Context, key string, rec *record, r
 	if err != nil {
 		return 0, err
 	}
-	for j, i := range picked {
-		e := rec.Outbox[i]
-		if te, ok := rec.Timeouts[e.Token]; ok {
-			te.Ref = s.engine.Ref(timeoutOf(e), seqs[j])
-			rec.Timeouts[e.Token] = te
+	for j, t := range taken {
+		if te, ok := rec.Timeouts[tokens[j]]; ok {
+			te.Ref = s.engine.Ref(t, seqs[j])
+			rec.Timeouts[tokens[j]] = te
 		}
 	}
-	rec.Outbox = deleteIndexes(rec.Outbox, picked)
+	rec.Outbox = rest
 	return n, nil
-}
-
-// deleteIndexes removes the elements at idx (ascending) from s.
-func deleteIndexes[T any](s []T, idx []int) []T {
-	out := s[:0]
-	for i, v := range s {
-		if len(idx) > 0 && idx[0] == i {
-			idx = idx[1:]
-			continue
-		}
-		out = append(out, v)
-	}
-	clear(s[len(out):])
-	return out
 }

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
-	"github.com/jetsaga/jetsaga/saga/queuestore"
 	"github.com/jetsaga/jetsaga/saga/memstore"
+	"github.com/jetsaga/jetsaga/saga/queuestore"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 	"github.com/jetsaga/jetsaga/transport/embedded"
