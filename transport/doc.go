@@ -240,6 +240,23 @@
 // the instant of its cancellation (see Cancel above) counts as active
 // until a receiver drops it.
 //
+// # Queue state
+//
+// A queue keeps small records beside its messages: [Queue.LoadState],
+// [Queue.CommitState], [Queue.DeleteState], [Queue.StateKeys]. A record
+// has a key (dot-separated tokens of [A-Za-z0-9_=-], checked like any
+// input: [ErrInvalidStateKey]), a value and a revision that only grows
+// and is never reused for a key, also after a delete or an expiry (TTL).
+// CommitState writes a record if its revision is the one given
+// ([ErrStateConflict] otherwise) together with up to [MaxStateSchedules]
+// messages scheduled on the queue, all or nothing; a message whose
+// MessageID the queue remembers refuses the whole commit
+// ([ErrDuplicateMessage]). On JetStream the records live in the
+// partition's schedule stream (never delivered) and a commit with
+// messages is one atomic batch, which nats-server stages in a synced file
+// on a queue of one file-stored replica ([Queue.StateCommitsStaged]). The
+// saga runtime keeps its records there with saga/queuestore.
+//
 // # Input checks
 //
 // Queue names are 1–64 characters of [A-Za-z0-9_-]. String fields travel
