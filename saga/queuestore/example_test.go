@@ -19,7 +19,7 @@ func Example() {
 	b, _ := transport.NewMemory()
 	defer b.Close()
 	st := queuestore.New(b, "reminders")
-	d, err := saga.NewDispatcher(b, st, "reminders", saga.WithSagas(reminderSaga(time.Hour)))
+	d, err := saga.NewDispatcher(b, st, "reminders", saga.WithSagas(reminderSaga(time.Minute)))
 	if err != nil {
 		fmt.Println(err)
 		return
