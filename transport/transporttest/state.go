@@ -1,8 +1,11 @@
 package transporttest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"sync"
 	"testing"
@@ -188,23 +191,33 @@ func (s *suite) testStatePartitioned(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{Partitions: partitions})
 	at := time.Now().Add(time.Hour)
 	var elsewhere *transport.Message
+	held := 0
 	for i := range 64 {
 		key := fmt.Sprintf("saga.k%d", i)
-		m := &transport.Message{Body: []byte(key), MessageID: "m-" + key, ScheduledAt: at}
+		// An ID unrelated to the key: FNV-1a's low bits of two strings
+		// that end alike are correlated ("m-"+key never shares key's
+		// partition on 4).
+		id := sha256.Sum256([]byte(key))
+		m := &transport.Message{Body: []byte(key), MessageID: hex.EncodeToString(id[:8]), ScheduledAt: at}
 		if !q.StatePartitionHolds(key, m) {
 			elsewhere = m
 			continue
 		}
+		held++
 		r := commitState(t, q, transport.StateCommit{Key: key, Value: []byte(key), Schedule: []*transport.Message{m}})
 		if v, rev := loadState(t, q, key); string(v) != key || rev != r.Rev {
 			t.Errorf("LoadState(%s) = %q rev %d, want %s rev %d", key, v, rev, key, r.Rev)
 		}
-		if len(r.Seqs) != 1 || transport.Partition(r.Seqs[0]) != transport.Partition(r.Seqs[0]) {
-			t.Errorf("Seqs %#x", r.Seqs)
+		// The schedule is where its MessageID's duplicates are detected:
+		// the partition FNV-1a 64 of the MessageID picks (docs/wire.md).
+		h := fnv.New64a()
+		h.Write([]byte(m.MessageID))
+		if want := int(h.Sum64() % partitions); len(r.Seqs) != 1 || transport.Partition(r.Seqs[0]) != want {
+			t.Errorf("CommitState(%s) scheduled %#x, want one message in partition %d", key, r.Seqs, want)
 		}
 	}
-	if elsewhere == nil {
-		t.Fatalf("no message of 64 hashed to another partition than its key on %d partitions", partitions)
+	if elsewhere == nil || held == 0 {
+		t.Fatalf("of 64 messages %d hashed to their key's partition on %d partitions: want some that do and some that do not", held, partitions)
 	}
 	_, err := q.CommitState(t.Context(), transport.StateCommit{Key: "saga.other", Value: []byte("x"), Schedule: []*transport.Message{elsewhere}})
 	if q.StatePartitionHolds("saga.other", elsewhere) {
