@@ -23,6 +23,38 @@ func (s *suite) testRestart(t *testing.T) {
 	t.Run("DuplicatesGraceful", func(t *testing.T) { s.testRestartDuplicates(t, false) })
 	t.Run("DuplicatesAbrupt", func(t *testing.T) { s.testRestartDuplicates(t, true) })
 	t.Run("Topic", s.testRestartTopic)
+	t.Run("StateAbrupt", s.testRestartState)
+}
+
+// testRestartState checks that queue state survives an abrupt restart:
+// records keep their values and revisions, a commit on the revision read
+// before the restart succeeds after it, one on an older revision is
+// refused, and the messages a commit scheduled are delivered once.
+func (s *suite) testRestartState(t *testing.T) {
+	_, q := s.open(t, transport.QueueConfig{DuplicateWindow: time.Hour})
+	due := time.Now().Add(2 * time.Second)
+	r1 := commitState(t, q, transport.StateCommit{Key: "a", Value: []byte("v1")})
+	r2 := commitState(t, q, transport.StateCommit{Key: "a", Value: []byte("v2"), Rev: r1.Rev,
+		Schedule: []*transport.Message{{Body: []byte("due"), MessageID: "due", ScheduledAt: due}}})
+	s.f.Restart(t, true, 0)
+	eventually(t, 2*awaitMargin, func() bool {
+		_, _, err := q.LoadState(t.Context(), "a")
+		return err == nil
+	}, "the queue's state to answer after the restart")
+	if v, rev := loadState(t, q, "a"); string(v) != "v2" || rev != r2.Rev {
+		t.Errorf("after the restart LoadState = %q rev %d, want v2 rev %d", v, rev, r2.Rev)
+	}
+	_, err := q.CommitState(t.Context(), transport.StateCommit{Key: "a", Value: []byte("stale"), Rev: r1.Rev})
+	expectStateErr(t, "CommitState on the revision before last, after the restart", err, transport.ErrStateConflict)
+	r3 := commitState(t, q, transport.StateCommit{Key: "a", Value: []byte("v3"), Rev: r2.Rev})
+	if r3.Rev <= r2.Rev {
+		t.Errorf("revision after the restart %d, want above %d", r3.Rev, r2.Rev)
+	}
+	got := receiveN(t, q, 1, time.Until(due)+s.f.ActivationSlack+awaitMargin)
+	if string(got[0].Body) != "due" || got[0].At.Before(due) {
+		t.Errorf("received %q at %v, want the committed schedule, not before %v", got[0].Body, got[0].At, due)
+	}
+	expectNone(t, q, quietMargin)
 }
 
 // testRestartDuplicates checks that MessageIDs are remembered across a
