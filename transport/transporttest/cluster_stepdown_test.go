@@ -26,9 +26,10 @@ const stepdownBound = 2 * time.Second
 // stepdownRounds is how many stepdowns each operation follows.
 const stepdownRounds = 10
 
-// TestClusterOpsAfterStepDown: Send, Schedule, Cancel and Complete, each
-// called at once after a stepdown of the stream it writes to (the
-// schedule stream for the first three, the queue stream for Complete),
+// TestClusterOpsAfterStepDown: Send, Schedule, CommitState, Cancel and
+// Complete, each called at once after a stepdown of the stream it writes
+// to (the schedule stream for the first four, the queue stream for
+// Complete),
 // answer within stepdownBound every time, with their usual outcome. The
 // caller's context allows far more (20 s), so a request the server leaves
 // unanswered shows as an operation that takes the server's silence plus
@@ -70,6 +71,7 @@ func TestClusterOpsAfterStepDown(t *testing.T) {
 	}
 	took := map[string][]time.Duration{}
 	seq := 0
+	var stateRev uint64 // of the record CommitState writes
 	for round := range stepdownRounds {
 		// Send and Schedule, each with and without a MessageID on
 		// alternate rounds, after a stepdown of the schedule stream.
@@ -95,6 +97,19 @@ func TestClusterOpsAfterStepDown(t *testing.T) {
 			if err == nil && (r.Duplicate || r.Seq == 0) {
 				return fmt.Errorf("result %+v for a first schedule, want a Seq and Duplicate false", r)
 			}
+			return err
+		}))
+
+		// CommitState of a record with a schedule pending for an hour:
+		// an atomic batch, on the revision of the round before.
+		stepDown(scheduleStream(q))
+		took["CommitState"] = append(took["CommitState"], op(fmt.Sprintf("CommitState %d", round), func(ctx context.Context) error {
+			r, err := q.CommitState(ctx, transport.StateCommit{Key: "rec", Value: []byte(strconv.Itoa(round)), Rev: stateRev,
+				Schedule: []*transport.Message{{Body: []byte("committed"), MessageID: "committed-" + strconv.Itoa(round), ScheduledAt: time.Now().Add(time.Hour)}}})
+			if err == nil && (r.Rev <= stateRev || len(r.Seqs) != 1) {
+				return fmt.Errorf("result %+v on revision %d, want a higher revision and one Seq", r, stateRev)
+			}
+			stateRev = r.Rev
 			return err
 		}))
 
@@ -126,7 +141,7 @@ func TestClusterOpsAfterStepDown(t *testing.T) {
 			return ds[0].Complete(ctx)
 		}))
 	}
-	for _, what := range []string{"Send", "Schedule", "Cancel", "Complete"} {
+	for _, what := range []string{"Send", "Schedule", "CommitState", "Cancel", "Complete"} {
 		logTimes(t, "jetsaga "+what+" right after a stepdown", took[what])
 	}
 	// Nothing was stored twice: every send arrived once, and nothing else.
@@ -150,8 +165,11 @@ func TestClusterOpsAfterStepDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts.Scheduled != stepdownRounds { // the Schedule calls' messages; the others were cancelled
-		t.Errorf("Counts: %d scheduled, want %d", counts.Scheduled, stepdownRounds)
+	if counts.Scheduled != 2*stepdownRounds { // the Schedule and CommitState calls' messages; the others were cancelled
+		t.Errorf("Counts: %d scheduled, want %d", counts.Scheduled, 2*stepdownRounds)
+	}
+	if v, rev, err := q.LoadState(ctx, "rec"); err != nil || string(v) != strconv.Itoa(stepdownRounds-1) || rev != stateRev {
+		t.Errorf("LoadState = %q rev %d, %v; want the last round's %d at rev %d", v, rev, err, stepdownRounds-1, stateRev)
 	}
 	rawAfterStepDown(t, c, nc)
 }
