@@ -62,6 +62,21 @@ var (
 	// operations a queue does not offer, such as scheduling on a
 	// dead-letter queue.
 	ErrUnsupported = fmt.Errorf("transport: %w", errors.ErrUnsupported)
+
+	// ErrStateNotFound is returned by LoadState and DeleteState for a key
+	// that holds no record (never written, deleted, or expired).
+	ErrStateNotFound = errors.New("transport: state not found")
+	// ErrStateConflict is returned by CommitState and DeleteState when the
+	// record's revision is not the one given (see Queue.CommitState).
+	// Nothing is stored.
+	ErrStateConflict = errors.New("transport: state revision conflict")
+	// ErrDuplicateMessage is returned by CommitState when a message to
+	// schedule has a MessageID the queue remembers (see
+	// QueueConfig.DuplicateWindow). Nothing is stored.
+	ErrDuplicateMessage = errors.New("transport: duplicate MessageID")
+	// ErrInvalidStateKey is returned for a key that is empty, longer than
+	// MaxStateKey bytes, or not dot-separated tokens of [A-Za-z0-9_=-].
+	ErrInvalidStateKey = errors.New("transport: invalid state key")
 )
 
 func invalid(field, format string, args ...any) error {

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -13,22 +12,6 @@ import (
 // the queue are stored in one atomic write (CommitState). The saga
 // runtime keeps instance records there (saga/queuestore) to commit a step
 // and its timeouts in one write on replicated queues.
-
-var (
-	// ErrStateNotFound is returned by LoadState and DeleteState for a key
-	// that holds no record (never written, deleted, or expired).
-	ErrStateNotFound = errors.New("transport: state not found")
-	// ErrStateConflict is returned by CommitState and DeleteState when the
-	// record's revision is not the one given. Nothing is stored.
-	ErrStateConflict = errors.New("transport: state revision conflict")
-	// ErrDuplicateMessage is returned by CommitState when a message to
-	// schedule has a MessageID the queue remembers (see
-	// QueueConfig.DuplicateWindow). Nothing is stored.
-	ErrDuplicateMessage = errors.New("transport: duplicate MessageID")
-	// ErrInvalidStateKey is returned for a key that is empty, longer than
-	// MaxStateKey bytes, or not dot-separated tokens of [A-Za-z0-9_=-].
-	ErrInvalidStateKey = errors.New("transport: invalid state key")
-)
 
 // MaxStateKey is the longest state key, in bytes.
 const MaxStateKey = 256
