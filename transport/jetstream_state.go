@@ -102,15 +102,16 @@ func (q *jsQueue) commitState(ctx context.Context, c StateCommit, p int) (StateR
 				return err
 			}
 		}
-		s, err := q.d.publishAtomic(tctx, msgs)
+		last, err := q.d.publishAtomic(tctx, msgs)
 		if err == nil {
 			err = loseAnswer(tctx)
 		}
-		if err != nil && tctx.Err() != nil {
-			unanswered = true
+		if err != nil {
+			unanswered = unanswered || tctx.Err() != nil
+			return err
 		}
-		seq = s - uint64(len(msgs)-1) // the record is the first of the batch
-		return err
+		seq = last - uint64(len(msgs)-1) // the record is the first of the batch
+		return nil
 	})
 	if err == nil {
 		return result(seq), nil
