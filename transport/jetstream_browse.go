@@ -32,7 +32,15 @@ func (q *jsQueue) peek(ctx context.Context, from uint64, max int) ([]*Message, e
 				stream, filter = part.sched, part.n.sSubj+".*.s"
 			}
 			for len(out) < max {
-				raw, err := stream.GetMsg(ctx, start, jetstream.WithGetMsgSubject(filter))
+				// In bounded tries, as every other read: a leader election
+				// (after a node restart, or the stepdown that restarts a
+				// stalled source) answers "temporarily unavailable".
+				var raw *jetstream.RawStreamMsg
+				err := q.d.tries(ctx, func(tctx context.Context) error {
+					var err error
+					raw, err = stream.GetMsg(tctx, start, jetstream.WithGetMsgSubject(filter))
+					return err
+				})
 				if isNotFound(err) {
 					break
 				}
