@@ -164,13 +164,23 @@ func compare(ctx context.Context, w io.Writer, cfg config, nc *nats.Conn, storag
 		return err
 	}
 	name := fmt.Sprintf("BATCH_%s_R%d", storage, replicas)
-	s, err := js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:               name,
-		Subjects:           []string{name + ".>"},
-		Storage:            storage,
-		Replicas:           replicas,
-		AllowAtomicPublish: true,
-	})
+	// A cluster whose meta leader is elected may not know its other peers
+	// yet: "no suitable peers for placement" (10005) until they report.
+	var s jetstream.Stream
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		s, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:               name,
+			Subjects:           []string{name + ".>"},
+			Storage:            storage,
+			Replicas:           replicas,
+			AllowAtomicPublish: true,
+		})
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != 10005 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	if err != nil {
 		return err
 	}
