@@ -19,7 +19,9 @@ type memState struct {
 	expires time.Time // zero: kept for good
 }
 
-func (l *memLog) stateOf(p *memPartition, key string, now time.Time) (memState, bool) {
+// stateOf returns the record under key unless it expired by now (it is
+// then forgotten).
+func (p *memPartition) stateOf(key string, now time.Time) (memState, bool) {
 	s, ok := p.state[key]
 	if ok && !s.expires.IsZero() && !now.Before(s.expires) {
 		delete(p.state, key)
@@ -43,7 +45,7 @@ func (l *memLog) loadState(ctx context.Context, key string, p int) ([]byte, uint
 		return nil, 0, err
 	}
 	defer l.q.mu.Unlock()
-	s, ok := l.stateOf(l.parts[p], key, l.q.clock.Now())
+	s, ok := l.parts[p].stateOf(key, l.q.clock.Now())
 	if !ok {
 		return nil, 0, fmt.Errorf("%w: %s", ErrStateNotFound, key)
 	}
@@ -71,7 +73,7 @@ func (l *memLog) commitState(ctx context.Context, c StateCommit, p int) (StateRe
 	}
 	defer l.q.mu.Unlock()
 	now, part := l.q.clock.Now(), l.parts[p]
-	if s, ok := l.stateOf(part, c.Key, now); ok && s.rev != c.Rev || !ok && c.Rev != 0 {
+	if s, ok := part.stateOf(c.Key, now); ok && s.rev != c.Rev || !ok && c.Rev != 0 {
 		return StateResult{}, fmt.Errorf("%w: %s", ErrStateConflict, c.Key)
 	}
 	for i, e := range entries {
@@ -110,7 +112,7 @@ func (l *memLog) deleteState(ctx context.Context, key string, rev uint64, p int)
 	}
 	defer l.q.mu.Unlock()
 	part := l.parts[p]
-	s, ok := l.stateOf(part, key, l.q.clock.Now())
+	s, ok := part.stateOf(key, l.q.clock.Now())
 	switch {
 	case !ok:
 		return fmt.Errorf("%w: %s", ErrStateNotFound, key)
@@ -135,7 +137,7 @@ func (l *memLog) stateKeys(ctx context.Context, prefix string) iter.Seq2[string,
 		var keys []string
 		for _, part := range l.parts {
 			for k := range part.state {
-				if _, ok := l.stateOf(part, k, now); ok && strings.HasPrefix(k, prefix) {
+				if _, ok := part.stateOf(k, now); ok && strings.HasPrefix(k, prefix) {
 					keys = append(keys, k)
 				}
 			}
