@@ -19,8 +19,12 @@ import (
 // setUp plays the demo workload: three orders placed (two timeouts each),
 // one of them paid (its timeouts cancelled), two fragile ones and one of
 // an unknown type dead-lettered.
-func setUp(t *testing.T) *workload {
-	w := newWorkload(t)
+func setUp(t *testing.T) *workload { return setUpIn(t, false) }
+
+// setUpIn is setUp with the order saga's records in its queue's state
+// (saga/queuestore) if inQueue.
+func setUpIn(t *testing.T, inQueue bool) *workload {
+	w := startWorkload(t, nil, inQueue)
 	for _, o := range []string{"o1", "o2", "o3"} {
 		w.send(OrderPlaced{Order: o})
 	}
@@ -144,8 +148,17 @@ func queueNames(qs []QueueInfo) []string {
 	return out
 }
 
+// TestSagasAndTimeouts runs the saga commands on each store the
+// command reads: a KV bucket (--bucket), and a queue's state
+// (--state-queue, saga/queuestore), whose records are in the same
+// streams as the queue's scheduled messages and must not count as any.
 func TestSagasAndTimeouts(t *testing.T) {
-	w := setUp(t)
+	t.Run("kvstore", func(t *testing.T) { testSagasAndTimeouts(t, false) })
+	t.Run("queuestore", func(t *testing.T) { testSagasAndTimeouts(t, true) })
+}
+
+func testSagasAndTimeouts(t *testing.T, inQueue bool) {
+	w := setUpIn(t, inQueue)
 
 	types := jsonOf[[]SagaType](w, 0, "sagas", "list")
 	if !slices.Equal(types, []SagaType{{Saga: "order", Instances: 3}}) {
@@ -230,6 +243,24 @@ func TestSagasAndTimeouts(t *testing.T) {
 		t.Fatalf("timeouts left: %+v", left)
 	}
 	w.must(ExitNotFound, "sagas", "cancel-timeouts", "order", "nope", "--yes")
+	if vs := jsonOf[[]StuckView](w, 0, "sagas", "stuck"); len(vs) != 0 {
+		t.Fatalf("stuck instances of a saga without CheckLiveness: %+v", vs)
+	}
+	if inQueue {
+		// A queue that does not exist is not created; a hostile name is
+		// refused before any subject is made of it.
+		for _, c := range []struct {
+			queue string
+			code  int
+		}{{"nope", ExitNotFound}, {"ord.>", ExitUsage}, {"*", ExitUsage}} {
+			w.stateQueue = c.queue
+			w.must(c.code, "sagas", "list")
+		}
+		w.stateQueue = w.queue
+		if qs := jsonOf[[]QueueInfo](w, 0, "queues", "list"); len(qs) != 1 {
+			t.Fatalf("queues after --state-queue nope: %+v", qs)
+		}
+	}
 }
 
 func TestDeadLetters(t *testing.T) {

@@ -71,6 +71,7 @@ func (o *opts) defaults() {
 	c.tlsCA = envOr("NATS_CA", "")
 	c.prefix = envOr("JETSAGA_PREFIX", "JETSAGA")
 	c.bucket = envOr("JETSAGA_BUCKET", "jetsaga_sagas")
+	c.stateQueue = envOr("JETSAGA_STATE_QUEUE", "")
 	c.timeout = 5 * time.Second
 	c.temporalAddress = envOr("TEMPORAL_ADDRESS", "")
 	c.temporalNamespace = envOr("TEMPORAL_NAMESPACE", "")
@@ -90,6 +91,7 @@ func (o *opts) register(fs *flag.FlagSet, cmd *command) {
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "connect and JetStream API timeout")
 	fs.StringVar(&c.prefix, "prefix", c.prefix, "the transport's stream prefix, transport.WithPrefix ($JETSAGA_PREFIX)")
 	fs.StringVar(&c.bucket, "bucket", c.bucket, "the saga state KV bucket, kvstore.Config.Bucket ($JETSAGA_BUCKET)")
+	fs.StringVar(&c.stateQueue, "state-queue", c.stateQueue, "read saga state from this queue's state (saga/queuestore) instead of --bucket ($JETSAGA_STATE_QUEUE)")
 	fs.StringVar(&c.temporalAddress, "temporal-address", c.temporalAddress, "Temporal frontend host:port, for timeouts on the Temporal engine ($TEMPORAL_ADDRESS; needs a build with that engine)")
 	fs.StringVar(&c.temporalNamespace, "temporal-namespace", c.temporalNamespace, "Temporal namespace ($TEMPORAL_NAMESPACE; default \"default\")")
 	fs.BoolVar(&o.json, "json", o.json, "print JSON instead of tables")
@@ -221,7 +223,8 @@ Commands:
 	fmt.Fprint(w, `
 Connection: --server URLs (comma-separated) or $NATS_URL, --creds, --nkey,
 --user/--password, --tlscert/--tlskey/--tlsca, --prefix (default JETSAGA),
---bucket (default jetsaga_sagas). Every command takes --json and --help.
+--bucket (default jetsaga_sagas), or --state-queue QUEUE for saga state kept
+in a queue (saga/queuestore). Every command takes --json and --help.
 
 `+exitCodes)
 }

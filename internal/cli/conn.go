@@ -25,21 +25,24 @@ type connOpts struct {
 	server, creds, nkey, user, password string
 	tlsCert, tlsKey, tlsCA              string
 	timeout                             time.Duration
-	prefix, bucket                      string
+	prefix, bucket, stateQueue          string
 	temporalAddress, temporalNamespace  string
 }
 
 // env is what a command works on: the connection, JetStream, a broker
 // with the --prefix, and the timeout engines.
 type env struct {
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	broker  *transport.Broker
-	prefix  string
-	bucket  string
-	engines map[string]EngineScheduler // extra engines, by name
-	closers []func()
-	rc      runConfig
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	broker *transport.Broker
+	prefix string
+	bucket string
+	// stateQueue: the saga records are in this queue's state
+	// (saga/queuestore), not in the bucket.
+	stateQueue string
+	engines    map[string]EngineScheduler // extra engines, by name
+	closers    []func()
+	rc         runConfig
 }
 
 func (e *env) close() {
@@ -109,7 +112,7 @@ func connect(ctx context.Context, o opts, rc runConfig) (*env, error) {
 		nc.Close()
 		return nil, err
 	}
-	e := &env{nc: nc, js: js, broker: broker, prefix: co.prefix, bucket: co.bucket, engines: map[string]EngineScheduler{}, rc: rc}
+	e := &env{nc: nc, js: js, broker: broker, prefix: co.prefix, bucket: co.bucket, stateQueue: co.stateQueue, engines: map[string]EngineScheduler{}, rc: rc}
 	if co.temporalAddress != "" || co.temporalNamespace != "" {
 		s, closeFn, err := rc.engines["temporal"](ctx, co.temporalAddress, cmp.Or(co.temporalNamespace, "default"))
 		if err != nil {

@@ -335,8 +335,8 @@ func (c *console) overview(r *http.Request) (string, string, any, error) {
 		Sagas    []SagaType
 		Lateness Lateness
 		Prefix   string
-		Bucket   string
-	}{qs, ts, types, late, c.env.prefix, c.env.bucket}, err
+		Store    string
+	}{qs, ts, types, late, c.env.prefix, c.env.storeName()}, err
 }
 
 // messagesPage is the data of the messages page of a queue, a topic or a

@@ -20,6 +20,7 @@ import (
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
+	"github.com/jetsaga/jetsaga/saga/queuestore"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 	"github.com/jetsaga/jetsaga/transport/embedded"
@@ -59,6 +60,8 @@ type workload struct {
 	prefix string
 	bucket string
 	queue  string
+	// stateQueue: the records are in this queue's state, not the bucket.
+	stateQueue string
 
 	broken  atomic.Bool
 	mu      sync.Mutex
@@ -75,6 +78,14 @@ func newWorkload(t *testing.T, hooks ...saga.Hooks) *workload {
 // newWorkloadWith is newWorkload with the dispatcher's timeout engine
 // made by timeouts (nil: the default).
 func newWorkloadWith(t *testing.T, timeouts func(*transport.Broker) timeout.Scheduler, hooks ...saga.Hooks) *workload {
+	t.Helper()
+	return startWorkload(t, timeouts, false, hooks...)
+}
+
+// startWorkload is newWorkloadWith, with the order saga's records in its
+// queue's state (saga/queuestore) if inQueue, and the commands then run
+// with --state-queue.
+func startWorkload(t *testing.T, timeouts func(*transport.Broker) timeout.Scheduler, inQueue bool, hooks ...saga.Hooks) *workload {
 	t.Helper()
 	srv := testutil.StartServer(t, embedded.Options{})
 	nc, err := srv.Connect()
@@ -95,8 +106,11 @@ func newWorkloadWith(t *testing.T, timeouts func(*transport.Broker) timeout.Sche
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	store, err := kvstore.New(ctx, w.js, kvstore.Config{Bucket: w.bucket})
-	if err != nil {
+	var store saga.Store
+	if inQueue {
+		w.stateQueue = w.queue
+		store = queuestore.New(w.broker, w.queue)
+	} else if store, err = kvstore.New(ctx, w.js, kvstore.Config{Bucket: w.bucket}); err != nil {
 		t.Fatal(err)
 	}
 	opts := []saga.Option{saga.WithSagas(w.orderSaga()), saga.WithLogger(logger), saga.WithRetry(saga.NoRetry),
@@ -231,7 +245,11 @@ func (w *workload) run(args ...string) result {
 func (w *workload) runWith(opts []Option, stdin string, args ...string) result {
 	w.t.Helper()
 	var out, errb bytes.Buffer
-	full := append([]string{"--server", w.srv.ClientURL(), "--prefix", w.prefix, "--bucket", w.bucket}, args...)
+	full := []string{"--server", w.srv.ClientURL(), "--prefix", w.prefix, "--bucket", w.bucket}
+	if w.stateQueue != "" {
+		full = []string{"--server", w.srv.ClientURL(), "--prefix", w.prefix, "--state-queue", w.stateQueue}
+	}
+	full = append(full, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	code := Run(ctx, full, strings.NewReader(stdin), &out, &errb, opts...)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/saga/queuestore"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -53,12 +54,35 @@ func instanceKey(sagaType, id string) string {
 	return sagaType + "." + base64.RawURLEncoding.EncodeToString([]byte(id))
 }
 
-func (e *env) kv(ctx context.Context) (jetstream.KeyValue, error) {
+// storeName says where the saga records are, as records reads them.
+func (e *env) storeName() string {
+	if e.stateQueue != "" {
+		return "the state of queue " + e.stateQueue
+	}
+	return "bucket " + e.bucket
+}
+
+// records returns the saga store the commands read, and the operator's
+// dispatcher writes: the state of the queue --state-queue names
+// (saga/queuestore), or else the KV bucket --bucket names (saga/kvstore).
+// Neither is created or reconfigured: ErrNotFound if it does not exist.
+func (e *env) records(ctx context.Context) (saga.ListingStore, error) {
+	if e.stateQueue != "" {
+		// e.queue attaches to the queue as it exists (ErrNotFound if it
+		// does not), so the store's own open finds it attached.
+		if _, err := e.queue(ctx, e.stateQueue); err != nil {
+			return nil, fmt.Errorf("--state-queue: %w", err)
+		}
+		return queuestore.New(e.broker, e.stateQueue), nil
+	}
 	kv, err := e.js.KeyValue(ctx, e.bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("%w: saga bucket %q (--bucket)", ErrNotFound, e.bucket)
 	}
-	return kv, err
+	if err != nil {
+		return nil, err
+	}
+	return kvStore{kv}, nil
 }
 
 // SagaType is a saga type with its number of stored instances.
@@ -67,18 +91,18 @@ type SagaType struct {
 	Instances int    `json:"instances"`
 }
 
-// sagaTypes counts stored instances by saga type (tombstones included).
+// sagaTypes counts stored instances by saga type (in a KV bucket,
+// deleted keys whose tombstones are kept included).
 func (e *env) sagaTypes(ctx context.Context) ([]SagaType, error) {
-	kv, err := e.kv(ctx)
-	if err != nil {
-		return nil, err
-	}
-	keys, err := kv.ListKeys(ctx)
+	store, err := e.records(ctx)
 	if err != nil {
 		return nil, err
 	}
 	n := map[string]int{}
-	for k := range keys.Keys() {
+	for k, err := range store.ListKeys(ctx, "") {
+		if err != nil {
+			return nil, err
+		}
 		if t, _, ok := strings.Cut(k, "."); ok {
 			n[t]++
 		}
@@ -198,18 +222,18 @@ func (e *env) instance(ctx context.Context, sagaType, id string) (InstanceView, 
 	if err := transport.ValidateQueueName(sagaType); err != nil {
 		return InstanceView{}, fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, sagaType)
 	}
-	kv, err := e.kv(ctx)
+	store, err := e.records(ctx)
 	if err != nil {
 		return InstanceView{}, err
 	}
-	entry, err := kv.Get(ctx, instanceKey(sagaType, id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+	raw, rev, err := store.Load(ctx, instanceKey(sagaType, id))
+	if errors.Is(err, saga.ErrNotFound) {
 		return InstanceView{}, fmt.Errorf("%w: saga %s instance %q", ErrNotFound, sagaType, id)
 	}
 	if err != nil {
 		return InstanceView{}, err
 	}
-	v, err := instanceView(sagaType, id, entry.Revision(), entry.Value())
+	v, err := instanceView(sagaType, id, rev, raw)
 	if err != nil {
 		return v, err
 	}
@@ -254,23 +278,21 @@ type InstancePage struct {
 }
 
 // instances lists up to limit instances of sagaType with IDs after
-// after, in ID order. It reads every key of the type (the KV API has no
-// ordered range) and the records of the page.
+// after, in ID order. It reads every key of the type (neither store has
+// an ordered range) and the records of the page.
 func (e *env) instances(ctx context.Context, sagaType, after string, limit int) (InstancePage, error) {
 	if err := transport.ValidateQueueName(sagaType); err != nil {
 		return InstancePage{}, fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, sagaType)
 	}
-	kv, err := e.kv(ctx)
-	if err != nil {
-		return InstancePage{}, err
-	}
-	// sagaType is [A-Za-z0-9_-]: no wildcard can come from it.
-	keys, err := kv.ListKeysFiltered(ctx, sagaType+".*")
+	store, err := e.records(ctx)
 	if err != nil {
 		return InstancePage{}, err
 	}
 	var ids []string
-	for k := range keys.Keys() {
+	for k, err := range store.ListKeys(ctx, sagaType+".") {
+		if err != nil {
+			return InstancePage{}, err
+		}
 		_, enc, _ := strings.Cut(k, ".")
 		if b, err := base64.RawURLEncoding.DecodeString(enc); err == nil {
 			ids = append(ids, string(b))
@@ -306,8 +328,7 @@ func (e *env) instances(ctx context.Context, sagaType, after string, limit int) 
 // engines. The operator has no saga definitions, and needs none: the
 // dispatcher is built with a placeholder saga, on queue (the one the
 // instance's timeouts are scheduled on, from their refs, unless given) as
-// it exists, and a store on the existing bucket that never reconfigures
-// it. Timeouts on an engine this binary does not have (Temporal without
+// it exists, and the existing store (see records). Timeouts on an engine this binary does not have (Temporal without
 // WithEngine) are forgotten in the record and cancelled on their engine
 // later, by the application's dispatcher (the result's error then matches
 // saga.ErrEffectsPending).
@@ -339,14 +360,14 @@ func (e *env) cancelSagaTimeouts(ctx context.Context, sagaType, id, queue string
 
 // operatorDispatcher returns a dispatcher for the operator's steps on
 // instances (cancel, re-plan): with a placeholder saga, on queue as it
-// exists, a store on the existing bucket that never reconfigures it, and
-// the engines of this binary.
+// exists, the existing store (see records) that it never reconfigures,
+// and the engines of this binary.
 func (e *env) operatorDispatcher(ctx context.Context, queue string, opts ...saga.Option) (*saga.Dispatcher, error) {
 	q, err := e.queue(ctx, queue)
 	if err != nil {
 		return nil, err
 	}
-	kv, err := e.kv(ctx)
+	store, err := e.records(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +381,7 @@ func (e *env) operatorDispatcher(ctx context.Context, queue string, opts ...saga
 	}
 	// The backoff times the application's retry of an engine cancel this
 	// binary could not make (a flush message on its queue): in a second.
-	return saga.NewDispatcher(e.broker, kvStore{kv}, queue, append([]saga.Option{saga.WithSagas(placeholder),
+	return saga.NewDispatcher(e.broker, store, queue, append([]saga.Option{saga.WithSagas(placeholder),
 		saga.WithQueueConfig(q.Config()), saga.WithTimeouts(sched), saga.WithLogger(e.rc.logger),
 		saga.WithRetry(saga.RetryPolicy{Backoff: func(int) time.Duration { return time.Second }})}, opts...)...)
 }

@@ -29,19 +29,19 @@ type StuckView struct {
 
 // stuck lists the stuck instances of sagaType (of every saga type if
 // empty) with saga.Dispatcher.StuckInstances, the API an application
-// calls: on a dispatcher with the placeholder saga and a store on the
-// existing bucket, which reads records and writes nothing.
+// calls: on a dispatcher with the placeholder saga and the existing
+// store (see records), which reads records and writes nothing.
 func (e *env) stuck(ctx context.Context, sagaType string) ([]StuckView, error) {
 	if sagaType != "" {
 		if err := transport.ValidateQueueName(sagaType); err != nil {
 			return nil, fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, sagaType)
 		}
 	}
-	kv, err := e.kv(ctx)
+	store, err := e.records(ctx)
 	if err != nil {
 		return nil, err
 	}
-	d, err := saga.NewDispatcher(e.broker, kvStore{kv}, placeholder.Name(), saga.WithSagas(placeholder), saga.WithLogger(e.rc.logger))
+	d, err := saga.NewDispatcher(e.broker, store, placeholder.Name(), saga.WithSagas(placeholder), saga.WithLogger(e.rc.logger))
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@
 //   - A step takes at most transport.MaxStateSchedules timeouts into its
 //     commit; on a partitioned queue only those whose MessageID goes to
 //     the record's partition. The rest are carried out after the commit.
-//   - The jetsaga command's saga listings read kvstore buckets: instances
-//     kept here are listed by Dispatcher.StuckInstances (Store.ListKeys),
-//     not by `jetsaga sagas`.
+//   - The jetsaga command and its console read these records when given
+//     the queue: `jetsaga sagas list --state-queue orders` (or
+//     $JETSAGA_STATE_QUEUE); by default they read the kvstore bucket.
 package queuestore
