@@ -91,8 +91,8 @@ type SagaType struct {
 	Instances int    `json:"instances"`
 }
 
-// sagaTypes counts stored instances by saga type (in a KV bucket,
-// deleted keys whose tombstones are kept included).
+// sagaTypes counts the stored records by saga type (completed instances
+// the store still keeps included).
 func (e *env) sagaTypes(ctx context.Context) ([]SagaType, error) {
 	store, err := e.records(ctx)
 	if err != nil {
@@ -328,10 +328,10 @@ func (e *env) instances(ctx context.Context, sagaType, after string, limit int) 
 // engines. The operator has no saga definitions, and needs none: the
 // dispatcher is built with a placeholder saga, on queue (the one the
 // instance's timeouts are scheduled on, from their refs, unless given) as
-// it exists, and the existing store (see records). Timeouts on an engine this binary does not have (Temporal without
-// WithEngine) are forgotten in the record and cancelled on their engine
-// later, by the application's dispatcher (the result's error then matches
-// saga.ErrEffectsPending).
+// it exists, and the existing store (see records). Timeouts on an engine
+// this binary does not have (Temporal without WithEngine) are forgotten
+// in the record and cancelled on their engine later, by the application's
+// dispatcher (the result's error then matches saga.ErrEffectsPending).
 func (e *env) cancelSagaTimeouts(ctx context.Context, sagaType, id, queue string) (saga.CancelResult, error) {
 	v, err := e.instance(ctx, sagaType, id)
 	if err != nil {
