@@ -433,6 +433,9 @@ type partKeep struct {
 	aged        []checkpoint
 	lastPurge   time.Time
 
+	// The receivers' cancel record lookups, shared (see lookupGroup).
+	lookups lookupGroup
+
 	// Housekeeping's looks, touched by its goroutine alone: messages
 	// that exhausted their deliveries, seen by the last look (see
 	// findExhausted), and the last look at how far sourcing got (see

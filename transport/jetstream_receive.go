@@ -354,15 +354,18 @@ func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, h
 }
 
 // lookupCancelRecords returns the subjects of the last cancel records on
-// filters in part's schedule stream (see lastBySubjects).
+// filters in part's schedule stream (see lastBySubjects), in a lookup it
+// may share with the partition's other receivers (see lookupGroup).
 func (q *jsQueue) lookupCancelRecords(ctx context.Context, part *jsPartition, filters []string) ([]string, error) {
-	if q.lookupFault != nil {
-		if err := q.lookupFault(); err != nil {
-			return nil, err
-		}
-	}
 	// Not the receive's context: it may end during the lookup.
-	return q.d.lastBySubjects(context.WithoutCancel(ctx), part.n.sched, filters)
+	return part.lookups.lookup(context.WithoutCancel(ctx), filters, func(ctx context.Context, filters []string) ([]string, error) {
+		if q.lookupFault != nil {
+			if err := q.lookupFault(); err != nil {
+				return nil, err
+			}
+		}
+		return q.d.lastBySubjects(ctx, part.n.sched, filters)
+	})
 }
 
 // lookupFailed logs a failed cancel record lookup, at most every
