@@ -37,6 +37,10 @@ const (
 	MigrateMoved MigrateOutcome = "moved"
 	// MigrateFired: the timeout fired on its engine before it could be
 	// moved; it has been or will be handled as usual. Nothing changed.
+	// Also the outcome for the old engine's copy of a timeout that an
+	// earlier migration moved and that has fired on the new engine since
+	// (the old copy is listed until it is gone: one due within the old
+	// engine's cancel margin, say, stays until it activates).
 	MigrateFired MigrateOutcome = "fired"
 	// MigrateCancelled: the instance no longer waits for the timeout (its
 	// saga cancelled or rescheduled it, or completed) — a copy left on
@@ -250,8 +254,12 @@ func (d *Dispatcher) migrateOne(ctx context.Context, p listedTimeout, to string)
 		te, ok := rec.Timeouts[tok]
 		if !ok || rec.Completed {
 			res.Outcome = MigrateCancelled
-			if rec.Seen(p.engineID) || rec.Seen(tok) {
-				res.Outcome = MigrateFired // and handled
+			// Handled: this copy, or the one an earlier migration moved
+			// it to (the listed copy is then that move's stale one, left
+			// to activate within the cancel margin, say).
+			moved := effectID(key, "migrate\x00"+tok+"\x00"+p.engineID+"\x00"+to, 0)
+			if rec.Seen(p.engineID) || rec.Seen(tok) || rec.Seen(moved) {
+				res.Outcome = MigrateFired
 			}
 			return res, nil
 		}
@@ -277,6 +285,8 @@ func (d *Dispatcher) migrateOne(ctx context.Context, p listedTimeout, to string)
 		}
 		// A new ID: the engines deduplicate a schedule by ID, and a copy
 		// that fires from the old engine must be told apart (and dropped).
+		// The old copy's ID is cmp.Or(te.ID, tok) (a timeout's first ID
+		// is its token), which is what the check above recomputes it from.
 		msg.ID = effectID(key, "migrate\x00"+tok+"\x00"+cmp.Or(te.ID, tok)+"\x00"+to, 0)
 		old := te.Ref
 		te.ID, te.Ref, te.Msg = msg.ID, "", msg

@@ -234,3 +234,79 @@ func TestMigrateTimeoutsRefusesUnknownEngine(t *testing.T) {
 		}
 	}
 }
+
+// lingeringEngine is a Transport engine whose copies stay behind: its
+// Cancel reports a timeout already fired without cancelling it, as the
+// JetStream transport does for one due within its cancel margin, and its
+// copies come an hour late, so that a copy a migration moved away is
+// still listed after the moved timeout fired on the new engine.
+type lingeringEngine struct{ *timeout.Transport }
+
+func (e lingeringEngine) Schedule(ctx context.Context, t timeout.Timeout) (timeout.Ref, error) {
+	t.At = t.At.Add(time.Hour)
+	return e.Transport.Schedule(ctx, t)
+}
+
+func (lingeringEngine) Cancel(context.Context, timeout.Ref) error { return timeout.ErrAlreadyFired }
+
+// TestMigrateAgainAfterMovedTimeoutFired: migrating again lists the old
+// engine's copy of a timeout an earlier migration moved; once the moved
+// timeout has fired on the new engine, that copy is reported fired (the
+// timeout was handled), not cancelled (which says the saga gave it up).
+func TestMigrateAgainAfterMovedTimeoutFired(t *testing.T) {
+	t.Parallel()
+	broker, err := transport.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { broker.Close() })
+	type begin struct{ ID string }
+	flow := saga.Define[migData]("mig-again")
+	saga.StartedBy(flow, saga.By(func(m begin) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[migData], m begin) error {
+			_, err := c.RequestTimeout(300*time.Millisecond, remindDue{})
+			return err
+		})
+	saga.OnTimeout(flow, func(ctx context.Context, c *saga.Context[migData], _ remindDue) error {
+		c.Data.Fired++
+		return nil
+	})
+	router := &timeout.Router{Default: lingeringEngine{timeout.NewTransport(broker)}, Routes: []timeout.Route{
+		{Engine: "archive", Scheduler: timeout.NewTransport(broker, timeout.WithEngineName("archive")), Beyond: math.MaxInt64},
+	}}
+	d, err := saga.NewDispatcher(broker, memstore.New(), "mig-again", saga.WithSagas(flow), saga.WithTimeouts(router), saga.WithLogger(testutil.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	if _, err := d.Send(t.Context(), begin{ID: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	migrate := func() []saga.Migrated {
+		var out []saga.Migrated
+		for m, err := range d.MigrateTimeouts(t.Context(), "mig-again", "archive") {
+			if err != nil {
+				t.Fatalf("%+v: %v", m, err)
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	testutil.AwaitTrue(t, 10*time.Second, "the timeout scheduled", func() bool {
+		for _, err := range d.ScheduledTimeouts(t.Context(), "mig-again") {
+			return err == nil
+		}
+		return false
+	})
+	if ms := migrate(); len(ms) != 1 || ms[0].Outcome != saga.MigrateMoved {
+		t.Fatalf("first migration: %+v, want one moved", ms)
+	}
+	testutil.AwaitTrue(t, 10*time.Second, "the moved timeout handled", func() bool {
+		s, _, _ := data[migData](t, d, "mig-again", "a")
+		return s.Fired == 1
+	})
+	ms := migrate()
+	if len(ms) != 1 || ms[0].Outcome != saga.MigrateFired {
+		t.Fatalf("second migration: %+v, want the old copy reported fired", ms)
+	}
+}
