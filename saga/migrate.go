@@ -257,8 +257,7 @@ func (d *Dispatcher) migrateOne(ctx context.Context, p listedTimeout, to string)
 			// Handled: this copy, or the one an earlier migration moved
 			// it to (the listed copy is then that move's stale one, left
 			// to activate within the cancel margin, say).
-			moved := effectID(key, "migrate\x00"+tok+"\x00"+p.engineID+"\x00"+to, 0)
-			if rec.Seen(p.engineID) || rec.Seen(tok) || rec.Seen(moved) {
+			if rec.Seen(p.engineID) || rec.Seen(tok) || rec.Seen(migratedID(key, tok, p.engineID, to)) {
 				res.Outcome = MigrateFired
 			}
 			return res, nil
@@ -285,9 +284,9 @@ func (d *Dispatcher) migrateOne(ctx context.Context, p listedTimeout, to string)
 		}
 		// A new ID: the engines deduplicate a schedule by ID, and a copy
 		// that fires from the old engine must be told apart (and dropped).
-		// The old copy's ID is cmp.Or(te.ID, tok) (a timeout's first ID
-		// is its token), which is what the check above recomputes it from.
-		msg.ID = effectID(key, "migrate\x00"+tok+"\x00"+cmp.Or(te.ID, tok)+"\x00"+to, 0)
+		// The old copy's ID is cmp.Or(te.ID, tok): a timeout's first ID is
+		// its token.
+		msg.ID = migratedID(key, tok, cmp.Or(te.ID, tok), to)
 		old := te.Ref
 		te.ID, te.Ref, te.Msg = msg.ID, "", msg
 		rec.Timeouts[tok] = te
@@ -313,6 +312,12 @@ func (d *Dispatcher) migrateOne(ctx context.Context, p listedTimeout, to string)
 		res.To = rec.Timeouts[tok].Ref
 		return res, nil
 	}
+}
+
+// migratedID is the ID a migration to the engine to gives the timeout
+// tok of record key whose copy on its engine has the ID from.
+func migratedID(key, tok, from, to string) string {
+	return effectID(key, "migrate\x00"+tok+"\x00"+from+"\x00"+to, 0)
 }
 
 // timeoutMessage returns the message of a pending timeout: the one its

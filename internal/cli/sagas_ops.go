@@ -226,6 +226,11 @@ func (e *env) instance(ctx context.Context, sagaType, id string) (InstanceView, 
 	if err != nil {
 		return InstanceView{}, err
 	}
+	return e.instanceIn(ctx, store, sagaType, id)
+}
+
+// instanceIn reads one instance from store, or ErrNotFound.
+func (e *env) instanceIn(ctx context.Context, store saga.Store, sagaType, id string) (InstanceView, error) {
 	raw, rev, err := store.Load(ctx, instanceKey(sagaType, id))
 	if errors.Is(err, saga.ErrNotFound) {
 		return InstanceView{}, fmt.Errorf("%w: saga %s instance %q", ErrNotFound, sagaType, id)
@@ -306,7 +311,7 @@ func (e *env) instances(ctx context.Context, sagaType, after string, limit int) 
 		i++
 	}
 	for ; i < len(ids) && len(page.Instances) < limit; i++ {
-		v, err := e.instance(ctx, sagaType, ids[i])
+		v, err := e.instanceIn(ctx, store, sagaType, ids[i])
 		if errors.Is(err, ErrNotFound) {
 			continue // completed and expired meanwhile
 		}
