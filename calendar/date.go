@@ -6,8 +6,10 @@ import (
 )
 
 // Date is a civil date, a day on a calendar without a time or a time zone. Its zero value is
-// not a valid date; [Date.IsValid] reports whether a Date names a real day of years 1 to
-// 9999. Dates compare with ==, and sort with [Date.Compare].
+// not a valid date, but "no date given": it encodes as empty text and decodes back, so that a
+// Date field left unset in saga data survives a round trip. [Date.IsValid] reports whether a
+// Date names a real day of years 1 to 9999. Dates compare with ==, and sort with
+// [Date.Compare].
 type Date struct {
 	Year  int
 	Month time.Month
@@ -65,16 +67,24 @@ func (d Date) String() string {
 	return fmt.Sprintf("%04d-%02d-%02d", d.Year, int(d.Month), d.Day)
 }
 
-// MarshalText encodes d as 2006-01-02; an invalid date is an error.
+// MarshalText encodes d as 2006-01-02, and the zero Date as empty text; any other invalid
+// date is an error.
 func (d Date) MarshalText() ([]byte, error) {
+	if d == (Date{}) {
+		return []byte{}, nil
+	}
 	if !d.IsValid() {
 		return nil, fmt.Errorf("calendar: invalid date %d-%d-%d", d.Year, int(d.Month), d.Day)
 	}
 	return []byte(d.String()), nil
 }
 
-// UnmarshalText decodes a date in the form 2006-01-02.
+// UnmarshalText decodes a date in the form 2006-01-02, and empty text as the zero Date.
 func (d *Date) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*d = Date{}
+		return nil
+	}
 	v, err := ParseDate(string(b))
 	if err != nil {
 		return fmt.Errorf("calendar: %w", err)

@@ -51,7 +51,9 @@ const maxGap = 366
 // 09:00 Europe/Warsaw". It is plain data, compared with ==, encoded as JSON (with unknown
 // fields rejected, so that a rule is never half understood) and shown by [Rule.String];
 // [Rule.Due] turns it into an instant. Build rules with the constructors ([BusinessDays],
-// [Next], …) and methods ([Rule.At], [Rule.In], …), which return copies.
+// [Next], …) and methods ([Rule.At], [Rule.In], …), which return copies. The zero Rule is
+// no rule ("no rule", as String says): it encodes and decodes, so that a Rule field of saga
+// data may be left unset, and computing it is an error wrapping [ErrInvalidRule].
 //
 // A rule is read in its zone: the start instant's date and wall-clock time there, then:
 //
@@ -159,6 +161,9 @@ func (r Rule) check() error {
 			return bad("a next rule needs a time")
 		}
 	case "":
+		if r == (Rule{}) {
+			return bad("the zero Rule, which names no due time")
+		}
 		return bad("no kind")
 	default:
 		return bad("unknown kind %q", string(r.Kind))
@@ -323,6 +328,9 @@ func lastBusinessDay(d Date, cal Calendar) (Date, error) {
 // rule does not change between versions of the package; [ParseRule] reads it back. It is
 // for people (an operator's command line, a console); JSON is for storage.
 func (r Rule) String() string {
+	if r == (Rule{}) {
+		return "no rule"
+	}
 	var parts []string
 	switch r.Kind {
 	case KindInstant:
@@ -397,14 +405,23 @@ func monthPhrase(what string, n int) string {
 }
 
 // UnmarshalJSON decodes a rule and checks it (but for its zone, which Due loads): unknown
-// fields and invalid rules are errors wrapping [ErrInvalidRule].
+// fields and invalid rules are errors wrapping [ErrInvalidRule]. The zero Rule, which
+// encodes as {"kind":""}, decodes without error (as do {} and null), so that a Rule field
+// left unset in saga data survives a round trip; computing it is an error.
 func (r *Rule) UnmarshalJSON(b []byte) error {
+	if string(bytes.TrimSpace(b)) == "null" {
+		return nil // as encoding/json leaves a value it reads null into
+	}
 	type plain Rule
 	var v plain
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&v); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidRule, err)
+	}
+	if Rule(v) == (Rule{}) {
+		*r = Rule{}
+		return nil
 	}
 	if err := Rule(v).check(); err != nil {
 		return err
