@@ -227,12 +227,23 @@ func civil(z int64) Date {
 // is in a gap), the time read with the offset before the gap, which moves it forward by the
 // length of the gap.
 func resolve(d Date, h, m, s, ns int, loc *time.Location) time.Time {
+	reads, inGap := instants(d, h, m, s, ns, loc)
+	if len(reads) > 0 {
+		return reads[0]
+	}
+	return inGap
+}
+
+// instants returns the instants whose wall clock in loc reads h:m:s.ns on d, in time order:
+// one, or two in an overlap (none in a gap). If there is none, inGap is the time read with
+// the offset before the gap.
+func instants(d Date, h, m, s, ns int, loc *time.Location) (reads []time.Time, inGap time.Time) {
 	t := time.Date(d.Year, d.Month, d.Day, h, m, s, ns, loc)
 	// wall is the wall-clock time as seconds, read as if it were UTC.
 	wall := time.Date(d.Year, d.Month, d.Day, h, m, s, 0, time.UTC).Unix()
 	start, end := t.ZoneBounds()
 	if start.IsZero() && end.IsZero() {
-		return t // one offset for all time: no gaps, no overlaps
+		return []time.Time{t}, time.Time{} // one offset for all time: no gaps, no overlaps
 	}
 	_, off := t.Zone()
 	type period struct {
@@ -266,13 +277,16 @@ func resolve(d Date, h, m, s, ns int, loc *time.Location) time.Time {
 		}
 		around = append(around, n)
 	}
-	// The earliest instant whose wall clock reads wall: wall-off must lie in the period
-	// whose offset is off. around is in time order, so the first match is the earliest.
+	// An instant whose wall clock reads wall: wall-off must lie in the period whose offset
+	// is off. around is in time order, so the matches are too.
 	for _, p := range around {
 		u := wall - int64(p.off)
 		if (!p.hasFrom || u >= p.from) && (!p.hasUpto || u < p.upto) {
-			return time.Unix(u, int64(ns)).In(loc)
+			reads = append(reads, time.Unix(u, int64(ns)).In(loc))
 		}
+	}
+	if len(reads) > 0 {
+		return reads, time.Time{}
 	}
 	// No instant reads wall: it falls in a gap where the clocks jumped forward. Read it with
 	// the offset in force before the jump.
@@ -280,8 +294,8 @@ func resolve(d Date, h, m, s, ns int, loc *time.Location) time.Time {
 		before, after := around[i], around[i+1]
 		jump := before.upto // the instant of the transition
 		if after.off > before.off && wall >= jump+int64(before.off) && wall < jump+int64(after.off) {
-			return time.Unix(wall-int64(before.off), int64(ns)).In(loc)
+			return nil, time.Unix(wall-int64(before.off), int64(ns)).In(loc)
 		}
 	}
-	return t
+	return nil, t
 }

@@ -86,15 +86,18 @@ func ExampleNextBusinessDay() {
 	// next business day, at 09:00 Europe/Warsaw: Thu 2026-11-12 09:00 CET
 }
 
-// A wall-clock time that does not exist moves forward by the clock change; one that happens
-// twice is the earlier.
+// A wall-clock time that does not exist moves forward by the clock change. One that happens
+// twice is the earlier, unless the start lies between the two: then it is the second.
 func ExampleNext() {
 	show(calendar.Next(calendar.ClockOf(2, 30)).In("Europe/Warsaw"), warsaw(2026, time.March, 28, 12, 0), nil)
 	show(calendar.Next(calendar.ClockOf(2, 30)).In("Europe/Warsaw"), warsaw(2026, time.October, 24, 12, 0), nil)
+	// 02:45 summer time, on the night the clocks go from 03:00 back to 02:00
+	show(calendar.Next(calendar.ClockOf(2, 30)).In("Europe/Warsaw"), time.Date(2026, time.October, 25, 0, 45, 0, 0, time.UTC), nil)
 	show(calendar.Next(calendar.ClockOf(9, 0)).In("America/New_York"), warsaw(2026, time.March, 8, 12, 0), nil)
 	// Output:
 	// next 02:30 Europe/Warsaw: Sun 2026-03-29 03:30 CEST
 	// next 02:30 Europe/Warsaw: Sun 2026-10-25 02:30 CEST
+	// next 02:30 Europe/Warsaw: Sun 2026-10-25 02:30 CET
 	// next 09:00 America/New_York: Sun 2026-03-08 09:00 EDT
 }
 

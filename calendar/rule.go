@@ -26,8 +26,10 @@ const (
 	// KindMonths: the same day N months after the start day, on the month's last day if it is
 	// shorter (January 31 plus one month is February 28 or 29).
 	KindMonths Kind = "months"
-	// KindNext: the rule's time on the start day if that is after the start, else on the
-	// next day (a time in a gap or an overlap resolved as [Date.In] does).
+	// KindNext: the first instant strictly after the start whose wall clock reads the rule's
+	// time: on the start day if still to come, else on the next day. A time the clocks went
+	// back over happens twice, and each counts: asked between the two, the next is the
+	// second. A time in a gap counts at the instant [Date.In] moves it to.
 	KindNext Kind = "next"
 	// KindMonthEnd: the last day of the start day's month, or of the month N months on.
 	KindMonthEnd Kind = "month_end"
@@ -83,8 +85,10 @@ func CalendarDays(n int) Rule { return Rule{Kind: KindCalendarDays, N: n} }
 // Months returns the rule "n months after" (before, if n is negative).
 func Months(n int) Rule { return Rule{Kind: KindMonths, N: n} }
 
-// Next returns the rule "next" at: the next time the wall clock reads at, today if still to
-// come, else tomorrow.
+// Next returns the rule "next" at: the first instant strictly after the start whose wall
+// clock reads at, today if still to come, else tomorrow (see [KindNext]). On the day New York
+// goes from 02:00 EDT back to 01:00 EST, Next(01:30) asked at 00:30 is 01:30 EDT, and asked at
+// 01:45 EDT it is 01:30 EST, three quarters of an hour later, not 01:30 the next day.
 func Next(at Clock) Rule { return Rule{Kind: KindNext, Time: at} }
 
 // EndOfMonth returns the rule "last day of the month", of the start's month if n is 0, or of
@@ -250,11 +254,7 @@ func (r Rule) due(from time.Time, cal Calendar, loc *time.Location) (time.Time, 
 	case KindBusinessMonthEnd:
 		d, err = lastBusinessDay(d.AddMonths(r.N), cal)
 	case KindNext:
-		t := d.In(r.Time, loc)
-		if !t.After(from) {
-			t = d.AddDays(1).In(r.Time, loc)
-		}
-		return r.roll(t, cal, loc)
+		return r.roll(nextAt(from, d, r.Time, loc), cal, loc)
 	}
 	if err != nil {
 		return time.Time{}, err
@@ -269,6 +269,25 @@ func (r Rule) due(from time.Time, cal Calendar, loc *time.Location) (time.Time, 
 		t = d.In(r.Time, loc)
 	}
 	return r.roll(t, cal, loc)
+}
+
+// nextAt returns the first instant after from whose wall clock in loc reads c, where d is
+// from's date in loc: both instants of a wall-clock time the clocks went back over count,
+// and a time in a gap counts as [Date.In] moves it.
+func nextAt(from time.Time, d Date, c Clock, loc *time.Location) time.Time {
+	// Three days, for zones that go back over midnight: from's date may be the repeated day.
+	for i := range 3 {
+		reads, inGap := instants(d.AddDays(i), c.Hour(), c.Minute(), 0, 0, loc)
+		if len(reads) == 0 {
+			reads = []time.Time{inGap}
+		}
+		for _, t := range reads {
+			if t.After(from) {
+				return t
+			}
+		}
+	}
+	return d.AddDays(3).In(c, loc) // not reached: a day's wall clock comes round within three
 }
 
 // roll moves t into r's business hours, if r has them.

@@ -89,6 +89,15 @@ func TestRuleDue(t *testing.T) {
 		{"next 09:00 at 09:00 is tomorrow", Next(nine).In(nyc), at(t, nyc, 2026, time.March, 6, 9, 0), nil, utc(2026, time.March, 7, 14, 0), nil},
 		{"next 02:30 in the Warsaw gap", Next(ClockOf(2, 30)).In(waw), at(t, waw, 2026, time.March, 28, 12, 0), nil, utc(2026, time.March, 29, 1, 30), nil},
 		{"next 02:30 in the Warsaw overlap is the first", Next(ClockOf(2, 30)).In(waw), at(t, waw, 2026, time.October, 25, 1, 0), nil, utc(2026, time.October, 25, 0, 30), nil},
+		// New York falls back on 2026-11-01, 02:00 EDT (06:00 UTC) to 01:00 EST: 01:30 is
+		// 05:30 UTC, then 06:30 UTC. The next 01:30 is the next instant whose wall clock reads it.
+		{"next 01:30 in the New York overlap, before both", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 4, 0), nil, utc(2026, time.November, 1, 5, 30), nil},
+		{"next 01:30 at 01:45 EDT is 01:30 EST, the same day", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 5, 45), nil, utc(2026, time.November, 1, 6, 30), nil},
+		{"next 01:30 at the first 01:30 is the second", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 5, 30), nil, utc(2026, time.November, 1, 6, 30), nil},
+		{"next 01:30 at 01:15 EST is 01:30 EST", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 6, 15), nil, utc(2026, time.November, 1, 6, 30), nil},
+		{"next 01:30 at 01:45 EST is tomorrow", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 6, 45), nil, utc(2026, time.November, 2, 6, 30), nil},
+		{"next 02:30 after the Warsaw gap is tomorrow", Next(ClockOf(2, 30)).In(waw), at(t, waw, 2026, time.March, 29, 3, 45), nil, utc(2026, time.March, 30, 0, 30), nil},
+		{"next 02:30 in the Warsaw gap, asked after the jump", Next(ClockOf(2, 30)).In(waw), at(t, waw, 2026, time.March, 29, 3, 10), nil, utc(2026, time.March, 29, 1, 30), nil},
 		{"next 09:00 on a business day", Next(nine).NotBefore(nine).In(waw), at(t, waw, 2026, time.December, 23, 16, 0), pl, utc(2026, time.December, 28, 8, 0), nil},
 
 		// Rolling into business hours.
