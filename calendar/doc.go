@@ -39,8 +39,9 @@
 // from 03:00 back to 02:00 is 02:30 summer time. Keeping the start's wall-clock time follows
 // the same rules. [Next] is the one rule that can land on the later instant: it is due at
 // the first instant after its start whose wall clock reads its time, so asked at 02:45
-// summer time that night, the next 02:30 is 02:30 winter time, a quarter of an hour later. This does not depend on what time.Date returns in those cases, which Go
-// leaves unspecified. Zones come from time.LoadLocation: a program that must not depend on
+// summer time that night, the next 02:30 is 02:30 winter time, three quarters of an hour
+// later. None of this depends on what time.Date returns in those cases, which Go leaves
+// unspecified. Zones come from time.LoadLocation: a program that must not depend on
 // the machine's zone database imports time/tzdata.
 //
 // # In a saga
