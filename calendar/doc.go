@@ -17,9 +17,11 @@
 // rule falls due, at what wall-clock time, and whether to roll the result into business
 // hours. [Rule.Due] computes the instant from a start and a calendar; it is computed once,
 // when a timeout is requested, and costs about a microsecond with a loaded zone
-// ([Rule.DueIn], [Zones]). A rule is read in its time zone (UTC if it names none): the
-// start's date there is the day the rule counts from, and the start's wall-clock time there
-// is the result's, unless the rule gives one. Counts are exclusive of the start day:
+// ([Rule.DueIn], [Zones]). A rule is read in its time zone, which it must name
+// ([Rule.In]; "UTC" for UTC): a calendar has no zone, and a rule without one is an error
+// wrapping [ErrInvalidRule] when computed, not UTC by default. The start's date there is
+// the day the rule counts from, and the start's wall-clock time there is the result's,
+// unless the rule gives one. Counts are exclusive of the start day:
 // one business day after a Friday or a Saturday is the following Monday (if it is a
 // business day), one business day before a Monday the Friday before. A month after January
 // 31 is the last day of February. The result may lie before the start ("7 business days

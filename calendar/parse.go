@@ -8,10 +8,23 @@ import (
 
 // ParseRule reads a rule in the form [Rule.String] writes, such as "3 business days after,
 // at 09:00 Europe/Warsaw" or "7 calendar days before, on a business day not before 09:00
-// UTC": ParseRule(r.String()) returns r for every valid rule r (one in zone "UTC" comes back
-// with the empty zone, which means the same). The zone is the last word, and is not loaded
-// (see [Rule.Validate]). Errors wrap [ErrInvalidRule].
+// UTC": ParseRule(r.String()) returns r for every valid rule r. The zone is the last word,
+// and is not loaded (see [Rule.Validate]); a rule without one is an error that says so.
+// Errors wrap [ErrInvalidRule].
 func ParseRule(s string) (Rule, error) {
+	r, err := parseRule(s)
+	if err == nil {
+		return r, nil
+	}
+	// Is the zone all that is missing?
+	if r, e := parseBody(s); e == nil && r.check() == nil && r.String() == s {
+		return Rule{}, fmt.Errorf("%w: %q: no zone: end the rule with an IANA zone, such as %q or %q",
+			ErrInvalidRule, s, r.In("Europe/Warsaw"), r.In("UTC"))
+	}
+	return Rule{}, err
+}
+
+func parseRule(s string) (Rule, error) {
 	bad := func(format string, args ...any) (Rule, error) {
 		return Rule{}, fmt.Errorf("%w: %q: %s", ErrInvalidRule, s, fmt.Sprintf(format, args...))
 	}
@@ -21,10 +34,29 @@ func ParseRule(s string) (Rule, error) {
 	}
 	body, zone := s[:i], s[i+1:]
 	body = strings.TrimSuffix(body, " in")
-	var r Rule
-	if zone != "UTC" {
-		r.Zone = zone
+	r, err := parseBody(body)
+	if err != nil {
+		return bad("%v", err)
 	}
+	r.Zone = zone
+	if err := r.check(); err != nil {
+		return Rule{}, fmt.Errorf("%q: %w", s, err)
+	}
+	if r.String() != s {
+		// A rule reads back only in the form String writes ("in" before a zone exactly when
+		// the rule names no time).
+		return bad("did you mean %q?", r.String())
+	}
+	return r, nil
+}
+
+// parseBody reads a rule but for its zone: the text before it, "in" apart. It does not check
+// the rule.
+func parseBody(body string) (Rule, error) {
+	bad := func(format string, args ...any) (Rule, error) {
+		return Rule{}, fmt.Errorf(format, args...)
+	}
+	var r Rule
 	parts := strings.Split(body, ", ")
 	// The move, unless the rule is an instant rolled into business hours.
 	if strings.HasPrefix(parts[0], "on a business day") {
@@ -75,14 +107,6 @@ func ParseRule(s string) (Rule, error) {
 	}
 	if len(parts) > 0 {
 		return bad("unexpected %q", strings.Join(parts, ", "))
-	}
-	if err := r.check(); err != nil {
-		return Rule{}, fmt.Errorf("%q: %w", s, err)
-	}
-	if r.String() != s {
-		// A rule reads back only in the form String writes ("in" before a zone exactly when
-		// the rule names no time).
-		return bad("did you mean %q?", r.String())
 	}
 	return r, nil
 }

@@ -57,7 +57,8 @@ const maxGap = 366
 // no rule ("no rule", as String says): it encodes and decodes, so that a Rule field of saga
 // data may be left unset, and computing it is an error wrapping [ErrInvalidRule].
 //
-// A rule is read in its zone: the start instant's date and wall-clock time there, then:
+// A rule is read in its zone, which it must name ([Rule.In]; computing a rule without one is
+// an error): the start instant's date and wall-clock time there, then:
 //
 //  1. Kind and N choose a day.
 //  2. On that day, the instant at Time; if Time is zero, at the start's wall-clock time.
@@ -70,7 +71,7 @@ type Rule struct {
 	Time  Clock  `json:"time,omitzero"`  // the wall-clock time of the result; zero: the start's
 	Open  Clock  `json:"open,omitzero"`  // business hours: not before Open on a business day
 	Close Clock  `json:"close,omitzero"` // business hours: before Close (zero: no end)
-	Zone  string `json:"zone,omitempty"` // IANA zone name; "" is UTC
+	Zone  string `json:"zone,omitempty"` // IANA zone name, such as "Europe/Warsaw" or "UTC"; required
 }
 
 // BusinessDays returns the rule "n business days after" (before, if n is negative).
@@ -106,7 +107,9 @@ func NotBefore(open Clock) Rule { return Rule{Kind: KindInstant, Open: open} }
 // At returns r due at the wall-clock time at on its day.
 func (r Rule) At(at Clock) Rule { r.Time = at; return r }
 
-// In returns r read in the IANA time zone zone, such as "Europe/Warsaw".
+// In returns r read in the IANA time zone zone, such as "Europe/Warsaw" or "UTC". Every rule
+// needs one: computing a rule without a zone is an error, whatever the calendar (a
+// [Calendar] says which days are business days, not where).
 func (r Rule) In(zone string) Rule { r.Zone = zone; return r }
 
 // NotBefore returns r rolled forward to open on a business day (see [Rule]).
@@ -193,7 +196,7 @@ func (r Rule) check() error {
 
 func (r Rule) location() (*time.Location, error) {
 	if r.Zone == "" {
-		return time.UTC, nil
+		return nil, r.noZone()
 	}
 	loc, err := time.LoadLocation(r.Zone)
 	if err != nil {
@@ -218,15 +221,15 @@ func (r Rule) Due(from time.Time, cal Calendar) (time.Time, error) {
 }
 
 // DueIn is [Rule.Due] with r's zone already loaded, for callers that keep locations: loc's
-// name must be r.Zone ("UTC" for an empty zone).
+// name must be r.Zone.
 func (r Rule) DueIn(from time.Time, cal Calendar, loc *time.Location) (time.Time, error) {
 	if err := r.check(); err != nil {
 		return time.Time{}, err
 	}
-	want := r.Zone
-	if want == "" {
-		want = "UTC"
+	if r.Zone == "" {
+		return time.Time{}, r.noZone()
 	}
+	want := r.Zone
 	if loc == nil || loc.String() != want {
 		return time.Time{}, fmt.Errorf("%w: zone %q given for a rule in %q", ErrInvalidRule, loc, want)
 	}
@@ -288,6 +291,11 @@ func nextAt(from time.Time, d Date, c Clock, loc *time.Location) time.Time {
 		}
 	}
 	return d.AddDays(3).In(c, loc) // not reached: a day's wall clock comes round within three
+}
+
+// noZone is the error of a rule without a zone.
+func (r Rule) noZone() error {
+	return fmt.Errorf("%w: rule %q names no zone: give one with In, such as In(\"Europe/Warsaw\") or In(\"UTC\")", ErrInvalidRule, r)
 }
 
 // roll moves t into r's business hours, if r has them.
@@ -390,14 +398,13 @@ func (r Rule) String() string {
 		}
 	}
 	s := strings.Join(parts, ", ")
-	zone := r.Zone
-	if zone == "" {
-		zone = "UTC"
+	if r.Zone == "" {
+		return s // invalid: a rule names its zone
 	}
 	if r.Time.IsZero() && r.Open.IsZero() {
-		return s + " in " + zone
+		return s + " in " + r.Zone
 	}
-	return s + " " + zone
+	return s + " " + r.Zone
 }
 
 // count returns "3 business days after", "1 business day before", "0 months after".

@@ -55,7 +55,7 @@ func TestRuleDue(t *testing.T) {
 		// The start's date is its date in the rule's zone: 23:30 UTC Friday is Saturday in
 		// Warsaw, so one business day after is Monday (and Tuesday in UTC: Monday's after).
 		{"start read in the rule's zone", BusinessDays(1).At(nine).In(waw), utc(2026, time.November, 27, 23, 30), pl, utc(2026, time.November, 30, 8, 0), nil},
-		{"start read in UTC", BusinessDays(1).At(nine), utc(2026, time.November, 27, 23, 30), pl, utc(2026, time.November, 30, 9, 0), nil},
+		{"start read in UTC", BusinessDays(1).At(nine).In("UTC"), utc(2026, time.November, 27, 23, 30), pl, utc(2026, time.November, 30, 9, 0), nil},
 		// Business days onto DST days: the wall clock is kept, so the UTC hour moves.
 		{"onto the Warsaw gap day at 02:30", BusinessDays(1).At(ClockOf(2, 30)).In(waw), at(t, waw, 2026, time.March, 28, 12, 0), closedWeekendless(t), utc(2026, time.March, 29, 1, 30), nil},
 		{"kept wall clock in the Warsaw overlap", BusinessDays(1).In(waw), at(t, waw, 2026, time.October, 24, 2, 30), closedWeekendless(t), utc(2026, time.October, 25, 0, 30), nil},
@@ -68,20 +68,20 @@ func TestRuleDue(t *testing.T) {
 		{"1 calendar day into the Lord Howe gap", CalendarDays(1).At(ClockOf(2, 15)).In(lhi), at(t, lhi, 2026, time.October, 3, 12, 0), nil, utc(2026, time.October, 3, 15, 45), nil},
 		{"1 calendar day into the Lord Howe overlap", CalendarDays(1).At(ClockOf(1, 45)).In(lhi), at(t, lhi, 2026, time.April, 4, 12, 0), nil, utc(2026, time.April, 4, 14, 45), nil},
 		{"7 calendar days before", CalendarDays(-7).In(nyc), at(t, nyc, 2026, time.March, 14, 8, 0), nil, utc(2026, time.March, 7, 13, 0), nil},
-		{"calendar days keep the nanoseconds", CalendarDays(2), time.Date(2026, 1, 1, 10, 11, 12, 13, time.UTC), nil, time.Date(2026, 1, 3, 10, 11, 12, 13, time.UTC), nil},
+		{"calendar days keep the nanoseconds", CalendarDays(2).In("UTC"), time.Date(2026, 1, 1, 10, 11, 12, 13, time.UTC), nil, time.Date(2026, 1, 3, 10, 11, 12, 13, time.UTC), nil},
 
 		// Months and month ends.
 		{"Jan 31 + 1 month", Months(1).In(waw), at(t, waw, 2026, time.January, 31, 10, 0), nil, utc(2026, time.February, 28, 9, 0), nil},
 		{"Jan 31 + 1 month, leap year", Months(1).In(waw), at(t, waw, 2028, time.January, 31, 10, 0), nil, utc(2028, time.February, 29, 9, 0), nil},
-		{"Mar 31 - 1 month", Months(-1).At(nine), utc(2027, time.March, 31, 10, 0), nil, utc(2027, time.February, 28, 9, 0), nil},
+		{"Mar 31 - 1 month", Months(-1).At(nine).In("UTC"), utc(2027, time.March, 31, 10, 0), nil, utc(2027, time.February, 28, 9, 0), nil},
 		{"end of the month", EndOfMonth(0).At(ClockOf(17, 0)).In(waw), at(t, waw, 2026, time.November, 3, 10, 0), nil, utc(2026, time.November, 30, 16, 0), nil},
-		{"end of next month, leap February", EndOfMonth(1).At(ClockOf(17, 0)), utc(2028, time.January, 31, 10, 0), nil, utc(2028, time.February, 29, 17, 0), nil},
-		{"end of next month, February", EndOfMonth(1).At(ClockOf(17, 0)), utc(2027, time.January, 31, 10, 0), nil, utc(2027, time.February, 28, 17, 0), nil},
-		{"end of month across the year", EndOfMonth(2), utc(2026, time.November, 30, 18, 0), nil, utc(2027, time.January, 31, 18, 0), nil},
+		{"end of next month, leap February", EndOfMonth(1).At(ClockOf(17, 0)).In("UTC"), utc(2028, time.January, 31, 10, 0), nil, utc(2028, time.February, 29, 17, 0), nil},
+		{"end of next month, February", EndOfMonth(1).At(ClockOf(17, 0)).In("UTC"), utc(2027, time.January, 31, 10, 0), nil, utc(2027, time.February, 28, 17, 0), nil},
+		{"end of month across the year", EndOfMonth(2).In("UTC"), utc(2026, time.November, 30, 18, 0), nil, utc(2027, time.January, 31, 18, 0), nil},
 		// 2026-01-31 is a Saturday; 2027-02-28 a Sunday; 2026-12-31 a Thursday.
 		{"last business day, month ends on a Saturday", LastBusinessDayOfMonth(0).At(ClockOf(17, 0)).In(waw), at(t, waw, 2026, time.January, 5, 10, 0), pl, utc(2026, time.January, 30, 16, 0), nil},
-		{"last business day of next February", LastBusinessDayOfMonth(1).At(ClockOf(17, 0)), utc(2027, time.January, 20, 10, 0), pl, utc(2027, time.February, 26, 17, 0), nil},
-		{"last business day, December", LastBusinessDayOfMonth(0).At(ClockOf(17, 0)), utc(2026, time.December, 1, 10, 0), pl, utc(2026, time.December, 31, 17, 0), nil},
+		{"last business day of next February", LastBusinessDayOfMonth(1).At(ClockOf(17, 0)).In("UTC"), utc(2027, time.January, 20, 10, 0), pl, utc(2027, time.February, 26, 17, 0), nil},
+		{"last business day, December", LastBusinessDayOfMonth(0).At(ClockOf(17, 0)).In("UTC"), utc(2026, time.December, 1, 10, 0), pl, utc(2026, time.December, 31, 17, 0), nil},
 
 		// Next wall-clock time.
 		{"next 09:00 later today", Next(nine).In(nyc), at(t, nyc, 2026, time.March, 6, 8, 0), nil, utc(2026, time.March, 6, 14, 0), nil},
@@ -112,19 +112,19 @@ func TestRuleDue(t *testing.T) {
 		{"7 days before, on a weekday, stays", CalendarDays(-7).NotBefore(nine).In(waw), at(t, waw, 2026, time.June, 17, 14, 0), pl, utc(2026, time.June, 10, 12, 0), nil},
 
 		// Errors.
-		{"no business day: business days", BusinessDays(1), utc(2026, 1, 1, 0, 0), closed{}, time.Time{}, ErrNoBusinessDay},
-		{"no business day: back", BusinessDays(-1), utc(2026, 1, 1, 0, 0), closed{}, time.Time{}, ErrNoBusinessDay},
-		{"no business day: roll", NotBefore(nine), utc(2026, 1, 1, 0, 0), closed{}, time.Time{}, ErrNoBusinessDay},
-		{"no business day: month end", LastBusinessDayOfMonth(0), utc(2026, 1, 1, 0, 0), closed{}, time.Time{}, ErrNoBusinessDay},
-		{"nil calendar", BusinessDays(1), utc(2026, 1, 1, 0, 0), nil, time.Time{}, ErrInvalidCalendar},
+		{"no business day: business days", BusinessDays(1).In("UTC"), utc(2026, 1, 1, 0, 0), closed{}, time.Time{}, ErrNoBusinessDay},
+		{"no business day: back", BusinessDays(-1).In("UTC"), utc(2026, 1, 1, 0, 0), closed{}, time.Time{}, ErrNoBusinessDay},
+		{"no business day: roll", NotBefore(nine).In("UTC"), utc(2026, 1, 1, 0, 0), closed{}, time.Time{}, ErrNoBusinessDay},
+		{"no business day: month end", LastBusinessDayOfMonth(0).In("UTC"), utc(2026, 1, 1, 0, 0), closed{}, time.Time{}, ErrNoBusinessDay},
+		{"nil calendar", BusinessDays(1).In("UTC"), utc(2026, 1, 1, 0, 0), nil, time.Time{}, ErrInvalidCalendar},
 		{"unknown zone", CalendarDays(1).In("Europe/Atlantis"), utc(2026, 1, 1, 0, 0), nil, time.Time{}, ErrInvalidRule},
-		{"zero business days", BusinessDays(0), utc(2026, 1, 1, 0, 0), pl, time.Time{}, ErrInvalidRule},
-		{"too many business days", BusinessDays(MaxBusinessDays + 1), utc(2026, 1, 1, 0, 0), pl, time.Time{}, ErrInvalidRule},
+		{"zero business days", BusinessDays(0).In("UTC"), utc(2026, 1, 1, 0, 0), pl, time.Time{}, ErrInvalidRule},
+		{"too many business days", BusinessDays(MaxBusinessDays + 1).In("UTC"), utc(2026, 1, 1, 0, 0), pl, time.Time{}, ErrInvalidRule},
 		{"next without a time", Rule{Kind: KindNext}, utc(2026, 1, 1, 0, 0), nil, time.Time{}, ErrInvalidRule},
-		{"close before open", NotBefore(nine).Within(nine, ClockOf(8, 0)), utc(2026, 1, 1, 0, 0), pl, time.Time{}, ErrInvalidRule},
-		{"bad time", CalendarDays(1).At(ClockOf(24, 0)), utc(2026, 1, 1, 0, 0), nil, time.Time{}, ErrInvalidRule},
+		{"close before open", NotBefore(nine).Within(nine, ClockOf(8, 0)).In("UTC"), utc(2026, 1, 1, 0, 0), pl, time.Time{}, ErrInvalidRule},
+		{"bad time", CalendarDays(1).At(ClockOf(24, 0)).In("UTC"), utc(2026, 1, 1, 0, 0), nil, time.Time{}, ErrInvalidRule},
 		{"unknown kind", Rule{Kind: "fortnights", N: 1}, utc(2026, 1, 1, 0, 0), nil, time.Time{}, ErrInvalidRule},
-		{"out of years", CalendarDays(-MaxCalendarDays), utc(100, 1, 1, 0, 0), nil, time.Time{}, ErrInvalidRule},
+		{"out of years", CalendarDays(-MaxCalendarDays).In("UTC"), utc(100, 1, 1, 0, 0), nil, time.Time{}, ErrInvalidRule},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -187,25 +187,25 @@ func TestRuleString(t *testing.T) {
 		want string
 	}{
 		{BusinessDays(3).At(nine).In("Europe/Warsaw"), "3 business days after, at 09:00 Europe/Warsaw"},
-		{BusinessDays(-7).At(nine), "7 business days before, at 09:00 UTC"},
-		{BusinessDays(1), "next business day in UTC"},
+		{BusinessDays(-7).At(nine).In("UTC"), "7 business days before, at 09:00 UTC"},
+		{BusinessDays(1).In("UTC"), "next business day in UTC"},
 		{BusinessDays(-1).In("Asia/Tokyo"), "previous business day in Asia/Tokyo"},
 		{NextBusinessDay(nine).In("America/New_York"), "next business day, at 09:00 America/New_York"},
-		{CalendarDays(1), "1 calendar day after in UTC"},
+		{CalendarDays(1).In("UTC"), "1 calendar day after in UTC"},
 		{CalendarDays(-7).NotBefore(nine).In("Europe/Warsaw"), "7 calendar days before, on a business day not before 09:00 Europe/Warsaw"},
-		{CalendarDays(0).At(nine), "the same day, at 09:00 UTC"},
-		{Months(1), "1 month after in UTC"},
-		{Months(-2), "2 months before in UTC"},
-		{Months(0), "0 months after in UTC"},
-		{CalendarDays(0), "the same day in UTC"},
+		{CalendarDays(0).At(nine).In("UTC"), "the same day, at 09:00 UTC"},
+		{Months(1).In("UTC"), "1 month after in UTC"},
+		{Months(-2).In("UTC"), "2 months before in UTC"},
+		{Months(0).In("UTC"), "0 months after in UTC"},
+		{CalendarDays(0).In("UTC"), "the same day in UTC"},
 		{Next(nine).In("Australia/Lord_Howe"), "next 09:00 Australia/Lord_Howe"},
-		{EndOfMonth(0).At(five), "last day of the month, at 17:00 UTC"},
-		{EndOfMonth(1), "last day of next month in UTC"},
-		{EndOfMonth(-1), "last day of previous month in UTC"},
-		{EndOfMonth(3), "last day of the month 3 months after in UTC"},
+		{EndOfMonth(0).At(five).In("UTC"), "last day of the month, at 17:00 UTC"},
+		{EndOfMonth(1).In("UTC"), "last day of next month in UTC"},
+		{EndOfMonth(-1).In("UTC"), "last day of previous month in UTC"},
+		{EndOfMonth(3).In("UTC"), "last day of the month 3 months after in UTC"},
 		{LastBusinessDayOfMonth(0).At(five).In("Europe/Warsaw"), "last business day of the month, at 17:00 Europe/Warsaw"},
 		{NotBefore(nine).In("Europe/Warsaw"), "on a business day not before 09:00 Europe/Warsaw"},
-		{NotBefore(nine).Within(nine, five), "on a business day within 09:00-17:00 UTC"},
+		{NotBefore(nine).Within(nine, five).In("UTC"), "on a business day within 09:00-17:00 UTC"},
 	}
 	for _, tt := range tests {
 		if got := tt.rule.String(); got != tt.want {
@@ -330,8 +330,8 @@ func TestZones(t *testing.T) {
 	if a != b || a.String() != "Europe/Warsaw" {
 		t.Errorf("got %p %s and %p, want the same Europe/Warsaw twice", a, a, b)
 	}
-	if loc, err := z.Load(""); err != nil || loc != time.UTC {
-		t.Errorf("empty zone: got %v, %v, want UTC", loc, err)
+	if loc, err := z.Load("UTC"); err != nil || loc != time.UTC {
+		t.Errorf("UTC: got %v, %v, want UTC", loc, err)
 	}
 	if _, err := z.Load("Europe/Atlantis"); !errors.Is(err, ErrInvalidRule) {
 		t.Errorf("unknown zone: got %v, want ErrInvalidRule", err)
@@ -422,7 +422,7 @@ func TestSearchBound(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.rule.Due(from, only{tt.day})
+			got, err := tt.rule.In("UTC").Due(from, only{tt.day})
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("got %s, %v, want error %v", got, err, tt.wantErr)
 			}

@@ -19,10 +19,13 @@ type Zones struct {
 	locs map[string]*time.Location
 }
 
-// Load returns the location named name ("" is UTC), loading it once. An unknown zone is an
-// error wrapping [ErrInvalidRule], and is not kept.
+// Load returns the location named name, loading it once. An empty name (a rule that names
+// no zone) or an unknown zone is an error wrapping [ErrInvalidRule], and is not kept.
 func (z *Zones) Load(name string) (*time.Location, error) {
-	if name == "" || name == "UTC" {
+	switch name {
+	case "":
+		return nil, fmt.Errorf("%w: no zone", ErrInvalidRule)
+	case "UTC":
 		return time.UTC, nil
 	}
 	z.mu.Lock()
