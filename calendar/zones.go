@@ -24,7 +24,7 @@ type Zones struct {
 func (z *Zones) Load(name string) (*time.Location, error) {
 	switch name {
 	case "":
-		return nil, fmt.Errorf("%w: no zone", ErrInvalidRule)
+		return nil, fmt.Errorf("%w: no zone: a rule names its zone with In, such as In(\"Europe/Warsaw\") or In(\"UTC\")", ErrInvalidRule)
 	case "UTC":
 		return time.UTC, nil
 	}
