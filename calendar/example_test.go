@@ -121,6 +121,39 @@ func ExampleMonths() {
 	// 1 month after in Europe/Warsaw: Tue 2028-02-29 10:00 CET
 }
 
+// Monthly renewals count from the first one: the k-th is Months(k) after it. Chaining
+// Months(1) from the previous renewal drifts: after February 28 comes March 28, not March 31.
+func ExampleMonths_renewals() {
+	first := warsaw(2026, time.January, 31, 10, 0)
+	fmt.Println("counted from the first renewal:")
+	for k := 1; k <= 3; k++ {
+		due, err := calendar.Months(k).In("Europe/Warsaw").Due(first, nil)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(due.Format("Mon 2006-01-02 15:04 MST"))
+	}
+	fmt.Println("chained, each from the one before (drifts):")
+	due := first
+	for k := 1; k <= 3; k++ {
+		var err error
+		due, err = calendar.Months(1).In("Europe/Warsaw").Due(due, nil)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(due.Format("Mon 2006-01-02 15:04 MST"))
+	}
+	// Output:
+	// counted from the first renewal:
+	// Sat 2026-02-28 10:00 CET
+	// Tue 2026-03-31 10:00 CEST
+	// Thu 2026-04-30 10:00 CEST
+	// chained, each from the one before (drifts):
+	// Sat 2026-02-28 10:00 CET
+	// Sat 2026-03-28 10:00 CET
+	// Tue 2026-04-28 10:00 CEST
+}
+
 // A rule is stored as JSON beside the identity of its calendar.
 func ExampleRule_json() {
 	r := calendar.BusinessDays(3).At(calendar.ClockOf(9, 0)).In("Europe/Warsaw")

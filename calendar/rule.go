@@ -83,7 +83,11 @@ func NextBusinessDay(at Clock) Rule { return BusinessDays(1).At(at) }
 // CalendarDays returns the rule "n calendar days after" (before, if n is negative).
 func CalendarDays(n int) Rule { return Rule{Kind: KindCalendarDays, N: n} }
 
-// Months returns the rule "n months after" (before, if n is negative).
+// Months returns the rule "n months after" (before, if n is negative), on the month's last
+// day if it is shorter (see [KindMonths]). For a series, such as monthly renewals, count
+// every one from the first: the k-th renewal is Months(k) from the first, which keeps the
+// first's day (January 31, February 28, March 31). Months(1) from the renewal before drifts
+// to the shortest month's day for good (January 31, February 28, March 28).
 func Months(n int) Rule { return Rule{Kind: KindMonths, N: n} }
 
 // Next returns the rule "next" at: the first instant strictly after the start whose wall
