@@ -3,6 +3,7 @@ package calendar
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -50,18 +51,42 @@ func RefOf(c Calendar) Ref {
 // String returns "name@version".
 func (r Ref) String() string { return r.Name + "@" + r.Version }
 
-// Holiday is a day off: one date (Year set), or the same month and day every year (Year 0).
+// Holiday is a day off: one date (Year set), or a day every year (Year 0): the same month and
+// day, or, with Nth and Weekday instead of Day, the Nth Weekday of the month ("the fourth
+// Thursday of November").
 type Holiday struct {
 	Year  int // 0: every year
 	Month time.Month
-	Day   int
+	Day   int // 0 with Nth: the Nth Weekday of Month
 	Name  string
+	// Nth, with Weekday, makes a yearly holiday on the Nth Weekday of Month: 1 to 4, or -1
+	// for the last. Year and Day are then 0.
+	Nth     int
+	Weekday time.Weekday
+	// Observed makes a yearly holiday on a month and day also a day off on the Friday before
+	// when it falls on a Saturday, and on the Monday after when it falls on a Sunday (the
+	// rule of the United States' federal holidays). The day itself stays a holiday.
+	Observed bool
 }
 
-// String returns the holiday as a line of a calendar file: "2026-12-24 Christmas Eve" or
-// "*-12-25 Christmas".
+// String returns the holiday as a line of a calendar file: "2026-12-24 Christmas Eve",
+// "*-12-25 Christmas", "*-11-Thu#4 Thanksgiving", "*-05-Mon#last Memorial Day" or "observed
+// *-07-04 Independence Day".
 func (h Holiday) String() string {
-	if h.Year == 0 {
+	switch {
+	case h.Nth != 0:
+		n := strconv.Itoa(h.Nth)
+		if h.Nth == -1 {
+			n = "last"
+		}
+		wd := fmt.Sprintf("weekday(%d)", int(h.Weekday))
+		if h.Weekday >= time.Sunday && h.Weekday <= time.Saturday {
+			wd = h.Weekday.String()[:3]
+		}
+		return fmt.Sprintf("*-%02d-%s#%s %s", int(h.Month), wd, n, h.Name)
+	case h.Observed:
+		return fmt.Sprintf("observed *-%02d-%02d %s", int(h.Month), h.Day, h.Name)
+	case h.Year == 0:
 		return fmt.Sprintf("*-%02d-%02d %s", int(h.Month), h.Day, h.Name)
 	}
 	return fmt.Sprintf("%04d-%02d-%02d %s", h.Year, int(h.Month), h.Day, h.Name)
@@ -71,12 +96,31 @@ func (h Holiday) validate() error {
 	if strings.TrimSpace(h.Name) == "" {
 		return fmt.Errorf("holiday %s has no name", h)
 	}
+	if h.Nth != 0 {
+		switch {
+		case h.Year != 0 || h.Day != 0 || h.Observed:
+			return fmt.Errorf("holiday %q: the Nth weekday of a month is yearly, without a day, and not observed on another", h.String())
+		case h.Nth < -1 || h.Nth > 4:
+			return fmt.Errorf("holiday %q: Nth %d, want 1 to 4, or -1 for the last", h.String(), h.Nth)
+		case h.Month < time.January || h.Month > time.December:
+			return fmt.Errorf("holiday %q: month %d", h.String(), int(h.Month))
+		case h.Weekday < time.Sunday || h.Weekday > time.Saturday:
+			return fmt.Errorf("holiday %q: %d is not a day of the week", h.String(), int(h.Weekday))
+		}
+		return nil
+	}
+	if h.Weekday != 0 {
+		return fmt.Errorf("holiday %q: a weekday without Nth", h.String())
+	}
 	if h.Year == 0 {
 		// February 29 is allowed: it is a holiday in leap years.
 		if !(Date{2000, h.Month, h.Day}).IsValid() {
 			return fmt.Errorf("holiday %q: no such day in any year", h.String())
 		}
 		return nil
+	}
+	if h.Observed {
+		return fmt.Errorf("holiday %q: only a yearly holiday is observed on another day", h.String())
 	}
 	if !(Date{h.Year, h.Month, h.Day}).IsValid() {
 		return fmt.Errorf("holiday %q: no such day", h.String())
@@ -118,6 +162,21 @@ func Yearly(month time.Month, day int, name string) Option {
 	return Holidays(Holiday{Month: month, Day: day, Name: name})
 }
 
+// NthWeekday makes the nth weekday of month a holiday every year: NthWeekday(time.November,
+// 4, time.Thursday, "Thanksgiving Day"), or with n -1 the last: NthWeekday(time.May, -1,
+// time.Monday, "Memorial Day"). n is 1 to 4, or -1.
+func NthWeekday(month time.Month, n int, weekday time.Weekday, name string) Option {
+	return Holidays(Holiday{Month: month, Nth: n, Weekday: weekday, Name: name})
+}
+
+// YearlyObserved makes the same day of every year a holiday, as [Yearly] does, and also the
+// day it is observed on when it falls on a weekend: the Friday before a Saturday, the Monday
+// after a Sunday, even across the end of a year (New Year's Day on a Saturday is observed on
+// December 31). The observed day is named "name (observed)".
+func YearlyObserved(month time.Month, day int, name string) Option {
+	return Holidays(Holiday{Month: month, Day: day, Observed: true, Name: name})
+}
+
 // Holidays adds holidays, dated or yearly, such as those a calendar file lists.
 func Holidays(hs ...Holiday) Option {
 	return func(s *Standard) error {
@@ -125,9 +184,15 @@ func Holidays(hs ...Holiday) Option {
 			if err := h.validate(); err != nil {
 				return err
 			}
-			if h.Year == 0 {
+			switch {
+			case h.Nth != 0:
+				s.nth[nthDay{h.Month, h.Nth, h.Weekday}] = h.Name
+			case h.Year == 0:
 				s.yearly[monthDay{h.Month, h.Day}] = h.Name
-			} else {
+				if h.Observed {
+					s.observed[monthDay{h.Month, h.Day}] = h.Name
+				}
+			default:
 				s.dated[Date{h.Year, h.Month, h.Day}] = h.Name
 			}
 		}
@@ -156,6 +221,13 @@ type monthDay struct {
 	day   int
 }
 
+// nthDay is the nth weekday of a month (n -1: the last).
+type nthDay struct {
+	month   time.Month
+	n       int
+	weekday time.Weekday
+}
+
 // Standard is a calendar of a weekend and holidays, built by [New]. It is immutable and
 // safe for concurrent use.
 type Standard struct {
@@ -163,6 +235,8 @@ type Standard struct {
 	weekend       uint8 // bit d set: time.Weekday d is a weekend day
 	dated         map[Date]string
 	yearly        map[monthDay]string
+	observed      map[monthDay]string // yearly days also observed on the Friday or Monday
+	nth           map[nthDay]string
 	easter        map[int]string // days after Easter Sunday
 }
 
@@ -182,10 +256,12 @@ func New(name, version string, opts ...Option) (*Standard, error) {
 	}
 	s := &Standard{
 		name: name, version: version,
-		weekend: 1<<time.Saturday | 1<<time.Sunday,
-		dated:   map[Date]string{},
-		yearly:  map[monthDay]string{},
-		easter:  map[int]string{},
+		weekend:  1<<time.Saturday | 1<<time.Sunday,
+		dated:    map[Date]string{},
+		yearly:   map[monthDay]string{},
+		observed: map[monthDay]string{},
+		nth:      map[nthDay]string{},
+		easter:   map[int]string{},
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -219,7 +295,8 @@ func (s *Standard) IsWeekend(d Date) bool {
 }
 
 // Holiday returns the name of the holiday on d, if d is one. Where two holidays fall on the
-// same day, a dated one is named before a yearly one, and a yearly one before an Easter one.
+// same day, a dated one is named first, then a yearly one, an Nth weekday, an Easter one,
+// and last a yearly one observed on d ("Independence Day (observed)").
 func (s *Standard) Holiday(d Date) (name string, ok bool) {
 	if name, ok := s.dated[d]; ok {
 		return name, true
@@ -227,9 +304,32 @@ func (s *Standard) Holiday(d Date) (name string, ok bool) {
 	if name, ok := s.yearly[monthDay{d.Month, d.Day}]; ok {
 		return name, true
 	}
+	if len(s.nth) > 0 {
+		wd := d.Weekday()
+		if name, ok := s.nth[nthDay{d.Month, (d.Day-1)/7 + 1, wd}]; ok {
+			return name, true
+		}
+		if d.Day+7 > daysIn(d.Year, d.Month) {
+			if name, ok := s.nth[nthDay{d.Month, -1, wd}]; ok {
+				return name, true
+			}
+		}
+	}
 	if len(s.easter) > 0 {
 		if name, ok := s.easter[easterSunday(d.Year).DaysUntil(d)]; ok {
 			return name, true
+		}
+	}
+	if len(s.observed) > 0 {
+		var on Date // the weekend day a holiday observed on d falls on
+		switch d.Weekday() {
+		case time.Friday:
+			on = d.AddDays(1)
+		case time.Monday:
+			on = d.AddDays(-1)
+		}
+		if name, ok := s.observed[monthDay{on.Month, on.Day}]; ok && on != (Date{}) {
+			return name + " (observed)", true
 		}
 	}
 	return "", false

@@ -209,12 +209,12 @@ func TestLoadFormat(t *testing.T) {
 			t.Errorf("IsBusinessDay(%s): got %t, want %t", d, !(want == ""), want == "")
 		}
 	}
-	for _, h := range []Holiday{{2026, time.December, 24, "Christmas Eve"}, {0, time.December, 25, "Christmas"}} {
+	for _, h := range []Holiday{{Year: 2026, Month: time.December, Day: 24, Name: "Christmas Eve"}, {Month: time.December, Day: 25, Name: "Christmas"}} {
 		if _, err := Load(strings.NewReader(h.String())); err != nil {
 			t.Errorf("Load(%q): %v", h.String(), err)
 		}
 	}
-	if got, want := (Holiday{0, time.December, 25, "Christmas"}).String(), "*-12-25 Christmas"; got != want {
+	if got, want := (Holiday{Month: time.December, Day: 25, Name: "Christmas"}).String(), "*-12-25 Christmas"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }

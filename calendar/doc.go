@@ -6,8 +6,10 @@
 // # Calendars
 //
 // A [Calendar] says which days are business days, and has a name and a version. [New]
-// builds one from a weekend and holidays: dated ([On]), yearly ([Yearly]), relative to
-// Easter ([Easter]), or read from a calendar file ([Load], which documents the format).
+// builds one from a weekend and holidays: dated ([On]), yearly ([Yearly]), yearly and
+// observed on the nearest weekday when on a weekend ([YearlyObserved]), the Nth weekday of a
+// month ([NthWeekday]), relative to Easter ([Easter]), or read from a calendar file ([Load],
+// which documents the format).
 // Users may implement Calendar themselves, for instance over a table a back office keeps.
 // A [Registry] finds a calendar by name and version ([Ref]).
 //

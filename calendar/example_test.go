@@ -187,3 +187,56 @@ func ExampleLoad_error() {
 	// Output:
 	// calendar: invalid calendar: line 3: date "2027-02-29" does not exist
 }
+
+// Holidays of the United States: the Nth weekday of a month, and holidays observed on the
+// Friday before or the Monday after when they fall on a weekend.
+func ExampleNthWeekday() {
+	days, err := calendar.Load(strings.NewReader(`weekend Sat Sun
+*-01-Mon#3 Martin Luther King Jr. Day
+*-05-Mon#last Memorial Day
+observed *-07-04 Independence Day
+*-11-Thu#4 Thanksgiving Day
+`))
+	if err != nil {
+		panic(err)
+	}
+	us, err := calendar.New("us", "2026.1", days,
+		calendar.YearlyObserved(time.December, 25, "Christmas Day")) // or in the file: observed *-12-25 Christmas Day
+	if err != nil {
+		panic(err)
+	}
+	for _, d := range []calendar.Date{
+		{Year: 2026, Month: time.January, Day: 19},
+		{Year: 2026, Month: time.May, Day: 25},
+		{Year: 2026, Month: time.July, Day: 3}, // July 4 is a Saturday
+		{Year: 2027, Month: time.July, Day: 5}, // July 4 is a Sunday
+		{Year: 2026, Month: time.November, Day: 26},
+		{Year: 2022, Month: time.December, Day: 26},
+	} {
+		name, _ := us.Holiday(d)
+		fmt.Println(d, d.Weekday(), name)
+	}
+	// Output:
+	// 2026-01-19 Monday Martin Luther King Jr. Day
+	// 2026-05-25 Monday Memorial Day
+	// 2026-07-03 Friday Independence Day (observed)
+	// 2027-07-05 Monday Independence Day (observed)
+	// 2026-11-26 Thursday Thanksgiving Day
+	// 2022-12-26 Monday Christmas Day (observed)
+}
+
+// A holiday on a weekend is observed on the Friday before a Saturday, the Monday after a
+// Sunday; a rule counts over the observed day.
+func ExampleYearlyObserved() {
+	us, err := calendar.New("us", "2026.1", calendar.YearlyObserved(time.July, 4, "Independence Day"))
+	if err != nil {
+		panic(err)
+	}
+	// Thursday 2026-07-02: Friday 07-03 is the observed holiday, so the next business day is
+	// Monday.
+	ny, _ := time.LoadLocation("America/New_York")
+	from := time.Date(2026, time.July, 2, 15, 0, 0, 0, ny)
+	show(calendar.NextBusinessDay(calendar.ClockOf(9, 0)).In("America/New_York"), from, us)
+	// Output:
+	// next business day, at 09:00 America/New_York: Mon 2026-07-06 09:00 EDT
+}

@@ -27,10 +27,19 @@ import (
 //	2026-12-24 Christmas Eve     a holiday on that date only
 //	easter+1 Easter Monday       a holiday a number of days after (or before: easter-2) Easter Sunday
 //
+// and, for holidays such as those of the United States:
+//
+//	*-11-Thu#4 Thanksgiving Day          the 4th Thursday of November every year (#1 to #4)
+//	*-05-Mon#last Memorial Day           the last Monday of May every year
+//	observed *-07-04 Independence Day    every year on July 4, and on the Friday before when that is
+//	                                     a Saturday, the Monday after when a Sunday
+//
+// as [NthWeekday] and [YearlyObserved] make them.
 // Every holiday has a name, the rest of its line. Days of the week are written as their
 // English name or its first three letters, in any case. A date listed twice, or a yearly
-// day listed twice, is an error, as is an entry that New would reject. Errors wrap
-// [ErrInvalidCalendar] and name the line: "calendar: invalid calendar: line 7: …".
+// day or Nth weekday listed twice (observed or not), is an error, as is an entry that New
+// would reject. Errors wrap [ErrInvalidCalendar] and name the line: "calendar: invalid
+// calendar: line 7: …". [Holiday.String] writes a holiday as its line.
 func Load(r io.Reader) (Option, error) {
 	var (
 		weekend    []time.Weekday
@@ -76,20 +85,37 @@ func Load(r io.Reader) (Option, error) {
 			}
 			continue
 		}
+		observed := false
+		if strings.EqualFold(first, "observed") {
+			observed = true
+			first, rest = rest, ""
+			if i := strings.IndexAny(first, " \t"); i >= 0 {
+				first, rest = first[:i], strings.TrimSpace(first[i+1:])
+			}
+			if !strings.HasPrefix(first, "*-") || strings.Contains(first, "#") || rest == "" {
+				return nil, fail("observed %q: want observed *-MM-DD and a name, such as \"observed *-07-04 Independence Day\"", first)
+			}
+		}
 		if rest == "" {
 			return nil, fail("%q has no name: want a date and a name, such as \"2026-12-24 Christmas Eve\"", first)
 		}
-		if prev, dup := seen[first]; dup {
-			return nil, fail("%s is already listed on line %d", first, prev)
-		}
-		seen[first] = line
+		key := first
+		var h *Holiday
 		switch {
+		case strings.HasPrefix(first, "*-") && strings.Contains(first, "#"):
+			n, ok := parseNth(first)
+			if !ok {
+				return nil, fail("%q: want *-MM-Day#N, N from 1 to 4 or last, such as \"*-11-Thu#4 Thanksgiving\"", first)
+			}
+			n.Name = rest
+			key = n.String()[:len(n.String())-len(rest)-1]
+			h = &n
 		case strings.HasPrefix(first, "*-"):
 			d, err := ParseDate("2000" + first[1:]) // a leap year, so that *-02-29 parses
 			if err != nil {
 				return nil, fail("yearly day %q: want *-MM-DD, a month and day that exist", first)
 			}
-			holidays = append(holidays, Holiday{Month: d.Month, Day: d.Day, Name: rest})
+			h = &Holiday{Month: d.Month, Day: d.Day, Name: rest, Observed: observed}
 		case strings.HasPrefix(strings.ToLower(first), "easter"):
 			off := 0
 			if s := first[len("easter"):]; s != "" {
@@ -108,7 +134,14 @@ func Load(r io.Reader) (Option, error) {
 			if err != nil {
 				return nil, fail("%v", err)
 			}
-			holidays = append(holidays, Holiday{Year: d.Year, Month: d.Month, Day: d.Day, Name: rest})
+			h = &Holiday{Year: d.Year, Month: d.Month, Day: d.Day, Name: rest}
+		}
+		if prev, dup := seen[key]; dup {
+			return nil, fail("%s is already listed on line %d", key, prev)
+		}
+		seen[key] = line
+		if h != nil {
+			holidays = append(holidays, *h)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -127,6 +160,33 @@ func Load(r io.Reader) (Option, error) {
 		}
 		return Holidays(holidays...)(s)
 	}, nil
+}
+
+// parseNth reads "*-11-Thu#4" or "*-05-Mon#last" as a holiday without its name.
+func parseNth(s string) (Holiday, bool) {
+	rest, ok := strings.CutPrefix(s, "*-")
+	if !ok || len(rest) < 3 || rest[2] != '-' {
+		return Holiday{}, false
+	}
+	m, ok := digits(rest[:2])
+	if !ok || m < 1 || m > 12 {
+		return Holiday{}, false
+	}
+	day, nth, ok := strings.Cut(rest[3:], "#")
+	if !ok {
+		return Holiday{}, false
+	}
+	wd, ok := parseWeekday(day)
+	if !ok {
+		return Holiday{}, false
+	}
+	n := -1
+	if nth != "last" {
+		if n, ok = digits(nth); !ok || len(nth) != 1 || n < 1 || n > 4 {
+			return Holiday{}, false
+		}
+	}
+	return Holiday{Month: time.Month(m), Nth: n, Weekday: wd}, true
 }
 
 func parseWeekday(s string) (time.Weekday, bool) {
