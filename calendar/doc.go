@@ -17,7 +17,7 @@
 //
 // A [Rule] is a due time as data: it says how to move from a start instant to the day the
 // rule falls due, at what wall-clock time, and whether to roll the result into business
-// hours. [Rule.Due] computes the instant from a start and a calendar; it is computed once,
+// hours; or it counts hours of business hours ([BusinessHours]). [Rule.Due] computes the instant from a start and a calendar; it is computed once,
 // when a timeout is requested, and costs about a microsecond with a loaded zone
 // ([Rule.DueIn], [Zones]). A rule is read in its time zone, which it must name
 // ([Rule.In]; "UTC" for UTC): a calendar has no zone, and a rule without one is an error

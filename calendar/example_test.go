@@ -240,3 +240,12 @@ func ExampleYearlyObserved() {
 	// Output:
 	// next business day, at 09:00 America/New_York: Mon 2026-07-06 09:00 EDT
 }
+
+// Answer within four business hours: from Friday 15:00, two hours on Friday and two on
+// Monday.
+func ExampleBusinessHours() {
+	sla := calendar.BusinessHours(4, calendar.ClockOf(9, 0), calendar.ClockOf(17, 0)).In("Europe/Warsaw")
+	show(sla, warsaw(2026, time.November, 27, 15, 0), mustCalendar())
+	// Output:
+	// 4 business hours after, on a business day within 09:00-17:00 Europe/Warsaw: Mon 2026-11-30 11:00 CET
+}

@@ -162,7 +162,7 @@ func parseMove(p string, r *Rule) error {
 	for _, u := range [...]struct {
 		unit string
 		kind Kind
-	}{{"business day", KindBusinessDays}, {"calendar day", KindCalendarDays}, {"month", KindMonths}} {
+	}{{"business day", KindBusinessDays}, {"business hour", KindBusinessHours}, {"calendar day", KindCalendarDays}, {"month", KindMonths}} {
 		if strings.Contains(p, " "+u.unit) {
 			n, err := parseCount(p, u.unit)
 			r.Kind, r.N = u.kind, n

@@ -36,13 +36,20 @@ const (
 	// KindBusinessMonthEnd: the last business day of the start day's month, or of the month
 	// N months on.
 	KindBusinessMonthEnd Kind = "business_month_end"
+	// KindBusinessHours: N hours of business hours (Open to Close on business days) after the
+	// start, counted from the start if it is within them, else from the next opening. Hours
+	// are elapsed time: on a day the clocks change within business hours, that day holds an
+	// hour more or less. A result that uses up a day's hours exactly is at its Close. N is
+	// 1 to [MaxBusinessHours]; the rule has no Time, and needs Open and Close.
+	KindBusinessHours Kind = "business_hours"
 )
 
 // Limits of a rule's count, which keep a rule's cost and its result in range.
 const (
-	MaxBusinessDays = 10_000
-	MaxCalendarDays = 100_000
-	MaxMonths       = 1_200
+	MaxBusinessDays  = 10_000
+	MaxCalendarDays  = 100_000
+	MaxMonths        = 1_200
+	MaxBusinessHours = 10_000
 )
 
 // maxGap is the number of consecutive days without a business day after which a rule gives
@@ -104,6 +111,13 @@ func EndOfMonth(n int) Rule { return Rule{Kind: KindMonthEnd, N: n} }
 // month if n is 0, or of the month n months on.
 func LastBusinessDayOfMonth(n int) Rule { return Rule{Kind: KindBusinessMonthEnd, N: n} }
 
+// BusinessHours returns the rule "n business hours after", counting only the hours from open
+// to close on business days (see [KindBusinessHours]): BusinessHours(4, ClockOf(9, 0),
+// ClockOf(17, 0)) from Friday 15:00 is Monday 11:00. n is 1 to [MaxBusinessHours].
+func BusinessHours(n int, open, close Clock) Rule {
+	return Rule{Kind: KindBusinessHours, N: n, Open: open, Close: close}
+}
+
 // NotBefore returns the rule that leaves an instant as it is on a business day from open
 // on, and moves it forward to open on the next business day otherwise.
 func NotBefore(open Clock) Rule { return Rule{Kind: KindInstant, Open: open} }
@@ -163,6 +177,16 @@ func (r Rule) check() error {
 	case KindMonths, KindMonthEnd, KindBusinessMonthEnd:
 		if abs > MaxMonths {
 			return bad("%s: count %d, want at most %d either way", r.Kind, r.N, MaxMonths)
+		}
+	case KindBusinessHours:
+		if r.N < 1 || r.N > MaxBusinessHours {
+			return bad("business hours: count %d, want 1 to %d", r.N, MaxBusinessHours)
+		}
+		if !r.Time.IsZero() {
+			return bad("a business hours rule takes no time")
+		}
+		if r.Open.IsZero() || r.Close.IsZero() {
+			return bad("a business hours rule needs business hours, open and close (Within)")
 		}
 	case KindNext:
 		if r.N != 0 {
@@ -262,6 +286,8 @@ func (r Rule) due(from time.Time, cal Calendar, loc *time.Location) (time.Time, 
 		d, err = lastBusinessDay(d.AddMonths(r.N), cal)
 	case KindNext:
 		return r.roll(nextAt(from, d, r.Time, loc), cal, loc)
+	case KindBusinessHours:
+		return r.addBusinessHours(start, cal, loc)
 	}
 	if err != nil {
 		return time.Time{}, err
@@ -322,6 +348,35 @@ func (r Rule) roll(t time.Time, cal Calendar, loc *time.Location) (time.Time, er
 		return time.Time{}, err
 	}
 	return next.In(r.Open, loc), nil
+}
+
+// addBusinessHours returns the instant r.N hours of business hours after start.
+func (r Rule) addBusinessHours(start time.Time, cal Calendar, loc *time.Location) (time.Time, error) {
+	t, err := r.roll(start, cal, loc) // within business hours, or at the next opening
+	if err != nil {
+		return time.Time{}, err
+	}
+	left := time.Duration(r.N) * time.Hour
+	for days := 0; ; days++ {
+		if days > MaxCalendarDays {
+			return time.Time{}, fmt.Errorf("%w: rule %q from %s: more than %d days of business hours", ErrInvalidRule, r, start, MaxCalendarDays)
+		}
+		d := DateOf(t)
+		end := d.In(r.Close, loc)
+		if avail := end.Sub(t); left <= avail {
+			return t.Add(left), nil
+		} else if avail > 0 {
+			left -= avail
+		}
+		next, err := addBusinessDays(d, 1, cal)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if !next.IsValid() {
+			return time.Time{}, fmt.Errorf("%w: rule %q from %s: day %s out of range", ErrInvalidRule, r, start, next)
+		}
+		t = next.In(r.Open, loc)
+	}
 }
 
 // addBusinessDays returns the n-th business day after d (before d if n < 0).
@@ -388,6 +443,8 @@ func (r Rule) String() string {
 		parts = append(parts, monthPhrase("last business day of", r.N))
 	case KindNext:
 		parts = append(parts, "next "+r.Time.String())
+	case KindBusinessHours:
+		parts = append(parts, count(r.N, "business hour"))
 	default:
 		parts = append(parts, fmt.Sprintf("kind %q, n %d", string(r.Kind), r.N))
 	}
