@@ -72,6 +72,9 @@ const maxGap = 366
 //  3. If Open is set, an instant before Open, or at or after Close if set, or on a day that
 //     is not a business day, moves forward to Open on the next business day (Open on the same
 //     day if the day is a business day and the instant is before Open).
+//
+// A business hours rule ([BusinessHours]) instead counts its N hours within Open and Close
+// on business days, from the start moved as in step 3.
 type Rule struct {
 	Kind  Kind   `json:"kind"`
 	N     int    `json:"n,omitempty"`
