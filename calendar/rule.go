@@ -415,7 +415,9 @@ func lastBusinessDay(d Date, cal Calendar) (Date, error) {
 // String returns r the way a person would say it, such as "3 business days after, at 09:00
 // Europe/Warsaw" or "on a business day not before 09:00 America/New_York". The text of a
 // rule does not change between versions of the package; [ParseRule] reads it back. It is
-// for people (an operator's command line, a console); JSON is for storage.
+// for people (an operator's command line, a console); JSON is for storage. A rule without a
+// zone, which cannot be computed, is written without one, and the zero Rule as "no rule";
+// ParseRule refuses both.
 func (r Rule) String() string {
 	if r == (Rule{}) {
 		return "no rule"
@@ -496,8 +498,9 @@ func monthPhrase(what string, n int) string {
 
 // UnmarshalJSON decodes a rule and checks it (but for its zone, which Due loads): unknown
 // fields and invalid rules are errors wrapping [ErrInvalidRule]. The zero Rule, which
-// encodes as {"kind":""}, decodes without error (as do {} and null), so that a Rule field
-// left unset in saga data survives a round trip; computing it is an error.
+// encodes as {"kind":""}, decodes without error (as does {}), so that a Rule field left
+// unset in saga data survives a round trip; computing it is an error. null leaves r as it
+// is, as encoding/json does for other values.
 func (r *Rule) UnmarshalJSON(b []byte) error {
 	if string(bytes.TrimSpace(b)) == "null" {
 		return nil // as encoding/json leaves a value it reads null into
