@@ -460,3 +460,50 @@ func TestInSynctestBubble(t *testing.T) {
 		}
 	})
 }
+
+// TestNextAroundEveryTransition checks Next against a minute-by-minute search, from starts
+// on each side of the clock changes of 2026 in zones with hour and half-hour changes, some
+// of them at midnight: the result is after the start, no instant between reads the time,
+// and the result reads it (or, for a time in a gap, lies where Date.In moves it).
+func TestNextAroundEveryTransition(t *testing.T) {
+	for _, zone := range []string{"Europe/Warsaw", "America/New_York", "Australia/Lord_Howe", "America/Santiago", "America/Havana"} {
+		loc := mustLoad(t, zone)
+		for u := time.Date(2026, 1, 1, 0, 0, 0, 0, loc); u.Year() < 2027; {
+			_, end := u.ZoneBounds()
+			if end.IsZero() {
+				break
+			}
+			u = end
+			wall := end.Add(-time.Second).In(loc) // the clock just before the change
+			clocks := []Clock{ClockOf(wall.Hour(), 0), ClockOf(wall.Hour(), 30), ClockOf(0, 0), ClockOf(23, 30), ClockOf(12, 0)}
+			for from := end.Add(-6 * time.Hour); from.Before(end.Add(6 * time.Hour)); from = from.Add(15 * time.Minute) {
+				for _, c := range clocks {
+					r := Next(c).In(zone)
+					got, err := r.Due(from, nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !got.After(from) {
+						t.Fatalf("%s from %s: %s, not after the start", r, from.In(loc), got)
+					}
+					reads := func(x time.Time) bool {
+						x = x.In(loc)
+						return x.Hour() == c.Hour() && x.Minute() == c.Minute() && x.Second() == 0
+					}
+					for x := from.Truncate(time.Minute).Add(time.Minute); x.Before(got); x = x.Add(time.Minute) {
+						if reads(x) {
+							t.Fatalf("%s from %s: got %s, but %s reads %s before it", r, from.In(loc), got.In(loc), x.In(loc), c)
+						}
+					}
+					if !reads(got) {
+						// A time in a gap: nothing on its day reads it, and Date.In put it there.
+						d := DateOf(got.In(loc))
+						if want := d.In(c, loc); !got.Equal(want) {
+							t.Fatalf("%s from %s: got %s, which does not read %s, want %s", r, from.In(loc), got.In(loc), c, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}
