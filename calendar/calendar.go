@@ -172,7 +172,10 @@ func NthWeekday(month time.Month, n int, weekday time.Weekday, name string) Opti
 // YearlyObserved makes the same day of every year a holiday, as [Yearly] does, and also the
 // day it is observed on when it falls on a weekend: the Friday before a Saturday, the Monday
 // after a Sunday, even across the end of a year (New Year's Day on a Saturday is observed on
-// December 31). The observed day is named "name (observed)".
+// December 31). The observed day is named "name (observed)". This is the rule of the United
+// States' federal holidays, whatever the calendar's weekend; others, such as the United
+// Kingdom's substitute days (Christmas on a Saturday observed on Monday, Boxing Day on
+// Tuesday), are not built in: list those days with [On], or implement [Calendar].
 func YearlyObserved(month time.Month, day int, name string) Option {
 	return Holidays(Holiday{Month: month, Day: day, Observed: true, Name: name})
 }
