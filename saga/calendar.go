@@ -35,14 +35,20 @@ const (
 
 // WithCalendars gives the dispatcher the calendars that timeouts requested
 // by a rule (Context.RequestTimeoutBy) are computed with, and that
-// ReplanTimeouts looks new versions up in. reg may gain calendars after
-// the dispatcher is built (a new version to re-plan to).
+// ReplanTimeouts looks new versions up in.
 //
-// current names, for a calendar name, the version that new requests use;
-// a name not in current is used at the one version of it reg holds (a
-// name reg holds at several versions must be in current). The first of
-// current, or reg's only calendar, is the default: the calendar of a
-// request that names none (OnCalendar). Each of current must be in reg.
+// The version of each calendar that new requests use, and the default
+// calendar (that of a request that names none, OnCalendar), are fixed
+// when the dispatcher is built (NewDispatcher), from what reg holds then:
+// current names, for a calendar name, the version that requests use; a
+// name not in current is used at the one version of it reg holds. A
+// calendar reg holds at several versions must have one in current, or
+// NewDispatcher returns an error matching ErrNoCurrentCalendar (and
+// ErrInvalidOption); each of current must be in reg (else
+// calendar.ErrUnknownCalendar). The first of current, or reg's only
+// calendar, is the default. What reg gains later — a new version to
+// re-plan to (ReplanTimeouts), or a calendar of another name — changes
+// nothing for requests: deploy a new version as current, then re-plan.
 func WithCalendars(reg *calendar.Registry, current ...calendar.Ref) Option {
 	return optionFunc(func(c *config) error {
 		if reg == nil {
@@ -58,9 +64,30 @@ func WithCalendars(reg *calendar.Registry, current ...calendar.Ref) Option {
 			}
 			cur[ref.Name] = ref
 		}
-		c.calendars, c.currentCal = reg, cur
-		if len(current) > 0 {
+		// Pin the version of every other calendar reg holds now.
+		versions := make(map[string][]string)
+		for _, ref := range reg.Refs() {
+			versions[ref.Name] = append(versions[ref.Name], ref.Version)
+		}
+		for _, name := range slices.Sorted(maps.Keys(versions)) {
+			vs := versions[name]
+			if _, named := cur[name]; named {
+				continue
+			}
+			if len(vs) > 1 {
+				return fmt.Errorf("%w: %w: WithCalendars: the registry holds calendar %q at versions %q: name the one new requests use, e.g. saga.WithCalendars(reg, calendar.Ref{Name: %q, Version: %q})",
+					ErrInvalidOption, ErrNoCurrentCalendar, name, vs, name, vs[len(vs)-1])
+			}
+			cur[name] = calendar.Ref{Name: name, Version: vs[0]}
+		}
+		c.calendars, c.currentCal, c.defaultCal = reg, cur, ""
+		switch {
+		case len(current) > 0:
 			c.defaultCal = current[0].Name
+		case len(versions) == 1:
+			for name := range versions {
+				c.defaultCal = name
+			}
 		}
 		return nil
 	})
@@ -153,33 +180,23 @@ func (d *Dispatcher) due(rule calendar.Rule, from time.Time, cal calendar.Calend
 }
 
 // currentCalendar returns the version of the calendar name that requests
-// use; "" is the default calendar.
+// use, as WithCalendars fixed it when the dispatcher was built; "" is the
+// default calendar.
 func (d *Dispatcher) currentCalendar(name string) (calendar.Ref, error) {
-	reg := d.cfg.calendars
-	if reg == nil {
+	if d.cfg.calendars == nil {
 		return calendar.Ref{}, fmt.Errorf("%w: the dispatcher has no calendars (saga.WithCalendars)", calendar.ErrUnknownCalendar)
 	}
 	if name == "" {
+		if d.cfg.defaultCal == "" {
+			return calendar.Ref{}, fmt.Errorf("%w: no default calendar: the registry held %d calendars when the dispatcher was built; name one (saga.OnCalendar) or make one current (saga.WithCalendars)",
+				calendar.ErrUnknownCalendar, len(d.cfg.currentCal))
+		}
 		name = d.cfg.defaultCal
 	}
 	if ref, ok := d.cfg.currentCal[name]; ok {
 		return ref, nil
 	}
-	var found []calendar.Ref
-	for _, ref := range reg.Refs() {
-		if name == "" || ref.Name == name {
-			found = append(found, ref)
-		}
-	}
-	switch {
-	case len(found) == 1:
-		return found[0], nil
-	case len(found) == 0:
-		return calendar.Ref{}, fmt.Errorf("%w: no calendar named %q in the dispatcher's registry", calendar.ErrUnknownCalendar, name)
-	case name == "":
-		return calendar.Ref{}, fmt.Errorf("%w: no default calendar: the registry holds %d; name one (saga.OnCalendar) or make one current (saga.WithCalendars)", calendar.ErrUnknownCalendar, len(found))
-	}
-	return calendar.Ref{}, fmt.Errorf("%w: calendar %q has %d versions in the registry; name the current one in saga.WithCalendars", calendar.ErrUnknownCalendar, name, len(found))
+	return calendar.Ref{}, fmt.Errorf("%w: no calendar named %q in the dispatcher's registry when it was built", calendar.ErrUnknownCalendar, name)
 }
 
 // label sets the properties that show p in engines' listings.

@@ -138,8 +138,9 @@ func TestTimeoutByRuleErrors(t *testing.T) {
 		{"invalid rule", calendar.BusinessDays(0), "", calendar.ErrInvalidRule},
 		{"unknown zone", calendar.CalendarDays(1).In("Mars/Olympus"), "", calendar.ErrInvalidRule},
 		{"unknown calendar", calendar.BusinessDays(1), "moon", calendar.ErrUnknownCalendar},
-		{"several versions, none current", calendar.BusinessDays(1), "bank", calendar.ErrUnknownCalendar},
+		{"added after the dispatcher was built", calendar.BusinessDays(1), "late", calendar.ErrUnknownCalendar},
 		{"no default among several", calendar.BusinessDays(1), "", calendar.ErrUnknownCalendar},
+		{"named", calendar.BusinessDays(1), "bank", nil},
 		{"no calendar needed", calendar.CalendarDays(1), "", nil},
 	}
 	got := make([]error, len(tests))
@@ -150,11 +151,22 @@ func TestTimeoutByRuleErrors(t *testing.T) {
 			return nil
 		})
 	saga.OnTimeout(d, func(context.Context, *saga.Context[struct{}], graceOver) error { return nil })
+	other, err := calendar.New("other", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := calendar.New("late", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	reg := new(calendar.Registry)
-	if err := reg.Add(bank(t, "1"), bank(t, "2")); err != nil {
+	if err := reg.Add(bank(t, "1"), other); err != nil {
 		t.Fatal(err)
 	}
 	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		if err := reg.Add(late); err != nil {
+			t.Fatal(err)
+		}
 		for i, tt := range tests {
 			env.Send(Try{ID: tt.name, I: i})
 			err := got[i]
@@ -360,4 +372,52 @@ func TestCatchUpPoliciesAfterAnOutage(t *testing.T) {
 			}
 		}
 	}, sagatest.WithDispatcherOptions(saga.WithHooks(hooks), saga.WithHooks(count)))
+}
+
+// TestCalendarVersionAddedAfterBuild: the dispatcher's current versions
+// and its default calendar are fixed when it is built. A registry given
+// with one calendar and no current version named gains a second version
+// (to re-plan to): new requests, with the default calendar or naming it,
+// still use the first, and the re-plan moves them all.
+func TestCalendarVersionAddedAfterBuild(t *testing.T) {
+	type ByName struct{ ID string }
+	var start time.Time
+	d := graceSaga(&start)
+	saga.StartedBy(d, saga.By(func(m ByName) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[ledger], m ByName) error {
+			_, err := c.RequestTimeoutBy(graceRule, graceOver{}, saga.OnCalendar("bank"))
+			return err
+		})
+	v1 := bank(t, "1")
+	reg := new(calendar.Registry)
+	if err := reg.Add(v1); err != nil {
+		t.Fatal(err)
+	}
+	oldDue := time.Date(2024, time.January, 4, 8, 0, 0, 0, time.UTC)
+	newDue := time.Date(2024, time.January, 5, 8, 0, 0, 0, time.UTC)
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		start = env.Start()
+		env.Send(Subscribe{ID: "before"})
+		v2 := bank(t, "2", calendar.Date{Year: 2024, Month: time.January, Day: 3})
+		if err := reg.Add(v2); err != nil {
+			t.Fatal(err)
+		}
+		env.Send(Subscribe{ID: "default"})
+		env.Send(ByName{ID: "named"})
+		for _, id := range []string{"before", "default", "named"} {
+			ts := env.Timeouts(d, id)
+			if len(ts) != 1 || ts[0].Calendar != calendar.RefOf(v1) || !ts[0].At.Equal(oldDue) {
+				t.Errorf("%s: pending %+v; want one on bank@1 due %v", id, ts, oldDue)
+			}
+		}
+		res, err := env.Dispatcher().ReplanTimeouts(t.Context(), "grace", calendar.RefOf(v2))
+		if err != nil || len(res) != 3 {
+			t.Fatalf("re-plan: %+v, %v; want three moved", res, err)
+		}
+		for _, r := range res {
+			if !r.Changed() || !r.NewAt.Equal(newDue) {
+				t.Errorf("re-plan of %s: %+v; want moved to %v", r.ID, r, newDue)
+			}
+		}
+	}, sagatest.WithCalendars(reg))
 }
