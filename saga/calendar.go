@@ -115,19 +115,23 @@ func RuleFrom(t time.Time) RuleOption { return func(r *ruleRequest) { r.from = t
 // rule falls due, counted from the handler's Now (or RuleFrom), as
 // calendar.Rule.Due computes it with the calendar the dispatcher's
 // registry holds (WithCalendars, OnCalendar). The instant is computed
-// once, here; the timeout keeps the rule, the calendar's name and version
-// and the instant it counted from, which PendingTimeouts, Instance,
-// ScheduledTimeouts and the jetsaga command show, and from which
-// ReplanTimeouts computes it again under a new version of the calendar. A
-// rule due in the past (seven business days before a renewal that is six
-// days away) fires at once, as RequestTimeoutAt does.
+// once, here, and returned with the timeout's handle, as PendingTimeouts
+// lists it: At is the due time, for the saga's data and messages
+// ("your grace period ends on ..."). The timeout keeps the rule, the
+// calendar's name and version and the instant it counted from, which
+// PendingTimeouts, Instance, ScheduledTimeouts and the jetsaga command
+// show, and from which ReplanTimeouts computes it again under a new
+// version of the calendar (a re-plan changes At; PendingTimeouts has the
+// current one). A rule due in the past (seven business days before a
+// renewal that is six days away) fires at once, as RequestTimeoutAt does.
 //
 // Errors match ErrPermanent and, beside those of RequestTimeoutAt, the
 // calendar package's: calendar.ErrInvalidRule for an invalid rule or an
 // unknown zone, calendar.ErrUnknownCalendar when the calendar is not in
 // the registry (or the dispatcher has none), calendar.ErrNoBusinessDay
 // when the calendar has no business day where the rule looks for one.
-func (c *Context[S]) RequestTimeoutBy(rule calendar.Rule, payload any, opts ...RuleOption) (TimeoutHandle, error) {
+// On error the PendingTimeout is zero.
+func (c *Context[S]) RequestTimeoutBy(rule calendar.Rule, payload any, opts ...RuleOption) (PendingTimeout, error) {
 	req := ruleRequest{from: c.step.now}
 	for _, o := range opts {
 		if o != nil {
@@ -137,9 +141,17 @@ func (c *Context[S]) RequestTimeoutBy(rule calendar.Rule, payload any, opts ...R
 	s := c.step
 	at, p, err := s.d.planRule(rule, req)
 	if err != nil {
-		return "", Permanent(fmt.Errorf("saga %s/%s: timeout %T by rule %q: %w", s.sagaName, s.id, payload, rule, err))
+		return PendingTimeout{}, Permanent(fmt.Errorf("saga %s/%s: timeout %T by rule %q: %w", s.sagaName, s.id, payload, rule, err))
 	}
-	return s.requestTimeout(at, payload, p)
+	h, err := s.requestTimeout(at, payload, p)
+	if err != nil {
+		return PendingTimeout{}, err
+	}
+	pt := PendingTimeout{Handle: h, Type: s.rec.Timeouts[string(h)].Type, At: at, Rule: p.rule, From: p.from}
+	if p.cal != nil {
+		pt.Calendar = *p.cal
+	}
+	return pt, nil
 }
 
 // planRule computes the due time of rule for a request.

@@ -16,7 +16,10 @@ import (
 // in the customer's zone. examples/renewal is the full version.
 
 type (
-	Sub        struct{ Customer string }
+	Sub        struct {
+		Customer string
+		RemindAt time.Time
+	}
 	Subscribed struct {
 		Sub, Customer, Zone string
 		Renews              time.Time
@@ -35,7 +38,8 @@ func init() {
 			c.Data.Customer = m.Customer
 			// 09:00 in the customer's zone, seven business days before the renewal
 			reminder := calendar.BusinessDays(-7).At(calendar.ClockOf(9, 0)).In(m.Zone)
-			_, err := c.RequestTimeoutBy(reminder, remind{}, saga.RuleFrom(m.Renews))
+			r, err := c.RequestTimeoutBy(reminder, remind{}, saga.RuleFrom(m.Renews))
+			c.Data.RemindAt = r.At // the instant it computed, for the saga's messages
 			return err
 		})
 	saga.OnTimeout(Renewal, func(ctx context.Context, c *saga.Context[Sub], _ remind) error {
@@ -75,12 +79,14 @@ func ExampleContext_RequestTimeoutBy() {
 	for inst == nil && ctx.Err() == nil {
 		inst, _ = d.Instance(ctx, "renewal", "s1")
 	}
+	fmt.Printf("data %s\n", inst.Data)
 	for _, t := range inst.Timeouts {
 		fmt.Printf("%s due %s\n  by %q on %s\n", t.Type, t.At.Format(time.RFC3339), t.Rule, t.Calendar)
 	}
 	cancel()
 	<-done
 	// Output:
+	// data {"Customer":"ann","RemindAt":"2036-04-30T07:00:00Z"}
 	// renewal.Remind due 2036-04-30T07:00:00Z
 	//   by "7 business days before, at 09:00 Europe/Warsaw" on pl@2026.1
 }

@@ -22,8 +22,9 @@ type (
 	Subscribe struct{ ID string }
 	graceOver struct{}
 	ledger    struct {
-		Fired []string // "type@offset" or "late:type@offset+lateness"
-		Grace saga.TimeoutHandle
+		Fired    []string // "type@offset" or "late:type@offset+lateness"
+		Grace    saga.TimeoutHandle
+		GraceDue time.Time // as RequestTimeoutBy returned it
 	}
 )
 
@@ -50,8 +51,8 @@ func graceSaga(start *time.Time) *saga.Definition[ledger] {
 	d := saga.Define[ledger]("grace")
 	saga.StartedBy(d, saga.By(func(m Subscribe) string { return m.ID }),
 		func(ctx context.Context, c *saga.Context[ledger], m Subscribe) error {
-			h, err := c.RequestTimeoutBy(graceRule, graceOver{})
-			c.Data.Grace = h
+			p, err := c.RequestTimeoutBy(graceRule, graceOver{})
+			c.Data.Grace, c.Data.GraceDue = p.Handle, p.At
 			return err
 		})
 	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], _ graceOver) error {
@@ -118,9 +119,10 @@ func TestTimeoutByRuleIsStoredWithItsRuleAndFiresThen(t *testing.T) {
 			t.Errorf("scheduled timeouts %+v, want one with rule %q, calendar %v, handle %s", listed, want.Rule, want.Calendar, ts[0].Handle)
 		}
 		env.AdvanceTo(due.Add(-time.Nanosecond))
-		sagatest.AssertState(t, env, d, "a", ledger{Grace: ts[0].Handle})
+		// RequestTimeoutBy returned the handle and the due time.
+		sagatest.AssertState(t, env, d, "a", ledger{Grace: ts[0].Handle, GraceDue: due})
 		env.AdvanceTo(due)
-		sagatest.AssertState(t, env, d, "a", ledger{Grace: ts[0].Handle, Fired: []string{"grace@" + due.Sub(start).String()}})
+		sagatest.AssertState(t, env, d, "a", ledger{Grace: ts[0].Handle, GraceDue: due, Fired: []string{"grace@" + due.Sub(start).String()}})
 	}, sagatest.WithCalendars(reg))
 }
 
@@ -252,11 +254,11 @@ func TestReplanUnderANewCalendarVersion(t *testing.T) {
 			t.Fatalf("sending the old message: %+v, %v", r, err)
 		}
 		env.Settle()
-		sagatest.AssertState(t, env, d, "a", ledger{Grace: h})
+		sagatest.AssertState(t, env, d, "a", ledger{Grace: h, GraceDue: oldDue})
 		env.AdvanceTo(oldDue)
-		sagatest.AssertState(t, env, d, "a", ledger{Grace: h}) // the old instant passes: nothing
+		sagatest.AssertState(t, env, d, "a", ledger{Grace: h, GraceDue: oldDue}) // the old instant passes: nothing
 		env.AdvanceTo(newDue)
-		sagatest.AssertState(t, env, d, "a", ledger{Grace: h, Fired: []string{"grace@" + newDue.Sub(start).String()}})
+		sagatest.AssertState(t, env, d, "a", ledger{Grace: h, GraceDue: oldDue, Fired: []string{"grace@" + newDue.Sub(start).String()}})
 	}, sagatest.WithCalendars(reg, calendar.RefOf(v1)))
 }
 
