@@ -16,7 +16,7 @@ import (
 // in the customer's zone. examples/renewal is the full version.
 
 type (
-	Sub        struct {
+	Sub struct {
 		Customer string
 		RemindAt time.Time
 	}
@@ -64,8 +64,8 @@ func ExampleContext_RequestTimeoutBy() {
 	pl, _ := calendar.New("pl", "2026.1", calendar.Yearly(time.May, 1, "Labour Day"), calendar.Yearly(time.May, 3, "Constitution Day"))
 	banks := new(calendar.Registry)
 	banks.Add(pl) // and every older version that pending timeouts name
-// pl@2026.1 is the version new requests use: with several versions of pl
-// in banks, NewDispatcher refuses a registry without one named current.
+	// pl@2026.1 is the version new requests use: with several versions of pl
+	// in banks, NewDispatcher refuses a registry without one named current.
 	d, _ := saga.NewDispatcher(broker, store, "billing", saga.WithSagas(Renewal), saga.WithCalendars(banks, calendar.RefOf(pl)))
 
 	run, cancel := context.WithCancel(ctx)
