@@ -236,6 +236,13 @@ type Replanned struct {
 	// as it was (its record names the new version).
 	Old, New     calendar.Ref
 	OldAt, NewAt time.Time
+	// Outcome says what the re-plan did, and, for a timeout moved to a
+	// due time already past, what will happen to it.
+	Outcome ReplanOutcome
+	// Overdue is, for a timeout moved to a due time already past, how
+	// long NewAt had passed at the re-plan, by the dispatcher's clock: the
+	// timeout fires at once, at least that late. Zero otherwise.
+	Overdue time.Duration
 	// Err, if not nil, says why the timeout was left as it was (New and
 	// NewAt are then zero): the rule could not be read, or the new
 	// calendar has no business day where the rule looks for one.
@@ -244,6 +251,64 @@ type Replanned struct {
 
 // Changed reports whether the re-plan moved the timeout.
 func (r Replanned) Changed() bool { return r.Err == nil && !r.NewAt.Equal(r.OldAt) }
+
+// ReplanOutcome is what a re-plan did to one timeout (Replanned.Outcome).
+// A timeout moved to a due time already past fires at once, and its
+// type's catch-up policy (CatchUp, HandleLate) sees it late: the outcomes
+// after ReplanMoved say what that policy will do with it, judged at the
+// re-plan (a timeout handled later is later still).
+type ReplanOutcome int
+
+const (
+	// ReplanFailed: the timeout was left as it was; Replanned.Err says
+	// why.
+	ReplanFailed ReplanOutcome = iota
+	// ReplanUnchanged: the due time is the same; the timeout's record
+	// names the new version.
+	ReplanUnchanged
+	// ReplanMoved: the timeout is scheduled again for NewAt, still to
+	// come.
+	ReplanMoved
+	// ReplanMovedPast: NewAt had already passed; the timeout fires at
+	// once and is handled: within its type's tolerance, under
+	// CatchUpFire, or as the latest overdue one of its type under
+	// CatchUpCoalesce. A dispatcher that does not run the saga type (the
+	// jetsaga command's) does not know the type's policy and reports
+	// every timeout moved into the past so; the policy applies when it
+	// arrives.
+	ReplanMovedPast
+	// ReplanMovedSkipped: NewAt had passed by more than the tolerance of
+	// the type's catch-up policy, which will drop it when it arrives
+	// (CatchUpSkip, or CatchUpCoalesce with a later timeout of the type
+	// overdue too): its handler will not run.
+	ReplanMovedSkipped
+	// ReplanMovedLate: NewAt had passed by more than the tolerance of
+	// the type's HandleLate: the timeout fires at once and goes to the
+	// late handler.
+	ReplanMovedLate
+)
+
+// String returns "failed", "unchanged", "moved", or, for a timeout moved
+// to a due time already past, "moved (due in the past: fires at once)",
+// "moved (due in the past: will be skipped by its catch-up policy)" or
+// "moved (due in the past: goes to its late handler)".
+func (o ReplanOutcome) String() string {
+	switch o {
+	case ReplanFailed:
+		return "failed"
+	case ReplanUnchanged:
+		return "unchanged"
+	case ReplanMoved:
+		return "moved"
+	case ReplanMovedPast:
+		return "moved (due in the past: fires at once)"
+	case ReplanMovedSkipped:
+		return "moved (due in the past: will be skipped by its catch-up policy)"
+	case ReplanMovedLate:
+		return "moved (due in the past: goes to its late handler)"
+	}
+	return fmt.Sprintf("ReplanOutcome(%d)", int(o))
+}
 
 // ReplanTimeouts plans again, under the calendar to (a version in the
 // dispatcher's registry, WithCalendars), every pending timeout of saga
@@ -255,7 +320,10 @@ func (r Replanned) Changed() bool { return r.Err == nil && !r.NewAt.Equal(r.OldA
 // as one step (see ReplanInstance), so a re-plan never races a handler.
 //
 // The result has one entry per such timeout, in instance order: moved,
-// unchanged, or left as it was with its error. The error joins what made
+// unchanged, or left as it was with its error (Replanned.Outcome). A
+// timeout moved to a due time already past fires at once: its outcome
+// says so, and what its type's catch-up policy will do with it (skip it,
+// hand it to the late handler). The error joins what made
 // an instance's re-plan fail as a whole (its timeouts are then not in the
 // result); an error matching ErrEffectsPending says that an instance's
 // re-plan was committed but carrying it out to the engine failed, and is
@@ -373,16 +441,17 @@ func (s *stepState) replan(to calendar.Ref, cal calendar.Calendar) (out []Replan
 			Old: *te.Calendar, OldAt: te.At}
 		at, err := s.replanOne(te, cal)
 		if err != nil {
-			r.Err = err
+			r.Err, r.Outcome = err, ReplanFailed
 			out = append(out, r)
 			continue
 		}
-		r.New, r.NewAt = to, at
+		r.New, r.NewAt, r.Outcome = to, at, ReplanMoved
 		out = append(out, r)
 		changed = true
 		ref := to
 		te.Calendar = &ref
 		if at.Equal(te.At) {
+			out[len(out)-1].Outcome = ReplanUnchanged
 			s.rec.Timeouts[tok] = te
 			continue
 		}
@@ -403,7 +472,41 @@ func (s *stepState) replan(to calendar.Ref, cal calendar.Calendar) (out []Replan
 		}
 		s.rec.Outbox = append(s.rec.Outbox, eff)
 	}
+	now := s.d.cfg.now()
+	for i := range out {
+		if out[i].Outcome == ReplanMoved && !out[i].NewAt.After(now) {
+			out[i].Overdue = now.Sub(out[i].NewAt)
+			out[i].Outcome = s.overdueOutcome(out[i], now)
+		}
+	}
 	return out, changed
+}
+
+// overdueOutcome says what the catch-up policy of r's type will do with
+// r, moved to a due time r.Overdue past, were it handled now (as
+// stepState.catchUp decides).
+func (s *stepState) overdueOutcome(r Replanned, now time.Time) ReplanOutcome {
+	rt := s.d.byName[s.sagaName]
+	if rt == nil {
+		return ReplanMovedPast // not a saga of this dispatcher: its policy is unknown here
+	}
+	cu := rt.catchUpOf(r.Type)
+	if !cu.set || r.Overdue <= cu.tolerance {
+		return ReplanMovedPast
+	}
+	switch cu.policy {
+	case CatchUpSkip:
+		return ReplanMovedSkipped
+	case CatchUpLate:
+		return ReplanMovedLate
+	case CatchUpCoalesce:
+		for _, other := range s.rec.Timeouts {
+			if other.Type == r.Type && other.At.After(r.NewAt) && !other.At.After(now) {
+				return ReplanMovedSkipped // a later one of its type is overdue too: it goes instead
+			}
+		}
+	}
+	return ReplanMovedPast
 }
 
 func (s *stepState) replanOne(te timeoutEntry, cal calendar.Calendar) (time.Time, error) {

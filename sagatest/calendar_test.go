@@ -423,3 +423,99 @@ func TestCalendarVersionAddedAfterBuild(t *testing.T) {
 		}
 	}, sagatest.WithCalendars(reg))
 }
+
+// Timeouts re-planned to a due time already past, one type per catch-up
+// policy.
+type (
+	pastPlain struct{}
+	pastSkip  struct{}
+	pastLate  struct{}
+	pastLoose struct{} // skipped only beyond a week
+	Replan    struct{ ID string }
+)
+
+func (pastPlain) MessageName() string { return "test.past-plain" }
+func (pastSkip) MessageName() string  { return "test.past-skip" }
+func (pastLate) MessageName() string  { return "test.past-late" }
+func (pastLoose) MessageName() string { return "test.past-loose" }
+
+// TestReplanIntoThePastSaysWhatWillHappen: a re-plan that moves a
+// timeout to a due time already past reports that it fires at once, and
+// what its type's catch-up policy will do with it; each then happens.
+// (Before, each was reported "moved", like a timeout still to come,
+// though the skipped one was then dropped.)
+func TestReplanIntoThePastSaysWhatWillHappen(t *testing.T) {
+	var start time.Time
+	d := saga.Define[ledger]("past")
+	// Three business days before Friday 2024-01-05, at 09:00 UTC: Tuesday
+	// 2 on bank@1; with Tuesday 2 and Wednesday 3 holidays (bank@2), and
+	// Monday 1 one on both, Thursday 2023-12-28: in the past.
+	rule := calendar.BusinessDays(-3).At(calendar.ClockOf(9, 0))
+	friday := time.Date(2024, time.January, 5, 0, 0, 0, 0, time.UTC)
+	saga.StartedBy(d, saga.By(func(m Replan) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[ledger], m Replan) error {
+			for _, p := range []any{pastPlain{}, pastSkip{}, pastLate{}, pastLoose{}} {
+				if _, err := c.RequestTimeoutBy(rule, p, saga.RuleFrom(friday)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	fired := func(name string) func(context.Context, *saga.Context[ledger], any) error {
+		return func(_ context.Context, c *saga.Context[ledger], _ any) error {
+			c.Data.Fired = append(c.Data.Fired, name+"@"+c.Now().Sub(start).String())
+			return nil
+		}
+	}
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastPlain) error { return fired("plain")(ctx, c, m) })
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastSkip) error { return fired("skip")(ctx, c, m) },
+		saga.CatchUp(saga.CatchUpSkip, time.Hour))
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastLate) error { return fired("late")(ctx, c, m) },
+		saga.HandleLate(time.Hour, func(ctx context.Context, c *saga.Context[ledger], m pastLate, _ saga.Lateness) error {
+			return fired("late-handler")(ctx, c, m)
+		}))
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastLoose) error { return fired("loose")(ctx, c, m) },
+		saga.CatchUp(saga.CatchUpSkip, 7*24*time.Hour))
+	v1 := bank(t, "1")
+	reg := new(calendar.Registry)
+	if err := reg.Add(v1); err != nil {
+		t.Fatal(err)
+	}
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		start = env.Start()
+		env.Send(Replan{ID: "r"})
+		for _, p := range env.Timeouts(d, "r") {
+			if want := time.Date(2024, time.January, 2, 9, 0, 0, 0, time.UTC); !p.At.Equal(want) {
+				t.Fatalf("pending %+v: want due %v", p, want)
+			}
+		}
+		v2 := bank(t, "2", calendar.Date{Year: 2024, Month: time.January, Day: 2}, calendar.Date{Year: 2024, Month: time.January, Day: 3})
+		if err := reg.Add(v2); err != nil {
+			t.Fatal(err)
+		}
+		env.Advance(12 * time.Hour)
+		res, err := env.Dispatcher().ReplanTimeouts(t.Context(), "past", calendar.RefOf(v2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		newDue := time.Date(2023, time.December, 28, 9, 0, 0, 0, time.UTC)
+		want := map[string]saga.ReplanOutcome{
+			"test.past-plain": saga.ReplanMovedPast, "test.past-skip": saga.ReplanMovedSkipped,
+			"test.past-late": saga.ReplanMovedLate, "test.past-loose": saga.ReplanMovedPast,
+		}
+		if len(res) != len(want) {
+			t.Fatalf("re-plan: %+v; want %d results", res, len(want))
+		}
+		for _, r := range res {
+			if r.Err != nil || !r.Changed() || !r.NewAt.Equal(newDue) || r.Outcome != want[r.Type] || r.Overdue != env.Now().Sub(newDue) {
+				t.Errorf("re-plan of %s: %+v (%s); want moved to %v, %v overdue, %q", r.Type, r, r.Outcome, newDue, env.Now().Sub(newDue), want[r.Type])
+			}
+		}
+		env.Settle()
+		got := sagatest.State(t, env, d, "r").Fired
+		slices.Sort(got)
+		if wantFired := []string{"late-handler@12h0m0s", "loose@12h0m0s", "plain@12h0m0s"}; !slices.Equal(got, wantFired) {
+			t.Errorf("handled %q, want %q (the skipped one dropped)", got, wantFired)
+		}
+	}, sagatest.WithCalendars(reg, calendar.RefOf(v1)))
+}
