@@ -2,6 +2,7 @@ package sagatest
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -187,6 +188,7 @@ type Env struct {
 	stopped    bool
 	redelivery int            // redeliveries so far, to name their queues
 	sends      int            // messages Send sent, to name them
+	idPrefix   string         // of their MessageIDs, random: unique to the Env
 	inputs     map[int]string // Explore's inputs, as resolved
 	crash      *crashState    // the crash armed for the step in flight (Crash)
 
@@ -282,6 +284,9 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 		t: t, codec: cfg.codec, start: time.Now().UTC(), budget: cfg.budget, limit: cfg.limit,
 		snaps:   make(map[instanceKey]*saga.Instance),
 		watched: make(map[string]*watchedQueue),
+		// 40 random bits: Envs, and the records they leave (StoredRecord),
+		// do not share MessageIDs.
+		idPrefix: strings.ToLower(rand.Text()[:8]),
 	}
 	if e.codec == nil {
 		e.codec = saga.JSON{}
@@ -550,8 +555,11 @@ func (e *Env) Settle() {
 
 // Send sends m to the dispatcher's queue, as Dispatcher.Send does, and
 // waits until it has been handled. It fails the test if the send fails.
-// Unless opts set one, m gets a MessageID, "sagatest-1", "sagatest-2",
-// ..., so that Explore can redeliver it.
+// Unless opts set one, m gets a MessageID unique to the Env,
+// "sagatest-<env>-1", "sagatest-<env>-2", ... (<env> is drawn at random
+// for each Env), so that Explore can redeliver it, and so that a record
+// from another Env (Restore), whose inbox holds that Env's MessageIDs,
+// does not take it for a duplicate.
 func (e *Env) Send(m any, opts ...saga.SendOption) {
 	e.t.Helper()
 	e.drive()
@@ -566,7 +574,7 @@ func (e *Env) send(m any, opts []saga.SendOption) {
 	e.mu.Lock()
 	e.recordLocked(0, time.Now(), fmt.Sprintf("test sent %s%s", messageName(m), e.bodySuffix(body)))
 	e.sends++
-	id := fmt.Sprintf("sagatest-%d", e.sends)
+	id := fmt.Sprintf("sagatest-%s-%d", e.idPrefix, e.sends)
 	e.mu.Unlock()
 	opts = append([]saga.SendOption{saga.WithMessageID(id)}, opts...)
 	if _, err := e.d.Send(e.ctx, m, opts...); err != nil {
