@@ -669,7 +669,9 @@ func (e *Env) Exists(s saga.Saga, id string) bool {
 }
 
 // Completed reports whether the instance of s with this id completed
-// (MarkComplete).
+// (MarkComplete). The Env remembers the completions it saw: an instance
+// is still completed once the completed retention has passed and its
+// tombstone is gone from the store (saga.WithCompletedRetention).
 func (e *Env) Completed(s saga.Saga, id string) bool {
 	e.t.Helper()
 	inst := e.instance(e.t, s, id)
@@ -700,12 +702,19 @@ func (e *Env) Failures() []Failure {
 	return slices.Clone(e.failures)
 }
 
-// instance settles and loads an instance; nil if there is none.
+// instance settles and loads an instance; nil if there is none. An
+// instance the Env saw complete whose tombstone is gone (the completed
+// retention passed) is returned as a completed one.
 func (e *Env) instance(t testing.TB, s saga.Saga, id string) *saga.Instance {
 	t.Helper()
 	e.settle()
 	inst, err := e.d.Instance(e.ctx, s.Name(), id)
 	if errors.Is(err, saga.ErrNotFound) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if snap := e.snaps[instanceKey{s.Name(), id}]; snap != nil && snap.Completed {
+			return &saga.Instance{Saga: snap.Saga, ID: snap.ID, Completed: true, Started: snap.Started, Updated: snap.Updated, DataVersion: snap.DataVersion}
+		}
 		return nil
 	}
 	if err != nil {
