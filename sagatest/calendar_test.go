@@ -467,14 +467,18 @@ func TestReplanIntoThePastSaysWhatWillHappen(t *testing.T) {
 			return nil
 		}
 	}
-	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastPlain) error { return fired("plain")(ctx, c, m) })
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastPlain) error {
+		return fired("plain")(ctx, c, m)
+	})
 	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastSkip) error { return fired("skip")(ctx, c, m) },
 		saga.CatchUp(saga.CatchUpSkip, time.Hour))
 	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastLate) error { return fired("late")(ctx, c, m) },
 		saga.HandleLate(time.Hour, func(ctx context.Context, c *saga.Context[ledger], m pastLate, _ saga.Lateness) error {
 			return fired("late-handler")(ctx, c, m)
 		}))
-	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastLoose) error { return fired("loose")(ctx, c, m) },
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastLoose) error {
+		return fired("loose")(ctx, c, m)
+	},
 		saga.CatchUp(saga.CatchUpSkip, 7*24*time.Hour))
 	v1 := bank(t, "1")
 	reg := new(calendar.Registry)
