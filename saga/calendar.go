@@ -286,12 +286,18 @@ const (
 	// the type's HandleLate: the timeout fires at once and goes to the
 	// late handler.
 	ReplanMovedLate
+	// ReplanMovedCoalesced: NewAt had passed by more than the tolerance
+	// of the type's CatchUpCoalesce, and other timeouts of the type are
+	// due at the same instant: whichever of them arrives first is
+	// handled, the others dropped.
+	ReplanMovedCoalesced
 )
 
 // String returns "failed", "unchanged", "moved", or, for a timeout moved
 // to a due time already past, "moved (due in the past: fires at once)",
-// "moved (due in the past: will be skipped by its catch-up policy)" or
-// "moved (due in the past: goes to its late handler)".
+// "moved (due in the past: will be skipped by its catch-up policy)",
+// "moved (due in the past: goes to its late handler)" or "moved (due in
+// the past: coalesced, one of those due then is handled)".
 func (o ReplanOutcome) String() string {
 	switch o {
 	case ReplanFailed:
@@ -306,6 +312,8 @@ func (o ReplanOutcome) String() string {
 		return "moved (due in the past: will be skipped by its catch-up policy)"
 	case ReplanMovedLate:
 		return "moved (due in the past: goes to its late handler)"
+	case ReplanMovedCoalesced:
+		return "moved (due in the past: coalesced, one of those due then is handled)"
 	}
 	return fmt.Sprintf("ReplanOutcome(%d)", int(o))
 }
@@ -500,10 +508,18 @@ func (s *stepState) overdueOutcome(r Replanned, now time.Time) ReplanOutcome {
 	case CatchUpLate:
 		return ReplanMovedLate
 	case CatchUpCoalesce:
-		for _, other := range s.rec.Timeouts {
-			if other.Type == r.Type && other.At.After(r.NewAt) && !other.At.After(now) {
+		tie := false
+		for tok, other := range s.rec.Timeouts {
+			if tok == string(r.Handle) || other.Type != r.Type || other.At.After(now) {
+				continue
+			}
+			if other.At.After(r.NewAt) {
 				return ReplanMovedSkipped // a later one of its type is overdue too: it goes instead
 			}
+			tie = tie || other.At.Equal(r.NewAt)
+		}
+		if tie {
+			return ReplanMovedCoalesced
 		}
 	}
 	return ReplanMovedPast

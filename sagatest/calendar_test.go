@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -431,13 +432,16 @@ type (
 	pastSkip  struct{}
 	pastLate  struct{}
 	pastLoose struct{} // skipped only beyond a week
+	pastCoal  struct{ N int }
 	Replan    struct{ ID string }
+	ReplanTie struct{ ID string }
 )
 
 func (pastPlain) MessageName() string { return "test.past-plain" }
 func (pastSkip) MessageName() string  { return "test.past-skip" }
 func (pastLate) MessageName() string  { return "test.past-late" }
 func (pastLoose) MessageName() string { return "test.past-loose" }
+func (pastCoal) MessageName() string  { return "test.past-coalesce" }
 
 // TestReplanIntoThePastSaysWhatWillHappen: a re-plan that moves a
 // timeout to a due time already past reports that it fires at once, and
@@ -454,8 +458,21 @@ func TestReplanIntoThePastSaysWhatWillHappen(t *testing.T) {
 	friday := time.Date(2024, time.January, 5, 0, 0, 0, 0, time.UTC)
 	saga.StartedBy(d, saga.By(func(m Replan) string { return m.ID }),
 		func(ctx context.Context, c *saga.Context[ledger], m Replan) error {
-			for _, p := range []any{pastPlain{}, pastSkip{}, pastLate{}, pastLoose{}} {
+			for _, p := range []any{pastPlain{}, pastSkip{}, pastLate{}, pastLoose{}, pastCoal{1}} {
 				if _, err := c.RequestTimeoutBy(rule, p, saga.RuleFrom(friday)); err != nil {
+					return err
+				}
+			}
+			// Two business days before: Wednesday 3 on bank@1, Friday
+			// 2023-12-29 on bank@2, a day after the others.
+			_, err := c.RequestTimeoutBy(calendar.BusinessDays(-2).At(calendar.ClockOf(9, 0)), pastCoal{2}, saga.RuleFrom(friday))
+			return err
+		})
+	// Two coalesced timeouts due at the same instant.
+	saga.StartedBy(d, saga.By(func(m ReplanTie) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[ledger], m ReplanTie) error {
+			for n := range 2 {
+				if _, err := c.RequestTimeoutBy(rule, pastCoal{n}, saga.RuleFrom(friday)); err != nil {
 					return err
 				}
 			}
@@ -480,6 +497,9 @@ func TestReplanIntoThePastSaysWhatWillHappen(t *testing.T) {
 		return fired("loose")(ctx, c, m)
 	},
 		saga.CatchUp(saga.CatchUpSkip, 7*24*time.Hour))
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastCoal) error {
+		return fired("coalesce"+strconv.Itoa(m.N))(ctx, c, m)
+	}, saga.CatchUp(saga.CatchUpCoalesce, time.Hour))
 	v1 := bank(t, "1")
 	reg := new(calendar.Registry)
 	if err := reg.Add(v1); err != nil {
@@ -488,8 +508,13 @@ func TestReplanIntoThePastSaysWhatWillHappen(t *testing.T) {
 	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
 		start = env.Start()
 		env.Send(Replan{ID: "r"})
+		env.Send(ReplanTie{ID: "tie"})
 		for _, p := range env.Timeouts(d, "r") {
-			if want := time.Date(2024, time.January, 2, 9, 0, 0, 0, time.UTC); !p.At.Equal(want) {
+			want := time.Date(2024, time.January, 2, 9, 0, 0, 0, time.UTC)
+			if p.Rule == "2 business days before, at 09:00 UTC" {
+				want = want.AddDate(0, 0, 1)
+			}
+			if !p.At.Equal(want) {
 				t.Fatalf("pending %+v: want due %v", p, want)
 			}
 		}
@@ -503,23 +528,44 @@ func TestReplanIntoThePastSaysWhatWillHappen(t *testing.T) {
 			t.Fatal(err)
 		}
 		newDue := time.Date(2023, time.December, 28, 9, 0, 0, 0, time.UTC)
-		want := map[string]saga.ReplanOutcome{
-			"test.past-plain": saga.ReplanMovedPast, "test.past-skip": saga.ReplanMovedSkipped,
-			"test.past-late": saga.ReplanMovedLate, "test.past-loose": saga.ReplanMovedPast,
+		type key struct {
+			typ  string
+			rule string
 		}
-		if len(res) != len(want) {
-			t.Fatalf("re-plan: %+v; want %d results", res, len(want))
+		three, two := "3 business days before, at 09:00 UTC", "2 business days before, at 09:00 UTC"
+		want := map[key]saga.ReplanOutcome{
+			{"test.past-plain", three}: saga.ReplanMovedPast, {"test.past-skip", three}: saga.ReplanMovedSkipped,
+			{"test.past-late", three}: saga.ReplanMovedLate, {"test.past-loose", three}: saga.ReplanMovedPast,
+			// The earlier of two coalesced: dropped; the later: handled.
+			{"test.past-coalesce", three}: saga.ReplanMovedSkipped, {"test.past-coalesce", two}: saga.ReplanMovedPast,
+		}
+		if len(res) != len(want)+2 {
+			t.Fatalf("re-plan: %+v; want %d results", res, len(want)+2)
 		}
 		for _, r := range res {
-			if r.Err != nil || !r.Changed() || !r.NewAt.Equal(newDue) || r.Outcome != want[r.Type] || r.Overdue != env.Now().Sub(newDue) {
-				t.Errorf("re-plan of %s: %+v (%s); want moved to %v, %v overdue, %q", r.Type, r, r.Outcome, newDue, env.Now().Sub(newDue), want[r.Type])
+			if r.ID == "tie" {
+				if r.Outcome != saga.ReplanMovedCoalesced {
+					t.Errorf("re-plan of %s/%s, one of two due at the same instant: %s; want %s", r.ID, r.Type, r.Outcome, saga.ReplanMovedCoalesced)
+				}
+				continue
+			}
+			due := newDue
+			if r.Rule == two {
+				due = due.AddDate(0, 0, 1)
+			}
+			w, ok := want[key{r.Type, r.Rule}]
+			if !ok || r.Err != nil || !r.Changed() || !r.NewAt.Equal(due) || r.Outcome != w || r.Overdue != env.Now().Sub(due) {
+				t.Errorf("re-plan of %s by %q: %+v (%s); want moved to %v, %v overdue, %q", r.Type, r.Rule, r, r.Outcome, due, env.Now().Sub(due), w)
 			}
 		}
 		env.Settle()
 		got := sagatest.State(t, env, d, "r").Fired
 		slices.Sort(got)
-		if wantFired := []string{"late-handler@12h0m0s", "loose@12h0m0s", "plain@12h0m0s"}; !slices.Equal(got, wantFired) {
-			t.Errorf("handled %q, want %q (the skipped one dropped)", got, wantFired)
+		if wantFired := []string{"coalesce2@12h0m0s", "late-handler@12h0m0s", "loose@12h0m0s", "plain@12h0m0s"}; !slices.Equal(got, wantFired) {
+			t.Errorf("handled %q, want %q (the skipped ones dropped)", got, wantFired)
+		}
+		if got := sagatest.State(t, env, d, "tie").Fired; len(got) != 1 {
+			t.Errorf("of two coalesced timeouts due at the same instant, handled %q; want one", got)
 		}
 	}, sagatest.WithCalendars(reg, calendar.RefOf(v1)))
 }
