@@ -103,7 +103,12 @@ func WithStart(start time.Time) Option {
 // WithCalendars gives the dispatcher calendars, as saga.WithCalendars
 // does: the registry that timeouts requested by a rule
 // (saga.Context.RequestTimeoutBy) and re-plans (Env.Dispatcher's
-// ReplanTimeouts) look calendars up in, and the current versions.
+// ReplanTimeouts) look calendars up in, and the current versions. As
+// there, the current versions and the default calendar are fixed when
+// the Env starts its dispatcher: a version added to reg in the test, to
+// re-plan to, changes nothing for new requests; a calendar reg holds at
+// several versions then needs its current one named (else Run fails the
+// test with saga.ErrNoCurrentCalendar).
 func WithCalendars(reg *calendar.Registry, current ...calendar.Ref) Option {
 	return optionFunc(func(c *config) error {
 		if reg == nil {
