@@ -35,14 +35,20 @@ const (
 
 // WithCalendars gives the dispatcher the calendars that timeouts requested
 // by a rule (Context.RequestTimeoutBy) are computed with, and that
-// ReplanTimeouts looks new versions up in. reg may gain calendars after
-// the dispatcher is built (a new version to re-plan to).
+// ReplanTimeouts looks new versions up in.
 //
-// current names, for a calendar name, the version that new requests use;
-// a name not in current is used at the one version of it reg holds (a
-// name reg holds at several versions must be in current). The first of
-// current, or reg's only calendar, is the default: the calendar of a
-// request that names none (OnCalendar). Each of current must be in reg.
+// The version of each calendar that new requests use, and the default
+// calendar (that of a request that names none, OnCalendar), are fixed
+// when the dispatcher is built (NewDispatcher), from what reg holds then:
+// current names, for a calendar name, the version that requests use; a
+// name not in current is used at the one version of it reg holds. A
+// calendar reg holds at several versions must have one in current, or
+// NewDispatcher returns an error matching ErrNoCurrentCalendar (and
+// ErrInvalidOption); each of current must be in reg (else
+// calendar.ErrUnknownCalendar). The first of current, or reg's only
+// calendar, is the default. What reg gains later — a new version to
+// re-plan to (ReplanTimeouts), or a calendar of another name — changes
+// nothing for requests: deploy a new version as current, then re-plan.
 func WithCalendars(reg *calendar.Registry, current ...calendar.Ref) Option {
 	return optionFunc(func(c *config) error {
 		if reg == nil {
@@ -58,9 +64,30 @@ func WithCalendars(reg *calendar.Registry, current ...calendar.Ref) Option {
 			}
 			cur[ref.Name] = ref
 		}
-		c.calendars, c.currentCal = reg, cur
-		if len(current) > 0 {
+		// Pin the version of every other calendar reg holds now.
+		versions := make(map[string][]string)
+		for _, ref := range reg.Refs() {
+			versions[ref.Name] = append(versions[ref.Name], ref.Version)
+		}
+		for _, name := range slices.Sorted(maps.Keys(versions)) {
+			vs := versions[name]
+			if _, named := cur[name]; named {
+				continue
+			}
+			if len(vs) > 1 {
+				return fmt.Errorf("%w: %w: WithCalendars: the registry holds calendar %q at versions %q: name the one new requests use, e.g. saga.WithCalendars(reg, calendar.Ref{Name: %q, Version: %q})",
+					ErrInvalidOption, ErrNoCurrentCalendar, name, vs, name, vs[len(vs)-1])
+			}
+			cur[name] = calendar.Ref{Name: name, Version: vs[0]}
+		}
+		c.calendars, c.currentCal, c.defaultCal = reg, cur, ""
+		switch {
+		case len(current) > 0:
 			c.defaultCal = current[0].Name
+		case len(versions) == 1:
+			for name := range versions {
+				c.defaultCal = name
+			}
 		}
 		return nil
 	})
@@ -88,19 +115,23 @@ func RuleFrom(t time.Time) RuleOption { return func(r *ruleRequest) { r.from = t
 // rule falls due, counted from the handler's Now (or RuleFrom), as
 // calendar.Rule.Due computes it with the calendar the dispatcher's
 // registry holds (WithCalendars, OnCalendar). The instant is computed
-// once, here; the timeout keeps the rule, the calendar's name and version
-// and the instant it counted from, which PendingTimeouts, Instance,
-// ScheduledTimeouts and the jetsaga command show, and from which
-// ReplanTimeouts computes it again under a new version of the calendar. A
-// rule due in the past (seven business days before a renewal that is six
-// days away) fires at once, as RequestTimeoutAt does.
+// once, here, and returned with the timeout's handle, as PendingTimeouts
+// lists it: At is the due time, for the saga's data and messages
+// ("your grace period ends on ..."). The timeout keeps the rule, the
+// calendar's name and version and the instant it counted from, which
+// PendingTimeouts, Instance, ScheduledTimeouts and the jetsaga command
+// show, and from which ReplanTimeouts computes it again under a new
+// version of the calendar (a re-plan changes At; PendingTimeouts has the
+// current one). A rule due in the past (seven business days before a
+// renewal that is six days away) fires at once, as RequestTimeoutAt does.
 //
 // Errors match ErrPermanent and, beside those of RequestTimeoutAt, the
 // calendar package's: calendar.ErrInvalidRule for an invalid rule or an
 // unknown zone, calendar.ErrUnknownCalendar when the calendar is not in
 // the registry (or the dispatcher has none), calendar.ErrNoBusinessDay
 // when the calendar has no business day where the rule looks for one.
-func (c *Context[S]) RequestTimeoutBy(rule calendar.Rule, payload any, opts ...RuleOption) (TimeoutHandle, error) {
+// On error the PendingTimeout is zero.
+func (c *Context[S]) RequestTimeoutBy(rule calendar.Rule, payload any, opts ...RuleOption) (PendingTimeout, error) {
 	req := ruleRequest{from: c.step.now}
 	for _, o := range opts {
 		if o != nil {
@@ -110,9 +141,17 @@ func (c *Context[S]) RequestTimeoutBy(rule calendar.Rule, payload any, opts ...R
 	s := c.step
 	at, p, err := s.d.planRule(rule, req)
 	if err != nil {
-		return "", Permanent(fmt.Errorf("saga %s/%s: timeout %T by rule %q: %w", s.sagaName, s.id, payload, rule, err))
+		return PendingTimeout{}, Permanent(fmt.Errorf("saga %s/%s: timeout %T by rule %q: %w", s.sagaName, s.id, payload, rule, err))
 	}
-	return s.requestTimeout(at, payload, p)
+	h, err := s.requestTimeout(at, payload, p)
+	if err != nil {
+		return PendingTimeout{}, err
+	}
+	pt := PendingTimeout{Handle: h, Type: s.rec.Timeouts[string(h)].Type, At: at, Rule: p.rule, From: p.from}
+	if p.cal != nil {
+		pt.Calendar = *p.cal
+	}
+	return pt, nil
 }
 
 // planRule computes the due time of rule for a request.
@@ -153,33 +192,23 @@ func (d *Dispatcher) due(rule calendar.Rule, from time.Time, cal calendar.Calend
 }
 
 // currentCalendar returns the version of the calendar name that requests
-// use; "" is the default calendar.
+// use, as WithCalendars fixed it when the dispatcher was built; "" is the
+// default calendar.
 func (d *Dispatcher) currentCalendar(name string) (calendar.Ref, error) {
-	reg := d.cfg.calendars
-	if reg == nil {
+	if d.cfg.calendars == nil {
 		return calendar.Ref{}, fmt.Errorf("%w: the dispatcher has no calendars (saga.WithCalendars)", calendar.ErrUnknownCalendar)
 	}
 	if name == "" {
+		if d.cfg.defaultCal == "" {
+			return calendar.Ref{}, fmt.Errorf("%w: no default calendar: the registry held %d calendars when the dispatcher was built; name one (saga.OnCalendar) or make one current (saga.WithCalendars)",
+				calendar.ErrUnknownCalendar, len(d.cfg.currentCal))
+		}
 		name = d.cfg.defaultCal
 	}
 	if ref, ok := d.cfg.currentCal[name]; ok {
 		return ref, nil
 	}
-	var found []calendar.Ref
-	for _, ref := range reg.Refs() {
-		if name == "" || ref.Name == name {
-			found = append(found, ref)
-		}
-	}
-	switch {
-	case len(found) == 1:
-		return found[0], nil
-	case len(found) == 0:
-		return calendar.Ref{}, fmt.Errorf("%w: no calendar named %q in the dispatcher's registry", calendar.ErrUnknownCalendar, name)
-	case name == "":
-		return calendar.Ref{}, fmt.Errorf("%w: no default calendar: the registry holds %d; name one (saga.OnCalendar) or make one current (saga.WithCalendars)", calendar.ErrUnknownCalendar, len(found))
-	}
-	return calendar.Ref{}, fmt.Errorf("%w: calendar %q has %d versions in the registry; name the current one in saga.WithCalendars", calendar.ErrUnknownCalendar, name, len(found))
+	return calendar.Ref{}, fmt.Errorf("%w: no calendar named %q in the dispatcher's registry when it was built", calendar.ErrUnknownCalendar, name)
 }
 
 // label sets the properties that show p in engines' listings.
@@ -207,6 +236,13 @@ type Replanned struct {
 	// as it was (its record names the new version).
 	Old, New     calendar.Ref
 	OldAt, NewAt time.Time
+	// Outcome says what the re-plan did, and, for a timeout moved to a
+	// due time already past, what will happen to it.
+	Outcome ReplanOutcome
+	// Overdue is, for a timeout moved to a due time already past, how
+	// long NewAt had passed at the re-plan, by the dispatcher's clock: the
+	// timeout fires at once, at least that late. Zero otherwise.
+	Overdue time.Duration
 	// Err, if not nil, says why the timeout was left as it was (New and
 	// NewAt are then zero): the rule could not be read, or the new
 	// calendar has no business day where the rule looks for one.
@@ -215,6 +251,72 @@ type Replanned struct {
 
 // Changed reports whether the re-plan moved the timeout.
 func (r Replanned) Changed() bool { return r.Err == nil && !r.NewAt.Equal(r.OldAt) }
+
+// ReplanOutcome is what a re-plan did to one timeout (Replanned.Outcome).
+// A timeout moved to a due time already past fires at once, and its
+// type's catch-up policy (CatchUp, HandleLate) sees it late: the outcomes
+// after ReplanMoved say what that policy will do with it, judged at the
+// re-plan (a timeout handled later is later still).
+type ReplanOutcome int
+
+const (
+	// ReplanFailed: the timeout was left as it was; Replanned.Err says
+	// why.
+	ReplanFailed ReplanOutcome = iota
+	// ReplanUnchanged: the due time is the same; the timeout's record
+	// names the new version.
+	ReplanUnchanged
+	// ReplanMoved: the timeout is scheduled again for NewAt, still to
+	// come.
+	ReplanMoved
+	// ReplanMovedPast: NewAt had already passed; the timeout fires at
+	// once and is handled: within its type's tolerance, under
+	// CatchUpFire, or as the latest overdue one of its type under
+	// CatchUpCoalesce. A dispatcher that does not run the saga type (the
+	// jetsaga command's) does not know the type's policy and reports
+	// every timeout moved into the past so; the policy applies when it
+	// arrives.
+	ReplanMovedPast
+	// ReplanMovedSkipped: NewAt had passed by more than the tolerance of
+	// the type's catch-up policy, which will drop it when it arrives
+	// (CatchUpSkip, or CatchUpCoalesce with a later timeout of the type
+	// overdue too): its handler will not run.
+	ReplanMovedSkipped
+	// ReplanMovedLate: NewAt had passed by more than the tolerance of
+	// the type's HandleLate: the timeout fires at once and goes to the
+	// late handler.
+	ReplanMovedLate
+	// ReplanMovedCoalesced: NewAt had passed by more than the tolerance
+	// of the type's CatchUpCoalesce, and other timeouts of the type are
+	// due at the same instant: whichever of them arrives first is
+	// handled, the others dropped.
+	ReplanMovedCoalesced
+)
+
+// String returns "failed", "unchanged", "moved", or, for a timeout moved
+// to a due time already past, "moved (due in the past: fires at once)",
+// "moved (due in the past: will be skipped by its catch-up policy)",
+// "moved (due in the past: goes to its late handler)" or "moved (due in
+// the past: coalesced, one of those due then is handled)".
+func (o ReplanOutcome) String() string {
+	switch o {
+	case ReplanFailed:
+		return "failed"
+	case ReplanUnchanged:
+		return "unchanged"
+	case ReplanMoved:
+		return "moved"
+	case ReplanMovedPast:
+		return "moved (due in the past: fires at once)"
+	case ReplanMovedSkipped:
+		return "moved (due in the past: will be skipped by its catch-up policy)"
+	case ReplanMovedLate:
+		return "moved (due in the past: goes to its late handler)"
+	case ReplanMovedCoalesced:
+		return "moved (due in the past: coalesced, one of those due then is handled)"
+	}
+	return fmt.Sprintf("ReplanOutcome(%d)", int(o))
+}
 
 // ReplanTimeouts plans again, under the calendar to (a version in the
 // dispatcher's registry, WithCalendars), every pending timeout of saga
@@ -226,7 +328,10 @@ func (r Replanned) Changed() bool { return r.Err == nil && !r.NewAt.Equal(r.OldA
 // as one step (see ReplanInstance), so a re-plan never races a handler.
 //
 // The result has one entry per such timeout, in instance order: moved,
-// unchanged, or left as it was with its error. The error joins what made
+// unchanged, or left as it was with its error (Replanned.Outcome). A
+// timeout moved to a due time already past fires at once: its outcome
+// says so, and what its type's catch-up policy will do with it (skip it,
+// hand it to the late handler). The error joins what made
 // an instance's re-plan fail as a whole (its timeouts are then not in the
 // result); an error matching ErrEffectsPending says that an instance's
 // re-plan was committed but carrying it out to the engine failed, and is
@@ -344,16 +449,17 @@ func (s *stepState) replan(to calendar.Ref, cal calendar.Calendar) (out []Replan
 			Old: *te.Calendar, OldAt: te.At}
 		at, err := s.replanOne(te, cal)
 		if err != nil {
-			r.Err = err
+			r.Err, r.Outcome = err, ReplanFailed
 			out = append(out, r)
 			continue
 		}
-		r.New, r.NewAt = to, at
+		r.New, r.NewAt, r.Outcome = to, at, ReplanMoved
 		out = append(out, r)
 		changed = true
 		ref := to
 		te.Calendar = &ref
 		if at.Equal(te.At) {
+			out[len(out)-1].Outcome = ReplanUnchanged
 			s.rec.Timeouts[tok] = te
 			continue
 		}
@@ -374,7 +480,49 @@ func (s *stepState) replan(to calendar.Ref, cal calendar.Calendar) (out []Replan
 		}
 		s.rec.Outbox = append(s.rec.Outbox, eff)
 	}
+	now := s.d.cfg.now()
+	for i := range out {
+		if out[i].Outcome == ReplanMoved && !out[i].NewAt.After(now) {
+			out[i].Overdue = now.Sub(out[i].NewAt)
+			out[i].Outcome = s.overdueOutcome(out[i], now)
+		}
+	}
 	return out, changed
+}
+
+// overdueOutcome says what the catch-up policy of r's type will do with
+// r, moved to a due time r.Overdue past, were it handled now (as
+// stepState.catchUp decides).
+func (s *stepState) overdueOutcome(r Replanned, now time.Time) ReplanOutcome {
+	rt := s.d.byName[s.sagaName]
+	if rt == nil {
+		return ReplanMovedPast // not a saga of this dispatcher: its policy is unknown here
+	}
+	cu := rt.catchUpOf(r.Type)
+	if !cu.set || r.Overdue <= cu.tolerance {
+		return ReplanMovedPast
+	}
+	switch cu.policy {
+	case CatchUpSkip:
+		return ReplanMovedSkipped
+	case CatchUpLate:
+		return ReplanMovedLate
+	case CatchUpCoalesce:
+		tie := false
+		for tok, other := range s.rec.Timeouts {
+			if tok == string(r.Handle) || other.Type != r.Type || other.At.After(now) {
+				continue
+			}
+			if other.At.After(r.NewAt) {
+				return ReplanMovedSkipped // a later one of its type is overdue too: it goes instead
+			}
+			tie = tie || other.At.Equal(r.NewAt)
+		}
+		if tie {
+			return ReplanMovedCoalesced
+		}
+	}
+	return ReplanMovedPast
 }
 
 func (s *stepState) replanOne(te timeoutEntry, cal calendar.Calendar) (time.Time, error) {

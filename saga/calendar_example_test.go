@@ -16,7 +16,10 @@ import (
 // in the customer's zone. examples/renewal is the full version.
 
 type (
-	Sub        struct{ Customer string }
+	Sub struct {
+		Customer string
+		RemindAt time.Time
+	}
 	Subscribed struct {
 		Sub, Customer, Zone string
 		Renews              time.Time
@@ -35,7 +38,8 @@ func init() {
 			c.Data.Customer = m.Customer
 			// 09:00 in the customer's zone, seven business days before the renewal
 			reminder := calendar.BusinessDays(-7).At(calendar.ClockOf(9, 0)).In(m.Zone)
-			_, err := c.RequestTimeoutBy(reminder, remind{}, saga.RuleFrom(m.Renews))
+			r, err := c.RequestTimeoutBy(reminder, remind{}, saga.RuleFrom(m.Renews))
+			c.Data.RemindAt = r.At // the instant it computed, for the saga's messages
 			return err
 		})
 	saga.OnTimeout(Renewal, func(ctx context.Context, c *saga.Context[Sub], _ remind) error {
@@ -59,8 +63,10 @@ func ExampleContext_RequestTimeoutBy() {
 
 	pl, _ := calendar.New("pl", "2026.1", calendar.Yearly(time.May, 1, "Labour Day"), calendar.Yearly(time.May, 3, "Constitution Day"))
 	banks := new(calendar.Registry)
-	banks.Add(pl) // and every older version pending timeouts name
-	d, _ := saga.NewDispatcher(broker, store, "billing", saga.WithSagas(Renewal), saga.WithCalendars(banks))
+	banks.Add(pl) // and every older version that pending timeouts name
+	// pl@2026.1 is the version new requests use: with several versions of pl
+	// in banks, NewDispatcher refuses a registry without one named current.
+	d, _ := saga.NewDispatcher(broker, store, "billing", saga.WithSagas(Renewal), saga.WithCalendars(banks, calendar.RefOf(pl)))
 
 	run, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -73,12 +79,14 @@ func ExampleContext_RequestTimeoutBy() {
 	for inst == nil && ctx.Err() == nil {
 		inst, _ = d.Instance(ctx, "renewal", "s1")
 	}
+	fmt.Printf("data %s\n", inst.Data)
 	for _, t := range inst.Timeouts {
 		fmt.Printf("%s due %s\n  by %q on %s\n", t.Type, t.At.Format(time.RFC3339), t.Rule, t.Calendar)
 	}
 	cancel()
 	<-done
 	// Output:
+	// data {"Customer":"ann","RemindAt":"2036-04-30T07:00:00Z"}
 	// renewal.Remind due 2036-04-30T07:00:00Z
 	//   by "7 business days before, at 09:00 Europe/Warsaw" on pl@2026.1
 }

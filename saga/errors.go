@@ -55,6 +55,11 @@ var (
 	// and the server disagree, or the message's due time is not the one
 	// its engine wrote. Its handler did not run.
 	ErrTimeoutNotDue = errors.New("saga: timeout not due")
+	// ErrNoCurrentCalendar is returned (with ErrInvalidOption) by
+	// NewDispatcher when the registry given to WithCalendars holds a
+	// calendar at several versions and none of them is named current: the
+	// dispatcher could not tell which one new requests use.
+	ErrNoCurrentCalendar = errors.New("saga: calendar at several versions, none current")
 )
 
 // Permanent marks err as not worth retrying: the dispatcher dead-letters

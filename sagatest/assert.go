@@ -56,6 +56,11 @@ func AssertState[S any](t testing.TB, e *Env, def *saga.Definition[S], id string
 }
 
 // AssertCompleted checks that the instance of s with this id completed.
+// The Env remembers the completions it saw (in its journal), so the
+// assertion holds after the completed retention too
+// (saga.WithCompletedRetention, 7 days by default), when the store has
+// dropped the instance's tombstone and Dispatcher.Instance returns
+// saga.ErrNotFound; AssertRunning and State then say it completed.
 func (e *Env) AssertCompleted(t testing.TB, s saga.Saga, id string) {
 	t.Helper()
 	inst := e.instance(t, s, id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,8 +23,9 @@ type (
 	Subscribe struct{ ID string }
 	graceOver struct{}
 	ledger    struct {
-		Fired []string // "type@offset" or "late:type@offset+lateness"
-		Grace saga.TimeoutHandle
+		Fired    []string // "type@offset" or "late:type@offset+lateness"
+		Grace    saga.TimeoutHandle
+		GraceDue time.Time // as RequestTimeoutBy returned it
 	}
 )
 
@@ -50,8 +52,8 @@ func graceSaga(start *time.Time) *saga.Definition[ledger] {
 	d := saga.Define[ledger]("grace")
 	saga.StartedBy(d, saga.By(func(m Subscribe) string { return m.ID }),
 		func(ctx context.Context, c *saga.Context[ledger], m Subscribe) error {
-			h, err := c.RequestTimeoutBy(graceRule, graceOver{})
-			c.Data.Grace = h
+			p, err := c.RequestTimeoutBy(graceRule, graceOver{})
+			c.Data.Grace, c.Data.GraceDue = p.Handle, p.At
 			return err
 		})
 	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], _ graceOver) error {
@@ -118,9 +120,10 @@ func TestTimeoutByRuleIsStoredWithItsRuleAndFiresThen(t *testing.T) {
 			t.Errorf("scheduled timeouts %+v, want one with rule %q, calendar %v, handle %s", listed, want.Rule, want.Calendar, ts[0].Handle)
 		}
 		env.AdvanceTo(due.Add(-time.Nanosecond))
-		sagatest.AssertState(t, env, d, "a", ledger{Grace: ts[0].Handle})
+		// RequestTimeoutBy returned the handle and the due time.
+		sagatest.AssertState(t, env, d, "a", ledger{Grace: ts[0].Handle, GraceDue: due})
 		env.AdvanceTo(due)
-		sagatest.AssertState(t, env, d, "a", ledger{Grace: ts[0].Handle, Fired: []string{"grace@" + due.Sub(start).String()}})
+		sagatest.AssertState(t, env, d, "a", ledger{Grace: ts[0].Handle, GraceDue: due, Fired: []string{"grace@" + due.Sub(start).String()}})
 	}, sagatest.WithCalendars(reg))
 }
 
@@ -138,8 +141,9 @@ func TestTimeoutByRuleErrors(t *testing.T) {
 		{"invalid rule", calendar.BusinessDays(0), "", calendar.ErrInvalidRule},
 		{"unknown zone", calendar.CalendarDays(1).In("Mars/Olympus"), "", calendar.ErrInvalidRule},
 		{"unknown calendar", calendar.BusinessDays(1), "moon", calendar.ErrUnknownCalendar},
-		{"several versions, none current", calendar.BusinessDays(1), "bank", calendar.ErrUnknownCalendar},
+		{"added after the dispatcher was built", calendar.BusinessDays(1), "late", calendar.ErrUnknownCalendar},
 		{"no default among several", calendar.BusinessDays(1), "", calendar.ErrUnknownCalendar},
+		{"named", calendar.BusinessDays(1), "bank", nil},
 		{"no calendar needed", calendar.CalendarDays(1), "", nil},
 	}
 	got := make([]error, len(tests))
@@ -150,11 +154,22 @@ func TestTimeoutByRuleErrors(t *testing.T) {
 			return nil
 		})
 	saga.OnTimeout(d, func(context.Context, *saga.Context[struct{}], graceOver) error { return nil })
+	other, err := calendar.New("other", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := calendar.New("late", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	reg := new(calendar.Registry)
-	if err := reg.Add(bank(t, "1"), bank(t, "2")); err != nil {
+	if err := reg.Add(bank(t, "1"), other); err != nil {
 		t.Fatal(err)
 	}
 	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		if err := reg.Add(late); err != nil {
+			t.Fatal(err)
+		}
 		for i, tt := range tests {
 			env.Send(Try{ID: tt.name, I: i})
 			err := got[i]
@@ -240,11 +255,11 @@ func TestReplanUnderANewCalendarVersion(t *testing.T) {
 			t.Fatalf("sending the old message: %+v, %v", r, err)
 		}
 		env.Settle()
-		sagatest.AssertState(t, env, d, "a", ledger{Grace: h})
+		sagatest.AssertState(t, env, d, "a", ledger{Grace: h, GraceDue: oldDue})
 		env.AdvanceTo(oldDue)
-		sagatest.AssertState(t, env, d, "a", ledger{Grace: h}) // the old instant passes: nothing
+		sagatest.AssertState(t, env, d, "a", ledger{Grace: h, GraceDue: oldDue}) // the old instant passes: nothing
 		env.AdvanceTo(newDue)
-		sagatest.AssertState(t, env, d, "a", ledger{Grace: h, Fired: []string{"grace@" + newDue.Sub(start).String()}})
+		sagatest.AssertState(t, env, d, "a", ledger{Grace: h, GraceDue: oldDue, Fired: []string{"grace@" + newDue.Sub(start).String()}})
 	}, sagatest.WithCalendars(reg, calendar.RefOf(v1)))
 }
 
@@ -360,4 +375,197 @@ func TestCatchUpPoliciesAfterAnOutage(t *testing.T) {
 			}
 		}
 	}, sagatest.WithDispatcherOptions(saga.WithHooks(hooks), saga.WithHooks(count)))
+}
+
+// TestCalendarVersionAddedAfterBuild: the dispatcher's current versions
+// and its default calendar are fixed when it is built. A registry given
+// with one calendar and no current version named gains a second version
+// (to re-plan to): new requests, with the default calendar or naming it,
+// still use the first, and the re-plan moves them all.
+func TestCalendarVersionAddedAfterBuild(t *testing.T) {
+	type ByName struct{ ID string }
+	var start time.Time
+	d := graceSaga(&start)
+	saga.StartedBy(d, saga.By(func(m ByName) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[ledger], m ByName) error {
+			_, err := c.RequestTimeoutBy(graceRule, graceOver{}, saga.OnCalendar("bank"))
+			return err
+		})
+	v1 := bank(t, "1")
+	reg := new(calendar.Registry)
+	if err := reg.Add(v1); err != nil {
+		t.Fatal(err)
+	}
+	oldDue := time.Date(2024, time.January, 4, 8, 0, 0, 0, time.UTC)
+	newDue := time.Date(2024, time.January, 5, 8, 0, 0, 0, time.UTC)
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		start = env.Start()
+		env.Send(Subscribe{ID: "before"})
+		v2 := bank(t, "2", calendar.Date{Year: 2024, Month: time.January, Day: 3})
+		if err := reg.Add(v2); err != nil {
+			t.Fatal(err)
+		}
+		env.Send(Subscribe{ID: "default"})
+		env.Send(ByName{ID: "named"})
+		for _, id := range []string{"before", "default", "named"} {
+			ts := env.Timeouts(d, id)
+			if len(ts) != 1 || ts[0].Calendar != calendar.RefOf(v1) || !ts[0].At.Equal(oldDue) {
+				t.Errorf("%s: pending %+v; want one on bank@1 due %v", id, ts, oldDue)
+			}
+		}
+		res, err := env.Dispatcher().ReplanTimeouts(t.Context(), "grace", calendar.RefOf(v2))
+		if err != nil || len(res) != 3 {
+			t.Fatalf("re-plan: %+v, %v; want three moved", res, err)
+		}
+		for _, r := range res {
+			if !r.Changed() || !r.NewAt.Equal(newDue) {
+				t.Errorf("re-plan of %s: %+v; want moved to %v", r.ID, r, newDue)
+			}
+		}
+	}, sagatest.WithCalendars(reg))
+}
+
+// Timeouts re-planned to a due time already past, one type per catch-up
+// policy.
+type (
+	pastPlain struct{}
+	pastSkip  struct{}
+	pastLate  struct{}
+	pastLoose struct{} // skipped only beyond a week
+	pastCoal  struct{ N int }
+	Replan    struct{ ID string }
+	ReplanTie struct{ ID string }
+)
+
+func (pastPlain) MessageName() string { return "test.past-plain" }
+func (pastSkip) MessageName() string  { return "test.past-skip" }
+func (pastLate) MessageName() string  { return "test.past-late" }
+func (pastLoose) MessageName() string { return "test.past-loose" }
+func (pastCoal) MessageName() string  { return "test.past-coalesce" }
+
+// TestReplanIntoThePastSaysWhatWillHappen: a re-plan that moves a
+// timeout to a due time already past reports that it fires at once, and
+// what its type's catch-up policy will do with it; each then happens.
+// (Before, each was reported "moved", like a timeout still to come,
+// though the skipped one was then dropped.)
+func TestReplanIntoThePastSaysWhatWillHappen(t *testing.T) {
+	var start time.Time
+	d := saga.Define[ledger]("past")
+	// Three business days before Friday 2024-01-05, at 09:00 UTC: Tuesday
+	// 2 on bank@1; with Tuesday 2 and Wednesday 3 holidays (bank@2), and
+	// Monday 1 one on both, Thursday 2023-12-28: in the past.
+	rule := calendar.BusinessDays(-3).At(calendar.ClockOf(9, 0))
+	friday := time.Date(2024, time.January, 5, 0, 0, 0, 0, time.UTC)
+	saga.StartedBy(d, saga.By(func(m Replan) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[ledger], m Replan) error {
+			for _, p := range []any{pastPlain{}, pastSkip{}, pastLate{}, pastLoose{}, pastCoal{1}} {
+				if _, err := c.RequestTimeoutBy(rule, p, saga.RuleFrom(friday)); err != nil {
+					return err
+				}
+			}
+			// Two business days before: Wednesday 3 on bank@1, Friday
+			// 2023-12-29 on bank@2, a day after the others.
+			_, err := c.RequestTimeoutBy(calendar.BusinessDays(-2).At(calendar.ClockOf(9, 0)), pastCoal{2}, saga.RuleFrom(friday))
+			return err
+		})
+	// Two coalesced timeouts due at the same instant.
+	saga.StartedBy(d, saga.By(func(m ReplanTie) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[ledger], m ReplanTie) error {
+			for n := range 2 {
+				if _, err := c.RequestTimeoutBy(rule, pastCoal{n}, saga.RuleFrom(friday)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	fired := func(name string) func(context.Context, *saga.Context[ledger], any) error {
+		return func(_ context.Context, c *saga.Context[ledger], _ any) error {
+			c.Data.Fired = append(c.Data.Fired, name+"@"+c.Now().Sub(start).String())
+			return nil
+		}
+	}
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastPlain) error {
+		return fired("plain")(ctx, c, m)
+	})
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastSkip) error { return fired("skip")(ctx, c, m) },
+		saga.CatchUp(saga.CatchUpSkip, time.Hour))
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastLate) error { return fired("late")(ctx, c, m) },
+		saga.HandleLate(time.Hour, func(ctx context.Context, c *saga.Context[ledger], m pastLate, _ saga.Lateness) error {
+			return fired("late-handler")(ctx, c, m)
+		}))
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastLoose) error {
+		return fired("loose")(ctx, c, m)
+	},
+		saga.CatchUp(saga.CatchUpSkip, 7*24*time.Hour))
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ledger], m pastCoal) error {
+		return fired("coalesce"+strconv.Itoa(m.N))(ctx, c, m)
+	}, saga.CatchUp(saga.CatchUpCoalesce, time.Hour))
+	v1 := bank(t, "1")
+	reg := new(calendar.Registry)
+	if err := reg.Add(v1); err != nil {
+		t.Fatal(err)
+	}
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		start = env.Start()
+		env.Send(Replan{ID: "r"})
+		env.Send(ReplanTie{ID: "tie"})
+		for _, p := range env.Timeouts(d, "r") {
+			want := time.Date(2024, time.January, 2, 9, 0, 0, 0, time.UTC)
+			if p.Rule == "2 business days before, at 09:00 UTC" {
+				want = want.AddDate(0, 0, 1)
+			}
+			if !p.At.Equal(want) {
+				t.Fatalf("pending %+v: want due %v", p, want)
+			}
+		}
+		v2 := bank(t, "2", calendar.Date{Year: 2024, Month: time.January, Day: 2}, calendar.Date{Year: 2024, Month: time.January, Day: 3})
+		if err := reg.Add(v2); err != nil {
+			t.Fatal(err)
+		}
+		env.Advance(12 * time.Hour)
+		res, err := env.Dispatcher().ReplanTimeouts(t.Context(), "past", calendar.RefOf(v2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		newDue := time.Date(2023, time.December, 28, 9, 0, 0, 0, time.UTC)
+		type key struct {
+			typ  string
+			rule string
+		}
+		three, two := "3 business days before, at 09:00 UTC", "2 business days before, at 09:00 UTC"
+		want := map[key]saga.ReplanOutcome{
+			{"test.past-plain", three}: saga.ReplanMovedPast, {"test.past-skip", three}: saga.ReplanMovedSkipped,
+			{"test.past-late", three}: saga.ReplanMovedLate, {"test.past-loose", three}: saga.ReplanMovedPast,
+			// The earlier of two coalesced: dropped; the later: handled.
+			{"test.past-coalesce", three}: saga.ReplanMovedSkipped, {"test.past-coalesce", two}: saga.ReplanMovedPast,
+		}
+		if len(res) != len(want)+2 {
+			t.Fatalf("re-plan: %+v; want %d results", res, len(want)+2)
+		}
+		for _, r := range res {
+			if r.ID == "tie" {
+				if r.Outcome != saga.ReplanMovedCoalesced {
+					t.Errorf("re-plan of %s/%s, one of two due at the same instant: %s; want %s", r.ID, r.Type, r.Outcome, saga.ReplanMovedCoalesced)
+				}
+				continue
+			}
+			due := newDue
+			if r.Rule == two {
+				due = due.AddDate(0, 0, 1)
+			}
+			w, ok := want[key{r.Type, r.Rule}]
+			if !ok || r.Err != nil || !r.Changed() || !r.NewAt.Equal(due) || r.Outcome != w || r.Overdue != env.Now().Sub(due) {
+				t.Errorf("re-plan of %s by %q: %+v (%s); want moved to %v, %v overdue, %q", r.Type, r.Rule, r, r.Outcome, due, env.Now().Sub(due), w)
+			}
+		}
+		env.Settle()
+		got := sagatest.State(t, env, d, "r").Fired
+		slices.Sort(got)
+		if wantFired := []string{"coalesce2@12h0m0s", "late-handler@12h0m0s", "loose@12h0m0s", "plain@12h0m0s"}; !slices.Equal(got, wantFired) {
+			t.Errorf("handled %q, want %q (the skipped ones dropped)", got, wantFired)
+		}
+		if got := sagatest.State(t, env, d, "tie").Fired; len(got) != 1 {
+			t.Errorf("of two coalesced timeouts due at the same instant, handled %q; want one", got)
+		}
+	}, sagatest.WithCalendars(reg, calendar.RefOf(v1)))
 }

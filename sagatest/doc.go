@@ -218,8 +218,11 @@
 //     seconds of virtual time, whatever saga.WithDrainTimeout says.
 //   - Hooks given with saga.WithHooks in WithDispatcherOptions are called,
 //     then the Env's, which write the journal.
-//   - Env.Send gives each message a MessageID (sagatest-1, sagatest-2,
-//     ...) unless its options set one, so that Explore can redeliver it.
+//   - Env.Send gives each message a MessageID (sagatest-<env>-1,
+//     sagatest-<env>-2, ..., <env> random for each Env) unless its options
+//     set one, so that Explore can redeliver it; no two Envs share one, so
+//     a record restored from another Env (Env.Restore) does not take a
+//     message sent here for a duplicate.
 //   - Timeouts due at the very same instant are scheduled on timers that
 //     fire together; the order in which the dispatcher then takes them is
 //     not fixed. When it matters, make them Explore's inputs.

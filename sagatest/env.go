@@ -2,6 +2,7 @@ package sagatest
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,7 +103,12 @@ func WithStart(start time.Time) Option {
 // WithCalendars gives the dispatcher calendars, as saga.WithCalendars
 // does: the registry that timeouts requested by a rule
 // (saga.Context.RequestTimeoutBy) and re-plans (Env.Dispatcher's
-// ReplanTimeouts) look calendars up in, and the current versions.
+// ReplanTimeouts) look calendars up in, and the current versions. As
+// there, the current versions and the default calendar are fixed when
+// the Env starts its dispatcher: a version added to reg in the test, to
+// re-plan to, changes nothing for new requests; a calendar reg holds at
+// several versions then needs its current one named (else Run fails the
+// test with saga.ErrNoCurrentCalendar).
 func WithCalendars(reg *calendar.Registry, current ...calendar.Ref) Option {
 	return optionFunc(func(c *config) error {
 		if reg == nil {
@@ -187,6 +193,7 @@ type Env struct {
 	stopped    bool
 	redelivery int            // redeliveries so far, to name their queues
 	sends      int            // messages Send sent, to name them
+	idPrefix   string         // of their MessageIDs, random: unique to the Env
 	inputs     map[int]string // Explore's inputs, as resolved
 	crash      *crashState    // the crash armed for the step in flight (Crash)
 
@@ -282,6 +289,9 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 		t: t, codec: cfg.codec, start: time.Now().UTC(), budget: cfg.budget, limit: cfg.limit,
 		snaps:   make(map[instanceKey]*saga.Instance),
 		watched: make(map[string]*watchedQueue),
+		// 40 random bits: Envs, and the records they leave (StoredRecord),
+		// do not share MessageIDs.
+		idPrefix: strings.ToLower(rand.Text()[:8]),
 	}
 	if e.codec == nil {
 		e.codec = saga.JSON{}
@@ -550,8 +560,11 @@ func (e *Env) Settle() {
 
 // Send sends m to the dispatcher's queue, as Dispatcher.Send does, and
 // waits until it has been handled. It fails the test if the send fails.
-// Unless opts set one, m gets a MessageID, "sagatest-1", "sagatest-2",
-// ..., so that Explore can redeliver it.
+// Unless opts set one, m gets a MessageID unique to the Env,
+// "sagatest-<env>-1", "sagatest-<env>-2", ... (<env> is drawn at random
+// for each Env), so that Explore can redeliver it, and so that a record
+// from another Env (Restore), whose inbox holds that Env's MessageIDs,
+// does not take it for a duplicate.
 func (e *Env) Send(m any, opts ...saga.SendOption) {
 	e.t.Helper()
 	e.drive()
@@ -566,7 +579,7 @@ func (e *Env) send(m any, opts []saga.SendOption) {
 	e.mu.Lock()
 	e.recordLocked(0, time.Now(), fmt.Sprintf("test sent %s%s", messageName(m), e.bodySuffix(body)))
 	e.sends++
-	id := fmt.Sprintf("sagatest-%d", e.sends)
+	id := fmt.Sprintf("sagatest-%s-%d", e.idPrefix, e.sends)
 	e.mu.Unlock()
 	opts = append([]saga.SendOption{saga.WithMessageID(id)}, opts...)
 	if _, err := e.d.Send(e.ctx, m, opts...); err != nil {
@@ -661,7 +674,9 @@ func (e *Env) Exists(s saga.Saga, id string) bool {
 }
 
 // Completed reports whether the instance of s with this id completed
-// (MarkComplete).
+// (MarkComplete). The Env remembers the completions it saw: an instance
+// is still completed once the completed retention has passed and its
+// tombstone is gone from the store (saga.WithCompletedRetention).
 func (e *Env) Completed(s saga.Saga, id string) bool {
 	e.t.Helper()
 	inst := e.instance(e.t, s, id)
@@ -692,12 +707,19 @@ func (e *Env) Failures() []Failure {
 	return slices.Clone(e.failures)
 }
 
-// instance settles and loads an instance; nil if there is none.
+// instance settles and loads an instance; nil if there is none. An
+// instance the Env saw complete whose tombstone is gone (the completed
+// retention passed) is returned as a completed one.
 func (e *Env) instance(t testing.TB, s saga.Saga, id string) *saga.Instance {
 	t.Helper()
 	e.settle()
 	inst, err := e.d.Instance(e.ctx, s.Name(), id)
 	if errors.Is(err, saga.ErrNotFound) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if snap := e.snaps[instanceKey{s.Name(), id}]; snap != nil && snap.Completed {
+			return &saga.Instance{Saga: snap.Saga, ID: snap.ID, Completed: true, Started: snap.Started, Updated: snap.Updated, DataVersion: snap.DataVersion}
+		}
 		return nil
 	}
 	if err != nil {

@@ -295,3 +295,17 @@ func TestJournalLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestSendAfterRestoreIsNotADuplicate: the golden record's inbox holds
+// the MessageIDs of the Env that recorded it; a message sent with
+// Env.Send in another Env is handled, not dropped as a duplicate of one of
+// them.
+func TestSendAfterRestoreIsNotADuplicate(t *testing.T) {
+	g := readGolden(t)
+	v2 := dunningV2Saga()
+	sagatest.Run(t, []saga.Saga{v2}, func(t *testing.T, env *sagatest.Env) {
+		env.Restore(v2, "inv-1", g.Record)
+		env.Send(paidV2{Invoice: "inv-1"}) // the Env's first send, as the recorded Issued was
+		env.AssertCompleted(t, v2, "inv-1")
+	}, sagatest.WithStart(g.At))
+}

@@ -449,3 +449,35 @@ func BenchmarkThirtyDayScenario(b *testing.B) {
 		}
 	})
 }
+
+// TestAssertCompletedAfterRetention: an instance that completed is
+// still asserted completed once its tombstone is gone (after
+// saga.DefaultRetention), and not running.
+func TestAssertCompletedAfterRetention(t *testing.T) {
+	inv := invoiceSaga()
+	sagatest.Run(t, []saga.Saga{inv}, func(t *testing.T, env *sagatest.Env) {
+		env.Send(InvoiceIssued{Invoice: "inv-11", Customer: "fay", Amount: 10})
+		env.Send(PaymentReceived{Invoice: "inv-11", Amount: 10})
+		env.AssertCompleted(t, inv, "inv-11")
+		env.Advance(saga.DefaultRetention + day)
+		if _, err := env.Dispatcher().Instance(t.Context(), "invoice", "inv-11"); !errors.Is(err, saga.ErrNotFound) {
+			t.Fatalf("Instance after the retention: %v; want ErrNotFound (the tombstone gone)", err)
+		}
+		ft := &fakeT{TB: t}
+		env.AssertCompleted(ft, inv, "inv-11")
+		if msg := ft.text(); msg != "" {
+			t.Errorf("AssertCompleted after the retention failed: %s", msg)
+		}
+		ft = &fakeT{TB: t}
+		env.AssertRunning(ft, inv, "inv-11")
+		if msg := ft.text(); !strings.Contains(msg, "got completed") {
+			t.Errorf("AssertRunning after the retention: %q; want it to fail with got completed", msg)
+		}
+		// Never started: still no instance.
+		ft = &fakeT{TB: t}
+		env.AssertCompleted(ft, inv, "inv-12")
+		if msg := ft.text(); !strings.Contains(msg, "got no instance") {
+			t.Errorf("AssertCompleted of an instance never started: %q; want got no instance", msg)
+		}
+	})
+}

@@ -203,12 +203,7 @@ func New(cfg Config) *saga.Definition[State] {
 		if err != nil {
 			return err
 		}
-		c.Data.Grace = grace
-		for _, p := range c.PendingTimeouts() {
-			if p.Handle == grace {
-				c.Data.GraceEnds = p.At
-			}
-		}
+		c.Data.Grace, c.Data.GraceEnds = grace.Handle, grace.At
 		if err := scheduleRetry(c, cfg.Calendar); err != nil {
 			return err
 		}
@@ -262,16 +257,14 @@ func New(cfg Config) *saga.Definition[State] {
 // scheduleRetry requests the next charge retry, on the next business day
 // at 09:00 customer-local, if that is before the grace period ends.
 func scheduleRetry(c *saga.Context[State], cal string) error {
-	h, err := c.RequestTimeoutBy(RetryRule.In(c.Data.Zone), retry{c.Data.Period}, saga.OnCalendar(cal))
+	r, err := c.RequestTimeoutBy(RetryRule.In(c.Data.Zone), retry{c.Data.Period}, saga.OnCalendar(cal))
 	if err != nil {
 		return err
 	}
-	for _, p := range c.PendingTimeouts() {
-		if p.Handle == h && !p.At.Before(c.Data.GraceEnds) {
-			c.CancelTimeout(h) // too late: the grace period ends first
-			h = ""
-		}
+	c.Data.Retry = r.Handle
+	if !r.At.Before(c.Data.GraceEnds) {
+		c.CancelTimeout(r.Handle) // too late: the grace period ends first
+		c.Data.Retry = ""
 	}
-	c.Data.Retry = h
 	return nil
 }

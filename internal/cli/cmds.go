@@ -179,7 +179,12 @@ the instant it counted from, each instance as a step on it (it never races
 the application's steps). The outcome of each timeout is definite: moved
 (cancelled on its engine and scheduled again for its new due time, same
 handle), unchanged (same due time; its record names the new version), or
-failed with the reason, keeping its due time (exit 6). Deploy the new
+failed with the reason, keeping its due time (exit 6). A timeout moved to a
+due time already past fires at once: its row says how long ago it was due
+(--json: "overdue", a Go duration), and its type's catch-up policy decides
+when it arrives (skipped beyond the tolerance under saga.CatchUpSkip, to the
+late handler under saga.HandleLate); this command does not run the saga and
+cannot tell which (saga.Dispatcher.ReplanTimeouts in the application can). Deploy the new
 version as the application's current one (saga.WithCalendars) first, so
 that new requests use it too. --queue is the application dispatcher's
 queue; by default the one the listed timeouts name.`,
@@ -897,6 +902,9 @@ func cmdTimeoutsReplan(c *call) error {
 			failed++
 		case r.Changed():
 			rw.Outcome = "moved"
+			if r.Overdue > 0 {
+				rw.Overdue = r.Overdue.String()
+			}
 		}
 		if r.Err == nil {
 			rw.New = r.New.String()
@@ -917,6 +925,11 @@ func cmdTimeoutsReplan(c *call) error {
 			outcome := r.Outcome
 			if r.Error != "" {
 				outcome += ": " + r.Error
+			}
+			if r.Overdue != "" {
+				// This command does not run the saga: the type's catch-up
+				// policy, unknown here, decides when the timeout arrives.
+				outcome += " (due " + r.Overdue + " ago: fires at once; its type's catch-up policy applies)"
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Type, outcome, fmtTime(r.OldAt), newDue, fmtRule(r.Rule, r.Old+" -> "+cmp.Or(r.New, "-"), r.From))
 		}

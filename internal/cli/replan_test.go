@@ -92,3 +92,84 @@ func TestTimeoutRulesAndReplan(t *testing.T) {
 		t.Errorf("a second re-plan: %+v; want nothing to do", rows)
 	}
 }
+
+type Lapse struct{ Sub string }
+type lapseDue struct{}
+
+func (Lapse) MessageName() string    { return "ops.Lapse" }
+func (lapseDue) MessageName() string { return "ops.LapseDue" }
+
+// TestTimeoutsReplanIntoThePast: a re-plan that moves a timeout to a due
+// time already past says so, with how long ago it was due; the timeout
+// then fires at once.
+func TestTimeoutsReplanIntoThePast(t *testing.T) {
+	w := newWorkload(t)
+	today := time.Now().UTC().Truncate(24 * time.Hour)
+	// One business day before a day ten days on, at 09:00: a week or more
+	// ahead on shop@1; on shop@2, with every day from yesterday to then
+	// closed, before yesterday.
+	from := today.AddDate(0, 0, 10)
+	v1, err := calendar.New("shop", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := new(calendar.Registry)
+	if err := reg.Add(v1); err != nil {
+		t.Fatal(err)
+	}
+	fired := make(chan time.Time, 1)
+	d := saga.Define[struct{}]("lapse")
+	saga.StartedBy(d, saga.By(func(m Lapse) string { return m.Sub }),
+		func(ctx context.Context, c *saga.Context[struct{}], m Lapse) error {
+			_, err := c.RequestTimeoutBy(calendar.BusinessDays(-1).At(calendar.ClockOf(9, 0)), lapseDue{}, saga.RuleFrom(from))
+			return err
+		})
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[struct{}], _ lapseDue) error {
+		select {
+		case fired <- c.Now():
+		default:
+		}
+		return nil
+	})
+	disp := w.dispatcher("shop", saga.WithSagas(d), saga.WithCalendars(reg))
+	sendAll(t, disp, Lapse{Sub: "l1"})
+	testutil.AwaitTrue(t, 15*time.Second, "the lapse timeout listed", func() bool {
+		r := w.run("timeouts", "list", "--saga", "lapse", "--json")
+		return r.code == 0 && len(decode[[]PendingView](t, r.stdout)) == 1
+	})
+	var cal strings.Builder
+	cal.WriteString("# shop\nweekend Sat Sun\n")
+	for day := today.AddDate(0, 0, -1); !day.After(from); day = day.AddDate(0, 0, 1) {
+		cal.WriteString(day.Format(time.DateOnly) + " Closed\n")
+	}
+	file := filepath.Join(t.TempDir(), "shop.cal")
+	if err := os.WriteFile(file, []byte(cal.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rows := jsonOf[[]ReplanView](w, 0, "timeouts", "replan", "lapse", file, "shop@2", "--yes")
+	if len(rows) != 1 || rows[0].Outcome != "moved" || !rows[0].NewAt.Before(today.AddDate(0, 0, -1)) {
+		t.Fatalf("replan: %+v; want one moved before yesterday", rows)
+	}
+	overdue, err := time.ParseDuration(rows[0].Overdue)
+	if err != nil || overdue < 24*time.Hour {
+		t.Errorf("replan row: overdue %q (%v); want a duration over a day", rows[0].Overdue, err)
+	}
+	select {
+	case <-fired:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the re-planned timeout did not fire at once")
+	}
+	// The table says it fires at once, and since when it was due.
+	v3 := strings.ReplaceAll(cal.String(), "# shop", "# shop v3") + today.AddDate(0, 0, -2).Format(time.DateOnly) + " Closed\n"
+	if err := os.WriteFile(file, []byte(v3), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sendAll(t, disp, Lapse{Sub: "l2"})
+	testutil.AwaitTrue(t, 15*time.Second, "the second lapse timeout listed", func() bool {
+		r := w.run("timeouts", "list", "--saga", "lapse", "--id", "l2", "--json")
+		return r.code == 0 && len(decode[[]PendingView](t, r.stdout)) == 1
+	})
+	if r := w.must(0, "timeouts", "replan", "lapse", file, "shop@3", "--yes"); !strings.Contains(r.stdout, "ago: fires at once; its type's catch-up policy applies") {
+		t.Errorf("timeouts replan into the past does not say it fires at once:\n%s", r.stdout)
+	}
+}

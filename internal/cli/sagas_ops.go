@@ -404,7 +404,11 @@ type ReplanView struct {
 	New     string    `json:"new_calendar,omitempty"`
 	NewAt   time.Time `json:"new_due,omitzero"`
 	Outcome string    `json:"outcome"` // moved, unchanged or failed
-	Error   string    `json:"error,omitempty"`
+	// Overdue, for a timeout moved to a due time already past, is how long
+	// that time had passed at the re-plan (a Go duration, "75h0m0s"): it
+	// fires at once, and its type's catch-up policy sees it late.
+	Overdue string `json:"overdue,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // replanTimeouts re-plans the pending timeouts of sagaType on calendar
