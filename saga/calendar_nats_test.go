@@ -51,7 +51,7 @@ func TestReplanOnJetStream(t *testing.T) {
 	d := saga.Define[rpData]("replan-nats")
 	saga.StartedBy(d, saga.By(func(m rpBegin) string { return m.ID }),
 		func(ctx context.Context, c *saga.Context[rpData], m rpBegin) error {
-			_, err := c.RequestTimeoutBy(calendar.BusinessDays(1), rpDue{}, saga.RuleFrom(m.From))
+			_, err := c.RequestTimeoutBy(calendar.BusinessDays(1).In("UTC"), rpDue{}, saga.RuleFrom(m.From))
 			return err
 		})
 	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[rpData], _ rpDue) error {

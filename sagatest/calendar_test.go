@@ -140,11 +140,12 @@ func TestTimeoutByRuleErrors(t *testing.T) {
 	}{
 		{"invalid rule", calendar.BusinessDays(0), "", calendar.ErrInvalidRule},
 		{"unknown zone", calendar.CalendarDays(1).In("Mars/Olympus"), "", calendar.ErrInvalidRule},
-		{"unknown calendar", calendar.BusinessDays(1), "moon", calendar.ErrUnknownCalendar},
-		{"added after the dispatcher was built", calendar.BusinessDays(1), "late", calendar.ErrUnknownCalendar},
-		{"no default among several", calendar.BusinessDays(1), "", calendar.ErrUnknownCalendar},
-		{"named", calendar.BusinessDays(1), "bank", nil},
-		{"no calendar needed", calendar.CalendarDays(1), "", nil},
+		{"unknown calendar", calendar.BusinessDays(1).In("UTC"), "moon", calendar.ErrUnknownCalendar},
+		{"added after the dispatcher was built", calendar.BusinessDays(1).In("UTC"), "late", calendar.ErrUnknownCalendar},
+		{"no default among several", calendar.BusinessDays(1).In("UTC"), "", calendar.ErrUnknownCalendar},
+		{"named", calendar.BusinessDays(1).In("UTC"), "bank", nil},
+		{"no calendar needed", calendar.CalendarDays(1).In("UTC"), "", nil},
+		{"no zone", calendar.CalendarDays(1), "", calendar.ErrInvalidRule},
 	}
 	got := make([]error, len(tests))
 	d := saga.Define[struct{}]("tries")
@@ -454,7 +455,7 @@ func TestReplanIntoThePastSaysWhatWillHappen(t *testing.T) {
 	// Three business days before Friday 2024-01-05, at 09:00 UTC: Tuesday
 	// 2 on bank@1; with Tuesday 2 and Wednesday 3 holidays (bank@2), and
 	// Monday 1 one on both, Thursday 2023-12-28: in the past.
-	rule := calendar.BusinessDays(-3).At(calendar.ClockOf(9, 0))
+	rule := calendar.BusinessDays(-3).At(calendar.ClockOf(9, 0)).In("UTC")
 	friday := time.Date(2024, time.January, 5, 0, 0, 0, 0, time.UTC)
 	saga.StartedBy(d, saga.By(func(m Replan) string { return m.ID }),
 		func(ctx context.Context, c *saga.Context[ledger], m Replan) error {
@@ -465,7 +466,7 @@ func TestReplanIntoThePastSaysWhatWillHappen(t *testing.T) {
 			}
 			// Two business days before: Wednesday 3 on bank@1, Friday
 			// 2023-12-29 on bank@2, a day after the others.
-			_, err := c.RequestTimeoutBy(calendar.BusinessDays(-2).At(calendar.ClockOf(9, 0)), pastCoal{2}, saga.RuleFrom(friday))
+			_, err := c.RequestTimeoutBy(calendar.BusinessDays(-2).At(calendar.ClockOf(9, 0)).In("UTC"), pastCoal{2}, saga.RuleFrom(friday))
 			return err
 		})
 	// Two coalesced timeouts due at the same instant.

@@ -20,7 +20,9 @@
 // (a holiday announced) can be applied to pending reminders with
 // saga.Dispatcher.ReplanTimeouts or `jetsaga timeouts replan`. A
 // renewal keeps its wall-clock time across daylight saving changes
-// ([NextRenewal] is "a month after, in the customer's zone").
+// ([Renewal](n) is "n months after the first renewal, in the customer's
+// zone": a series counts from its first date, so the 31st stays the 31st
+// where the month has one).
 //
 // # Outages
 //

@@ -36,7 +36,7 @@ func TestPaymentAtGraceExpiry(t *testing.T) {
 			case len(renewed) == 1 && len(lapsed) == 0 && len(refunds) == 0:
 				env.AssertRunning(t, flow, "s1")
 				sagatest.AssertState(t, env, flow, "s1", renewal.State{Customer: "ann", Zone: "Europe/Warsaw", Amount: 999,
-					Period: 2, Renews: utc(2024, time.March, 15, 9, 0)})
+					Period: 2, Renews: utc(2024, time.March, 15, 9, 0), First: utc(2024, time.February, 15, 9, 0)})
 				env.Send(renewal.CancelRequested{Sub: "s1"})
 			case len(renewed) == 0 && len(lapsed) == 1 && len(refunds) == 1:
 				env.AssertCompleted(t, flow, "s1")

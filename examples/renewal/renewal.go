@@ -104,6 +104,7 @@ type State struct {
 	Amount         int64
 	Period         int       // the period being renewed, from 1
 	Renews         time.Time // when it renews (UTC)
+	First          time.Time // the first renewal (UTC): later ones count from it
 	Charging       bool      // charged, not paid yet: in grace
 	Attempts       int       // charges of this period so far
 	GraceEnds      time.Time // when the grace period ends, once charging
@@ -118,8 +119,11 @@ var (
 	GraceRule = calendar.BusinessDays(3)
 	// RetryRule: the next business day at 09:00.
 	RetryRule = calendar.NextBusinessDay(calendar.ClockOf(9, 0))
-	// NextRenewal: a month after the renewal, at its time of day.
-	NextRenewal = calendar.Months(1)
+	// Renewal returns the rule of the renewal n periods after the first, at
+	// its time of day. A series counts from its first date: chaining
+	// Months(1) from each renewal drifts (31 Jan, 28 Feb, 28 Mar, ...),
+	// while Months(n) from the first keeps the day (31 Jan, 28 Feb, 31 Mar).
+	Renewal = calendar.Months
 )
 
 // Config shapes the saga.
@@ -180,7 +184,7 @@ func New(cfg Config) *saga.Definition[State] {
 			if _, err := time.LoadLocation(m.Zone); err != nil || m.Zone == "" {
 				return saga.Permanent(fmt.Errorf("renewal %s: zone %q: %w", m.Sub, m.Zone, err))
 			}
-			c.Data = State{Customer: m.Customer, Zone: m.Zone, Amount: m.Amount, Period: 1, Renews: m.Renews.UTC()}
+			c.Data = State{Customer: m.Customer, Zone: m.Zone, Amount: m.Amount, Period: 1, Renews: m.Renews.UTC(), First: m.Renews.UTC()}
 			return plan(c)
 		})
 	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[State], t remind) error {
@@ -236,14 +240,14 @@ func New(cfg Config) *saga.Definition[State] {
 			}
 			c.CancelTimeout(c.Data.Grace)
 			c.CancelTimeout(c.Data.Retry)
-			next, err := NextRenewal.In(c.Data.Zone).Due(c.Data.Renews, nil)
+			next, err := Renewal(m.Period).In(c.Data.Zone).Due(c.Data.First, nil)
 			if err != nil {
 				return err
 			}
 			if err := c.Send(cfg.Events, Renewed{Sub: c.ID(), Period: m.Period, Next: next}); err != nil {
 				return err
 			}
-			c.Data = State{Customer: c.Data.Customer, Zone: c.Data.Zone, Amount: c.Data.Amount, Period: m.Period + 1, Renews: next.UTC()}
+			c.Data = State{Customer: c.Data.Customer, Zone: c.Data.Zone, Amount: c.Data.Amount, Period: m.Period + 1, Renews: next.UTC(), First: c.Data.First}
 			return plan(c)
 		})
 	saga.Handles(d, saga.By(func(m CancelRequested) string { return m.Sub }),

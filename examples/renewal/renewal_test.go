@@ -2,6 +2,7 @@ package renewal_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 	_ "time/tzdata" // the zone database of the Go release, not the machine's
@@ -127,6 +128,32 @@ func TestAYearOfRenewals(t *testing.T) {
 		env.Send(renewal.CancelRequested{Sub: "s1"})
 		env.AssertCompleted(t, flow, "s1")
 	}, sagatest.WithStart(utc(2024, time.January, 10, 12, 0)), registry(t, pl), sagatest.WithQueues(events))
+}
+
+// A subscription renewing on the 31st keeps the 31st where the month has
+// one: its renewals count from the first (January 31, February 29, March
+// 31, April 30, May 31), not from the one before (which would drift to
+// the 29th from March on).
+func TestRenewalsCountFromTheFirst(t *testing.T) {
+	warsaw := zone(t, "Europe/Warsaw")
+	sagatest.Run(t, []saga.Saga{flow}, func(t *testing.T, env *sagatest.Env) {
+		renews := time.Date(2024, time.January, 31, 10, 0, 0, 0, warsaw)
+		env.Send(renewal.Subscribed{Sub: "s1", Customer: "ann", Zone: "Europe/Warsaw", Renews: renews, Amount: 999})
+		var days []int
+		for period := 1; period <= 4; period++ {
+			env.AdvanceTo(renews)
+			env.Send(renewal.PaymentSucceeded{Sub: "s1", Period: period})
+			renewed := sagatest.Sent[renewal.Renewed](env, events)
+			if len(renewed) != period {
+				t.Fatalf("period %d: renewed %+v", period, renewed)
+			}
+			renews = renewed[period-1].Next.In(warsaw)
+			days = append(days, renews.Day())
+		}
+		if want := []int{29, 31, 30, 31}; !slices.Equal(days, want) {
+			t.Errorf("renewal days %v, want %v", days, want)
+		}
+	}, sagatest.WithStart(utc(2024, time.January, 10, 12, 0)), registry(t, poland(t, "2024.1")), sagatest.WithQueues(events))
 }
 
 // A renewal across New York's change to daylight saving time (March 10,
@@ -294,10 +321,10 @@ func TestRules(t *testing.T) {
 		rule calendar.Rule
 		want string
 	}{
-		{renewal.ReminderRule, "7 business days before, at 09:00 UTC"},
-		{renewal.GraceRule, "3 business days after in UTC"},
-		{renewal.RetryRule, "next business day, at 09:00 UTC"},
-		{renewal.NextRenewal, "1 month after in UTC"},
+		{renewal.ReminderRule.In("UTC"), "7 business days before, at 09:00 UTC"},
+		{renewal.GraceRule.In("UTC"), "3 business days after in UTC"},
+		{renewal.RetryRule.In("UTC"), "next business day, at 09:00 UTC"},
+		{renewal.Renewal(2).In("UTC"), "2 months after in UTC"},
 	} {
 		if got := tt.rule.String(); got != tt.want {
 			t.Errorf("got %q, want %q", got, tt.want)

@@ -39,7 +39,7 @@ func TestTimeoutRulesAndReplan(t *testing.T) {
 	d := saga.Define[struct{}]("renewal")
 	saga.StartedBy(d, saga.By(func(m Renew) string { return m.Sub }),
 		func(ctx context.Context, c *saga.Context[struct{}], m Renew) error {
-			_, err := c.RequestTimeoutBy(calendar.BusinessDays(2).At(calendar.ClockOf(9, 0)), renewDue{}, saga.RuleFrom(from))
+			_, err := c.RequestTimeoutBy(calendar.BusinessDays(2).At(calendar.ClockOf(9, 0)).In("UTC"), renewDue{}, saga.RuleFrom(from))
 			return err
 		})
 	saga.OnTimeout(d, func(context.Context, *saga.Context[struct{}], renewDue) error { return nil })
@@ -121,7 +121,7 @@ func TestTimeoutsReplanIntoThePast(t *testing.T) {
 	d := saga.Define[struct{}]("lapse")
 	saga.StartedBy(d, saga.By(func(m Lapse) string { return m.Sub }),
 		func(ctx context.Context, c *saga.Context[struct{}], m Lapse) error {
-			_, err := c.RequestTimeoutBy(calendar.BusinessDays(-1).At(calendar.ClockOf(9, 0)), lapseDue{}, saga.RuleFrom(from))
+			_, err := c.RequestTimeoutBy(calendar.BusinessDays(-1).At(calendar.ClockOf(9, 0)).In("UTC"), lapseDue{}, saga.RuleFrom(from))
 			return err
 		})
 	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[struct{}], _ lapseDue) error {
