@@ -183,10 +183,7 @@ func (d *Dispatcher) planRule(rule calendar.Rule, req ruleRequest) (time.Time, *
 func (d *Dispatcher) due(rule calendar.Rule, from time.Time, cal calendar.Calendar) (time.Time, error) {
 	loc, err := d.zones.Load(rule.Zone)
 	if err != nil {
-		return time.Time{}, err
-	}
-	if rule.Zone == "" {
-		return rule.Due(from, cal) // UTC: nothing to load
+		return time.Time{}, err // a rule that names no zone too
 	}
 	return rule.DueIn(from, cal, loc)
 }
