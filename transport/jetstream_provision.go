@@ -276,6 +276,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		sc.Name = n.sched
 		sc.Description = "jetsaga: scheduled messages of queue " + cfg.Name
 		sc.Subjects = n.schedSubjects(cfg.RequiresSession)
+		sc.SubjectTransform = n.cancelTransform()
 		sc.Retention = jetstream.LimitsPolicy
 		sc.AllowMsgSchedules = true
 		sc.AllowMsgTTL = true

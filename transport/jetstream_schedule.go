@@ -85,7 +85,8 @@ func duplicateOf(ctx context.Context, d *jsDriver, part *jsPartition, key string
 const cancelMargin = 500 * time.Millisecond
 
 // cancel stops a pending schedule with one conditional write: a cancel
-// record on P.S.N.p.<key>.x.<seq>, accepted only while P.S.N.p.<key>.s
+// record on P.S.N.p.<key>.x.<seq> (written on its .cancel form, see
+// cancelToken), accepted only while P.S.N.p.<key>.s
 // still holds the schedule, which it purges in the same step
 // (Nats-Schedule-Next: purge). The server's scheduler may already have
 // read the schedule when the record lands and still write the activation,
@@ -124,7 +125,7 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	}
 	due, dueErr := time.Parse(time.RFC3339Nano, raw.Header.Get(HeaderScheduledAt))
 	recSubj := part.n.sSubj + "." + key + "." + cancelToken + "." + strconv.FormatUint(local, 10)
-	rec := &nats.Msg{Subject: recSubj, Header: nats.Header{}}
+	rec := &nats.Msg{Header: nats.Header{}}
 	rec.Header.Set(hdrCancelled, "1")
 	rec.Header.Set(natsScheduleNext, "purge")
 	rec.Header.Set(natsScheduler, raw.Subject)
@@ -145,7 +146,15 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 			return fmt.Errorf("%w: seq %d is due at %s, within %v", ErrAlreadyActivated, seq, due.Format(time.RFC3339Nano), cancelMargin)
 		}
 		err = q.d.tries(ctx, func(tctx context.Context) error {
+			rec.Subject = recSubj + "." + cancelWriteToken // stored as recSubj (see cancelTransform)
 			_, err := q.d.js.PublishMsg(tctx, rec, jetstream.WithExpectLastSequenceForSubject(local, raw.Subject), noPubRetry)
+			if isNoResponders(err) && tctx.Err() == nil {
+				// A schedule stream as an earlier version provisioned it
+				// (an older process reopened the queue during a rolling
+				// deploy) listens on the stored form itself.
+				rec.Subject = recSubj
+				_, err = q.d.js.PublishMsg(tctx, rec, jetstream.WithExpectLastSequenceForSubject(local, raw.Subject), noPubRetry)
+			}
 			if err == nil {
 				err = loseAnswer(tctx)
 			}
