@@ -167,3 +167,45 @@ func TestCancelAcrossScheduleStreamVersions(t *testing.T) {
 		t.Fatalf("Receive: %v, %v; want the pending message alone", ds, err)
 	}
 }
+
+// A publish on a schedule's subject without the server's schedule headers
+// is stored by the server as it is, and never activates: Browse shows it
+// as a scheduled message, and Cancel removes it (it refused it as "not a
+// scheduled message" before), leaving it cancelled like any other: not
+// counted, its number answered "was cancelled", its MessageID taken.
+func TestCancelRemovesScheduleWithoutScheduleHeaders(t *testing.T) {
+	_, nc, b := startServer(t, embedded.Options{})
+	ctx := t.Context()
+	q, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := &nats.Msg{Subject: "JETSAGA.S.orders.0." + wireKey("bare") + ".s", Header: nats.Header{}, Data: []byte("bare")}
+	msg.Header.Set(transport.HeaderMessageID, "bare")
+	ack, err := js.PublishMsg(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := transport.ScheduledBit | ack.Sequence // partition 0
+	ms, err := q.Peek(ctx, transport.ScheduledBit, 10)
+	if err != nil || len(ms) != 1 || ms[0].Seq != seq {
+		t.Fatalf("Peek scheduled: %v, %v; want the bare message at %s", ms, err, transport.FormatSeq(seq))
+	}
+	if err := q.Cancel(ctx, seq); err != nil {
+		t.Fatalf("Cancel(%s): %v", transport.FormatSeq(seq), err)
+	}
+	c, err := q.Counts(ctx)
+	if err != nil || c.Scheduled != 0 {
+		t.Errorf("Counts after Cancel: %+v, %v; want nothing scheduled", c, err)
+	}
+	if err := q.Cancel(ctx, seq); !errors.Is(err, transport.ErrNotFound) || !strings.Contains(err.Error(), "was cancelled") {
+		t.Errorf("Cancel(%s) again: %v, want ErrNotFound: was cancelled", transport.FormatSeq(seq), err)
+	}
+	if r, err := q.Send(ctx, &transport.Message{MessageID: "bare"}); err != nil || !r.Duplicate {
+		t.Errorf("Send with the cancelled MessageID: %+v, %v; want Duplicate", r, err)
+	}
+}
