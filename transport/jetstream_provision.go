@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -166,6 +167,9 @@ func (d *jsDriver) lookup(ctx context.Context, cfg QueueConfig, n jsNames, p int
 	part.replicated = part.queue.CachedInfo().Config.Replicas > 1
 	if n.hasSch {
 		if part.sched, err = d.js.Stream(ctx, n.sched); err == nil {
+			part.sched, err = d.upgradeSchedule(ctx, part.sched, n)
+		}
+		if err == nil {
 			part.sched, err = d.leaderReads(ctx, part.sched)
 		}
 		if err != nil {
@@ -179,6 +183,26 @@ func (d *jsDriver) lookup(ctx context.Context, cfg QueueConfig, n jsNames, p int
 	}
 	d.keep(part)
 	return part, nil
+}
+
+// upgradeSchedule brings the schedule stream s that an earlier version
+// provisioned, whose cancel records were written on their stored subject
+// P.S.N.p.<key>.x.<seq> (so that it stored a publish on
+// P.S.N.p.<key>.x.<anything>), up to this version's subjects and subject
+// transform (see cancelToken), as provision does. A stream that has them,
+// or whose subjects are not an earlier version's, is left alone: attaching
+// a queue sends no stream update (see ensureStream) but this one, once.
+func (d *jsDriver) upgradeSchedule(ctx context.Context, s jetstream.Stream, n jsNames) (jetstream.Stream, error) {
+	cfg := s.CachedInfo().Config
+	old := n.sSubj + ".*." + cancelToken + ".*"
+	i := slices.Index(cfg.Subjects, old)
+	if i < 0 || cfg.SubjectTransform != nil {
+		return s, nil
+	}
+	cfg.Subjects = slices.Clone(cfg.Subjects)
+	cfg.Subjects[i] = old + "." + cancelWriteToken
+	cfg.SubjectTransform = n.cancelTransform()
+	return d.js.UpdateStream(ctx, cfg)
 }
 
 // checkExisting refuses to reopen a queue with a different shape, and a

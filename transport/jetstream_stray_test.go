@@ -134,18 +134,34 @@ func TestCancelAcrossScheduleStreamVersions(t *testing.T) {
 		t.Fatalf("the old config takes .x.<anything> (the test's premise): %v", err)
 	}
 
-	q = open() // the new version reopens it
-	s, err := js.Stream(ctx, "JETSAGA_S_roll_0")
+	upgraded := func(how string) {
+		t.Helper()
+		s, err := js.Stream(ctx, "JETSAGA_S_roll_0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr := s.CachedInfo().Config.SubjectTransform; tr == nil || !strings.HasSuffix(tr.Source, ".x.*.cancel") {
+			t.Fatalf("schedule stream after %s has subject transform %+v, want the cancel records'", how, tr)
+		}
+		stray.Subject = "JETSAGA.S.roll.0." + wireKey("d") + ".x.m"
+		if _, err := js.PublishMsg(ctx, stray); err == nil {
+			t.Errorf("stray publish on .x.m acknowledged after %s, want refused", how)
+		}
+	}
+	// A process of the new version that attaches the queue (a sender, or
+	// jetsaga housekeep) upgrades the stream; so does one that opens it.
+	b2, err := transport.NewJetStream(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tr := s.CachedInfo().Config.SubjectTransform; tr == nil || !strings.HasSuffix(tr.Source, ".x.*.cancel") {
-		t.Fatalf("reopened schedule stream has subject transform %+v, want the cancel records'", tr)
+	defer b2.Close()
+	if _, err := b2.Queue(ctx, "roll"); err != nil {
+		t.Fatal(err)
 	}
-	stray.Subject = "JETSAGA.S.roll.0." + wireKey("d") + ".x.m"
-	if _, err := js.PublishMsg(ctx, stray); err == nil {
-		t.Error("stray publish on .x.m acknowledged after the reopen, want refused")
-	}
+	upgraded("an attach")
+	oldScheduleConfig(t, js, "JETSAGA_S_roll_0")
+	q = open()
+	upgraded("an open")
 	if err := q.Cancel(ctx, seqB); err != nil {
 		t.Fatalf("Cancel on the new stream config: %v", err)
 	}
