@@ -2,6 +2,9 @@ package wiretest_test
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"go/ast"
 	"go/parser"
@@ -9,9 +12,12 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsaga/jetsaga/internal/cli"
@@ -285,9 +291,58 @@ func TestWireTopicFilterPropertiesMetadata(t *testing.T) {
 	if err != nil {
 		t.Fatalf("docs/wire.md names stream %s (%s for topic events): %v", stream, name, err)
 	}
-	var cfg struct{ FilterProperties []string }
+	var cfg struct {
+		FilterProperties                 []string
+		DuplicateWindow, CancelRecordTTL time.Duration
+	}
 	raw := s.CachedInfo().Config.Metadata[key]
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil || !slices.Equal(cfg.FilterProperties, want) {
-		t.Errorf("docs/wire.md: metadata %s of stream %s is %q: FilterProperties %q, want %q (err %v)", key, name, raw, cfg.FilterProperties, want, err)
+		t.Fatalf("docs/wire.md: metadata %s of stream %s is %q: FilterProperties %q, want %q (err %v)", key, name, raw, cfg.FilterProperties, want, err)
+	}
+
+	// A send built as the section says reaches the subscription whose
+	// filter it passes.
+	if !strings.Contains(string(b), "P.TS.T.p.<k>.f.m.<subject>.<v1>...<vn>") {
+		t.Fatal("docs/wire.md: Sending to a topic has no subject template P.TS.T.p.<k>.f.m.<subject>.<v1>...<vn>")
+	}
+	topic, err := br.Topic(t.Context(), "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := topic.OpenSubscription(t.Context(), "eu", transport.SubscriptionConfig{Filter: transport.Filter{Properties: map[string]string{"region": "eu"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256([]byte("topic-1"))
+	k := "_" + base64.RawURLEncoding.EncodeToString(h[:16])
+	tok := func(v string) string { return "_" + base64.RawURLEncoding.EncodeToString([]byte(v)) }
+	values := map[string]string{"region": "eu"}      // no tier
+	subject := "JETSAGA.TS.events.0." + k + ".f.m.-" // no Jetsaga-Subject
+	for _, p := range cfg.FilterProperties {
+		if v, ok := values[p]; ok {
+			subject += "." + tok(v)
+		} else {
+			subject += ".-"
+		}
+	}
+	msg := nats.NewMsg(subject)
+	msg.Data = []byte("hello")
+	msg.Header.Set(transport.HeaderMessageID, "topic-1")
+	msg.Header.Set(transport.HeaderPropertyPrefix+"region", "eu")
+	msg.Header.Set("Nats-Expected-Last-Subject-Sequence", "0")
+	msg.Header.Set("Nats-Expected-Last-Subject-Sequence-Subject", "JETSAGA.TS.events.0."+k+".>")
+	ttl := max(cfg.DuplicateWindow, cfg.CancelRecordTTL)
+	msg.Header.Set("Nats-TTL", strconv.FormatInt(int64((ttl+time.Second-1)/time.Second), 10)+"s")
+	if ttl <= 0 {
+		t.Errorf("metadata %s has no DuplicateWindow or CancelRecordTTL for Nats-TTL: %s", key, raw)
+	}
+	if _, err := js.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatalf("topic send on %s as docs/wire.md says: %v", subject, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	ds, err := sub.Receive(ctx, 1)
+	if err != nil || len(ds) != 1 || ds[0].MessageID != "topic-1" || ds[0].Properties["region"] != "eu" {
+		t.Fatalf("subscription eu received %v, %v; want the topic send", ds, err)
 	}
 }
