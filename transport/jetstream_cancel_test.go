@@ -68,7 +68,7 @@ func TestLateCancelRecordDropsOnlyItsActivation(t *testing.T) {
 	// have written them an instant before the activation.
 	for i, s := range subj {
 		key := strings.TrimSuffix(s, ".s")
-		rec := &nats.Msg{Subject: key + ".x." + strconv.FormatUint(transport.LocalSeq(seqs[i]), 10), Header: nats.Header{}}
+		rec := &nats.Msg{Subject: key + ".x." + strconv.FormatUint(transport.LocalSeq(seqs[i]), 10) + ".cancel", Header: nats.Header{}}
 		rec.Header.Set("Jetsaga-Cancelled", "1")
 		if _, err := js.PublishMsg(ctx, rec); err != nil {
 			t.Fatal(err)

@@ -99,7 +99,7 @@ func testLookupFailure(t *testing.T, srv *embedded.Server, replicated bool) {
 	})
 	// A cancel record for "cancelled" that landed as it activated: its
 	// Cancel returned nil.
-	rec := &nats.Msg{Subject: strings.TrimSuffix(raw.Subject, ".s") + ".x." + strconv.FormatUint(LocalSeq(cancelled), 10), Header: nats.Header{}}
+	rec := &nats.Msg{Subject: strings.TrimSuffix(raw.Subject, ".s") + ".x." + strconv.FormatUint(LocalSeq(cancelled), 10) + "." + cancelWriteToken, Header: nats.Header{}}
 	rec.Header.Set(hdrCancelled, "1")
 	if _, err := js.PublishMsg(ctx, rec); err != nil {
 		t.Fatal(err)

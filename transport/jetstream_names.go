@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"strconv"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
 
@@ -15,7 +16,9 @@ import (
 //	stream P_S_N_p  every write (limits retention), on exactly these
 //	                subjects (see schedSubjects):
 //	            P.S.N.p.<key>.s           a scheduled message
-//	            P.S.N.p.<key>.x.<seq>     the record of its cancellation
+//	            P.S.N.p.<key>.x.<seq>     the record of its cancellation, written
+//	                                      on P.S.N.p.<key>.x.<seq>.cancel (see
+//	                                      cancelTransform)
 //	            P.S.N.p.<key>.f.<tail>    a message with a MessageID, sent or
 //	                                      activated; sourced into the queue
 //	            P.S.N.p.<key>.g.<tail>    the same without a MessageID
@@ -70,8 +73,30 @@ func (d *jsDriver) deadLetterNames(queue string) jsNames {
 }
 
 // cancelToken is the subject token of cancel records in the schedule
-// stream, jetsaga's bookkeeping and not part of the wire format.
-const cancelToken = "x"
+// stream: a record is stored as P.S.N.p.<key>.x.<seq>, under its
+// MessageID's key, so that the MessageID of a cancelled message stays
+// taken (see guard). It is written as P.S.N.p.<key>.x.<seq>.cancel
+// (cancelWriteToken), which the stream's subject transform stores under
+// the shorter subject (see cancelTransform): the stream listens on the
+// written form alone, so that a publish on P.S.N.p.<key>.x.<anything> —
+// a client's typo of x for f or g — is refused by the server instead of
+// stored, never delivered, and left to make every later send with its
+// MessageID a duplicate. docs/wire.md names the written form as jetsaga's
+// bookkeeping, which other clients must not write.
+const (
+	cancelToken      = "x"
+	cancelWriteToken = "cancel"
+)
+
+// cancelTransform is the schedule stream's subject transform: a cancel
+// record written on P.S.N.p.<key>.x.<seq>.cancel is stored as
+// P.S.N.p.<key>.x.<seq>. Every other subject is stored as written.
+func (n jsNames) cancelTransform() *jetstream.SubjectTransformConfig {
+	return &jetstream.SubjectTransformConfig{
+		Source:      n.sSubj + ".*." + cancelToken + ".*." + cancelWriteToken,
+		Destination: n.sSubj + ".{{wildcard(1)}}." + cancelToken + ".{{wildcard(2)}}",
+	}
+}
 
 // schedSubjects lists the subjects a partition's schedule stream listens
 // on, and no others, so that a publish anywhere else under its prefix is
@@ -98,7 +123,7 @@ func (n jsNames) schedSubjects(requiresSession bool) []string {
 			subs = append(subs, n.sSubj+".*."+kind+tail)
 		}
 	}
-	subs = append(subs, n.sSubj+".*."+ScheduleToken, n.sSubj+".*."+cancelToken+".*")
+	subs = append(subs, n.sSubj+".*."+ScheduleToken, n.sSubj+".*."+cancelToken+".*."+cancelWriteToken)
 	if n.topic || requiresSession {
 		subs = append(subs, n.lock+".>")
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -166,6 +167,7 @@ func (d *jsDriver) lookup(ctx context.Context, cfg QueueConfig, n jsNames, p int
 	part.replicated = part.queue.CachedInfo().Config.Replicas > 1
 	if n.hasSch {
 		if part.sched, err = d.js.Stream(ctx, n.sched); err == nil {
+			d.upgradeSchedule(part.sched, n)
 			part.sched, err = d.leaderReads(ctx, part.sched)
 		}
 		if err != nil {
@@ -179,6 +181,39 @@ func (d *jsDriver) lookup(ctx context.Context, cfg QueueConfig, n jsNames, p int
 	}
 	d.keep(part)
 	return part, nil
+}
+
+// upgradeSchedule brings the schedule stream s that an earlier version
+// provisioned, whose cancel records were written on their stored subject
+// P.S.N.p.<key>.x.<seq> (so that it stored a publish on
+// P.S.N.p.<key>.x.<anything>), up to this version's subjects and subject
+// transform (see cancelToken), as provision does. A stream that has them,
+// or whose subjects are not an earlier version's, is left alone: attaching
+// a queue sends no stream update (see ensureStream) but this one, once.
+// The update runs in the background, within the API timeout: a process
+// may lack the permission to update streams (a sender), whose request
+// then goes unanswered, and the attach must not wait for that. Until the
+// update lands the queue works on the old config (Cancel falls back to
+// it); if it fails, it is logged, and the next process that opens or
+// attaches the queue tries again.
+func (d *jsDriver) upgradeSchedule(s jetstream.Stream, n jsNames) {
+	cfg := s.CachedInfo().Config
+	old := n.sSubj + ".*." + cancelToken + ".*"
+	i := slices.Index(cfg.Subjects, old)
+	if i < 0 || cfg.SubjectTransform != nil {
+		return
+	}
+	cfg.Subjects = slices.Clone(cfg.Subjects)
+	cfg.Subjects[i] = old + "." + cancelWriteToken
+	cfg.SubjectTransform = n.cancelTransform()
+	go func() {
+		ctx, cancel := context.WithTimeout(d.life, d.o.apiTimeout)
+		defer cancel()
+		if _, err := d.js.UpdateStream(ctx, cfg); err != nil && d.check() == nil {
+			d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: schedule stream has an earlier version's subjects and could not be upgraded; a publish on a stray .x. subject is still stored until a process that may update streams opens or attaches the queue",
+				slog.String("stream", cfg.Name), slogErr(err))
+		}
+	}()
 }
 
 // checkExisting refuses to reopen a queue with a different shape, and a
@@ -276,6 +311,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 		sc.Name = n.sched
 		sc.Description = "jetsaga: scheduled messages of queue " + cfg.Name
 		sc.Subjects = n.schedSubjects(cfg.RequiresSession)
+		sc.SubjectTransform = n.cancelTransform()
 		sc.Retention = jetstream.LimitsPolicy
 		sc.AllowMsgSchedules = true
 		sc.AllowMsgTTL = true

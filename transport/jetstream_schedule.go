@@ -85,7 +85,8 @@ func duplicateOf(ctx context.Context, d *jsDriver, part *jsPartition, key string
 const cancelMargin = 500 * time.Millisecond
 
 // cancel stops a pending schedule with one conditional write: a cancel
-// record on P.S.N.p.<key>.x.<seq>, accepted only while P.S.N.p.<key>.s
+// record on P.S.N.p.<key>.x.<seq> (written on its .cancel form, see
+// cancelToken), accepted only while P.S.N.p.<key>.s
 // still holds the schedule, which it purges in the same step
 // (Nats-Schedule-Next: purge). The server's scheduler may already have
 // read the schedule when the record lands and still write the activation,
@@ -119,19 +120,22 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 	}
 	rest, ok := strings.CutPrefix(raw.Subject, part.n.sSubj+".")
 	key, kind, _ := strings.Cut(rest, ".")
-	if !ok || kind != "s" || raw.Header.Get(natsSchedule) == "" {
+	if !ok || kind != ScheduleToken {
 		return fmt.Errorf("%w: seq %d is not a scheduled message", ErrNotFound, seq)
 	}
-	due, dueErr := time.Parse(time.RFC3339Nano, raw.Header.Get(HeaderScheduledAt))
 	recSubj := part.n.sSubj + "." + key + "." + cancelToken + "." + strconv.FormatUint(local, 10)
-	rec := &nats.Msg{Subject: recSubj, Header: nats.Header{}}
+	rec := &nats.Msg{Header: nats.Header{}}
 	rec.Header.Set(hdrCancelled, "1")
-	rec.Header.Set(natsScheduleNext, "purge")
-	rec.Header.Set(natsScheduler, raw.Subject)
 	rec.Header.Set(natsTTL, fmt.Sprintf("%ds", int64(q.cfg.CancelRecordTTL/time.Second)))
 	// Which Cancel wrote a record, for a retry after an unanswered try
 	// (see tries): the record may be ours.
 	rec.Header.Set(hdrCancelID, nuid.Next())
+	if raw.Header.Get(natsSchedule) == "" {
+		return q.cancelStray(ctx, part, rec, recSubj, local)
+	}
+	due, dueErr := time.Parse(time.RFC3339Nano, raw.Header.Get(HeaderScheduledAt))
+	rec.Header.Set(natsScheduleNext, "purge")
+	rec.Header.Set(natsScheduler, raw.Subject)
 	unanswered := false // a try went unanswered: our record may be stored, or in flight
 	backoff := time.Millisecond
 	for {
@@ -145,7 +149,7 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 			return fmt.Errorf("%w: seq %d is due at %s, within %v", ErrAlreadyActivated, seq, due.Format(time.RFC3339Nano), cancelMargin)
 		}
 		err = q.d.tries(ctx, func(tctx context.Context) error {
-			_, err := q.d.js.PublishMsg(tctx, rec, jetstream.WithExpectLastSequenceForSubject(local, raw.Subject), noPubRetry)
+			err := q.d.writeCancelRecord(tctx, rec, recSubj, jetstream.WithExpectLastSequenceForSubject(local, raw.Subject))
 			if err == nil {
 				err = loseAnswer(tctx)
 			}
@@ -189,6 +193,41 @@ func (q *jsQueue) cancel(ctx context.Context, seq uint64) error {
 		}
 		return fmt.Errorf("%w: seq %d", ErrAlreadyActivated, seq)
 	}
+}
+
+// writeCancelRecord publishes the cancel record rec, to be stored as
+// recSubj: on its written form (see cancelToken), or, on a schedule stream
+// as an earlier version provisioned it (an older process reopened the
+// queue during a rolling deploy), which listens on the stored form itself
+// and refuses the written one, on recSubj.
+func (d *jsDriver) writeCancelRecord(ctx context.Context, rec *nats.Msg, recSubj string, opts ...jetstream.PublishOpt) error {
+	opts = append(opts, noPubRetry)
+	rec.Subject = recSubj + "." + cancelWriteToken
+	_, err := d.js.PublishMsg(ctx, rec, opts...)
+	if isNoResponders(err) && ctx.Err() == nil {
+		rec.Subject = recSubj
+		_, err = d.js.PublishMsg(ctx, rec, opts...)
+	}
+	return err
+}
+
+// cancelStray cancels what a client stored on a schedule's subject
+// without the server's schedule headers (a publish on P.S.N.p.<key>.s
+// without Nats-Schedule, which the server stores as it is): it never
+// activates, so Cancel removes it, leaving a cancel record like any
+// Cancel's, which keeps its MessageID taken and makes a later Cancel of
+// the number answer that it was cancelled.
+func (q *jsQueue) cancelStray(ctx context.Context, part *jsPartition, rec *nats.Msg, recSubj string, local uint64) error {
+	if err := q.d.tries(ctx, func(tctx context.Context) error {
+		return q.d.writeCancelRecord(tctx, rec, recSubj)
+	}); err != nil {
+		return q.d.mapErr(err)
+	}
+	err := q.d.tries(ctx, func(tctx context.Context) error { return part.sched.DeleteMsg(tctx, local) })
+	if isNotFound(err) {
+		return nil // removed by a concurrent Cancel
+	}
+	return q.d.mapErr(err)
 }
 
 // cancelledOrActivated tells what became of a scheduled sequence number

@@ -46,8 +46,11 @@ const (
 	// queue partition or a dead-letter queue share.
 	ReceiveConsumer = "recv"
 
-	// Stream metadata keys.
+	// Stream metadata keys: a queue's number of partitions, whether it
+	// requires sessions, and its QueueConfig as JSON; a topic's
+	// TopicConfig as JSON (on every stream of the topic).
 	MetaPartitions      = "jetsaga.partitions"
 	MetaRequiresSession = "jetsaga.requires_session"
 	MetaConfig          = "jetsaga.config"
+	MetaTopic           = "jetsaga.topic"
 )

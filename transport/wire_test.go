@@ -42,6 +42,7 @@ var wireNames = map[string]string{
 	"MetaPartitions":                 MetaPartitions,
 	"MetaRequiresSession":            MetaRequiresSession,
 	"MetaConfig":                     MetaConfig,
+	"MetaTopic":                      MetaTopic,
 	"ReasonMaxDeliveryCountExceeded": ReasonMaxDeliveryCountExceeded,
 }
 
@@ -56,6 +57,14 @@ func TestWireNames(t *testing.T) {
 	transportRow := func(c string) bool { return !strings.HasPrefix(c, "saga.") }
 	for _, e := range wiretest.CheckNames(doc, wireNames, transportRow) {
 		t.Errorf("docs/wire.md: %s", e)
+	}
+}
+
+// TestWireMetaTopic checks that the exported name of a topic's metadata
+// key is the one the topic code writes and reads.
+func TestWireMetaTopic(t *testing.T) {
+	if MetaTopic != metaTopic {
+		t.Errorf("MetaTopic is %q, the topic streams' metadata key is %q", MetaTopic, metaTopic)
 	}
 }
 

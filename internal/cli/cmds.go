@@ -236,7 +236,9 @@ reason MaxDeliveryCountExceeded, and purges the schedule stream's copies
 the queue has sourced. A queue whose services are all written in other
 languages (docs/wire.md) needs one such process: this command is it. It
 looks after the queues named, or every queue, including queues created
-while it runs, until it is interrupted. Any number may run at once.`,
+while it runs, until it is interrupted. Any number may run at once. A
+queue named that does not exist is created, with the default settings
+(one partition, no sessions), as transport.Broker.Queue does.`,
 			examples: []string{"jetsaga housekeep", "jetsaga housekeep orders payments"},
 			run:      cmdHousekeep},
 	}

@@ -6,6 +6,12 @@
 // test vector from the document at run time, so a one-character change to
 // the document that the transport does not follow fails the test.
 //
+// Its other tests check that what the document cites exists: every
+// `jetsaga ...` command (against the command's own table), stream
+// metadata key and Go name of packages transport and saga, and that a
+// topic's FilterProperties are where it says, by sending to a topic as it
+// says.
+//
 // The package's one export, ReadDoc, parses the document's two tables for
 // the agreement tests (transport/wire_test.go and this package's test of
 // the names package saga holds).
