@@ -17,7 +17,7 @@ import (
 // 100 ms apart, on timeouts, then completes and reports how many
 // reminders it counted.
 type (
-	Ordered struct{ ID string }
+	Ordered  struct{ ID string }
 	Reminded struct {
 		ID        string
 		Reminders int
