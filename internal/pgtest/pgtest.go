@@ -46,6 +46,11 @@ import (
 // parent.
 const EnvURL = "JETSAGA_PGTEST_URL"
 
+// EnvBin names the environment variable that gives the directory of
+// PostgreSQL's programs (initdb, postgres, pg_isready, createdb), for an
+// installation the search (see Start) does not find.
+const EnvBin = "JETSAGA_PGTEST_BIN"
+
 // ErrNotInstalled is returned by Start when no PostgreSQL server binaries
 // are found.
 var ErrNotInstalled = errors.New("pgtest: PostgreSQL is not installed: install it, e.g. apt-get install -y postgresql (Debian, Ubuntu), or point " + EnvURL + " at a server")
@@ -80,7 +85,10 @@ func Main(m *testing.M, srv **Server) {
 	os.Exit(code)
 }
 
-// Start returns the server EnvURL names, or starts one of its own.
+// Start returns the server EnvURL names, or starts one of its own from the
+// programs in EnvBin's directory, initdb's on $PATH, or Debian's
+// /usr/lib/postgresql/VERSION/bin (the newest); ErrNotInstalled if there
+// are none.
 func Start(ctx context.Context) (*Server, error) {
 	bin, binErr := findBin()
 	if u := os.Getenv(EnvURL); u != "" {
@@ -97,6 +105,12 @@ func Start(ctx context.Context) (*Server, error) {
 // links: the others may not be linked beside it), else Debian's
 // /usr/lib/postgresql/VERSION/bin, the newest.
 func findBin() (string, error) {
+	if dir := os.Getenv(EnvBin); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err != nil {
+			return "", fmt.Errorf("%w (%s=%s: %w)", ErrNotInstalled, EnvBin, dir, err)
+		}
+		return dir, nil
+	}
 	if p, err := exec.LookPath("initdb"); err == nil {
 		if p, err := filepath.EvalSymlinks(p); err == nil {
 			if _, err := os.Stat(filepath.Join(filepath.Dir(p), "pg_isready")); err == nil {

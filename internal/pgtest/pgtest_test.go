@@ -1,6 +1,7 @@
 package pgtest_test
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -29,8 +30,20 @@ func TestNewDatabase(t *testing.T) {
 	}
 }
 
-func TestErrNotInstalledSaysWhatToInstall(t *testing.T) {
-	if msg := pgtest.ErrNotInstalled.Error(); !strings.Contains(msg, "apt-get install -y postgresql") {
-		t.Errorf("ErrNotInstalled = %q: it should say what to install", msg)
+// TestMissingPostgreSQLFails runs this test binary again where it finds
+// no PostgreSQL: Main must fail it, saying what to install, and run no
+// test (a skip would count as a pass).
+func TestMissingPostgreSQLFails(t *testing.T) {
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestNewDatabase$", "-test.v")
+	cmd.Env = append(os.Environ(), pgtest.EnvBin+"="+t.TempDir(), pgtest.EnvURL+"=")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the tests passed without PostgreSQL:\n%s", out)
+	}
+	if !strings.Contains(string(out), "apt-get install -y postgresql") {
+		t.Errorf("the failure does not say what to install:\n%s", out)
+	}
+	if strings.Contains(string(out), "=== RUN") {
+		t.Errorf("tests ran without a server:\n%s", out)
 	}
 }
