@@ -35,6 +35,7 @@ release:
 	go run ./internal/release check
 	git commit -qam "release $(VERSION)"
 	git tag $(VERSION)
+	git tag saga/pgstore/$(VERSION)
 	git tag saga/sagaotel/$(VERSION)
 	git tag timeout/temporal/$(VERSION)
 

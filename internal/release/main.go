@@ -5,14 +5,15 @@
 //	go run ./internal/release check            # what CI runs (make release-check)
 //	go run ./internal/release prepare v0.2.0   # what make release runs before it tags
 //
-// check packs every released module (the root, saga/sagaotel,
-// timeout/temporal) at the version the nested modules require of the root,
+// check packs every released module (the root, saga/pgstore,
+// saga/sagaotel, timeout/temporal) at the version the nested modules require of the root,
 // into a module proxy in a temporary directory (the layout GOPROXY=file://
 // serves), each nested module with the go.sum lines of the jetsaga modules
 // it requires. Then, with only that proxy and the public one, from empty
 // directories: both jetsaga commands install with go install ...@version
-// and run; a consumer module that imports saga, kvstore, timeout/temporal
-// and sagaotel builds and runs a saga on an embedded nats-server; and
+// and run; a consumer module that imports saga, kvstore, pgstore,
+// timeout/temporal and sagaotel builds and runs a saga on an embedded
+// nats-server (pgstore is built, not run: it needs a PostgreSQL server); and
 // go mod tidy leaves every released module's go.mod and go.sum as they are
 // (the committed ones may lack the jetsaga lines a release adds).
 //
@@ -48,7 +49,7 @@ const rootPath = "github.com/jetsaga/jetsaga"
 
 // released are the modules a release publishes, each after those it
 // requires. Examples and internal tools are not released.
-var released = []string{".", "saga/sagaotel", "timeout/temporal"}
+var released = []string{".", "saga/pgstore", "saga/sagaotel", "timeout/temporal"}
 
 //go:embed testdata/consumer.go.txt
 var consumerMain []byte
@@ -418,10 +419,10 @@ func check() error {
 		return err
 	}
 	e := env(proxy, filepath.Join(tmp, "bin"))
-	step("a consumer module requires saga, kvstore, timeout/temporal and sagaotel at %s", version)
+	step("a consumer module requires saga, kvstore, pgstore, timeout/temporal and sagaotel at %s", version)
 	for _, args := range [][]string{
 		{"mod", "init", "example.com/consumer"},
-		{"get", rootPath + "@" + version, rootPath + "/timeout/temporal@" + version, rootPath + "/saga/sagaotel@" + version},
+		{"get", rootPath + "@" + version, rootPath + "/timeout/temporal@" + version, rootPath + "/saga/sagaotel@" + version, rootPath + "/saga/pgstore@" + version},
 		{"mod", "tidy"},
 		{"vet", "."},
 	} {

@@ -1,0 +1,55 @@
+// Package pgstore keeps saga state in a PostgreSQL table: a
+// saga.ExpiringStore and saga.ListingStore on github.com/jackc/pgx/v5. It
+// is a module of its own (github.com/jetsaga/jetsaga/saga/pgstore), so
+// that a service that does not use PostgreSQL does not depend on pgx.
+//
+// # Setting up
+//
+//	pool, err := pgxpool.New(ctx, "postgres://app@db/app")
+//	err = pgstore.Migrate(ctx, pool)      // or apply pgstore.Migration with your own tool
+//	store, err := pgstore.New(ctx, pool)  // ErrNeedsMigration if the table is missing or old
+//	go store.Run(ctx)                     // removes expired rows every minute
+//	d, err := saga.NewDispatcher(broker, store, "orders", saga.WithSagas(Order))
+//
+// # The table
+//
+// One row per saga instance: key (the saga's name and its encoded
+// instance ID), value (the record), rev, and expires_at. Migration is the
+// schema, versioned by a one-row table beside it: New refuses a table whose
+// schema is missing or older than SchemaVersion (ErrNeedsMigration), so a
+// service that was deployed before its migration stops at start, not in
+// the middle of a step. WithTable names another table, optionally in
+// another schema.
+//
+// # Revisions
+//
+// Every write takes its revision from one sequence for the whole table
+// (nextval), never from a per-row counter: a key's revisions only grow,
+// also after the record was deleted, or expired, and created again. The
+// dispatcher's record cache (saga.WithRecordCache) relies on this. Writes
+// are conditional in one statement each: a create is an INSERT that
+// finds no live row, an update or delete is an UPDATE or DELETE ... WHERE
+// rev = $rev; anything else is saga.ErrConflict.
+//
+// # Expiry
+//
+// PutTTL sets expires_at (the server's clock, now() + ttl); a row past it
+// is absent at once to Load, Put, Delete and ListKeys. Rows are removed
+// lazily when their key is created again (the INSERT takes the expired
+// row's place), and in batches by Cleanup, which Run calls every
+// DefaultCleanupInterval (WithCleanupInterval). Without Run the tombstones
+// of completed sagas stay, invisible, until their key is created again.
+//
+// # Limits
+//
+// Keys and values reach SQL only as parameters. A record larger than
+// DefaultMaxRecordSize (1 MiB; WithMaxRecordSize) is ErrRecordTooLarge,
+// inside saga.Permanent: the step fails for good rather than retrying.
+//
+// # What is atomic
+//
+// Today only the record: each Put or Delete is one statement. Running a
+// handler's own writes in the step's transaction, and a transactional
+// outbox for the messages a step sends, are planned and not built (see
+// docs/postgres.md).
+package pgstore

@@ -1,0 +1,175 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jetsaga/jetsaga/saga"
+)
+
+// Store is a saga.ExpiringStore and saga.ListingStore on a PostgreSQL
+// table. It is safe for concurrent use.
+type Store struct {
+	pool      *pgxpool.Pool
+	table     string
+	names     names
+	sql       statements
+	maxRecord int
+	logger    *slog.Logger
+	every     time.Duration
+	batch     int
+	listPage  int
+}
+
+var (
+	_ saga.ExpiringStore = (*Store)(nil)
+	_ saga.ListingStore  = (*Store)(nil)
+)
+
+// statements are the SQL statements of a Store, on its table. A row is
+// live while its expires_at is NULL or in the future (of the server's
+// clock): a row past it is absent to every statement.
+type statements struct {
+	load, create, update, delete, list, cleanup string
+}
+
+const live = "(expires_at IS NULL OR expires_at > now())"
+
+func statementsFor(n names) statements {
+	return statements{
+		load: "SELECT value, rev FROM " + n.table + " WHERE key = $1 AND " + live,
+		// Create: insert, or take the place of an expired row (lazily
+		// removed here). A live row makes no row come back: ErrConflict.
+		create: "INSERT INTO " + n.table + " AS r (key, value, rev, expires_at) " +
+			"VALUES ($1, $2, nextval('" + n.seq + "'), now() + $3::bigint * interval '1 microsecond') " +
+			"ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at " +
+			"WHERE r.expires_at IS NOT NULL AND r.expires_at <= now() RETURNING rev",
+		update: "UPDATE " + n.table + " SET value = $2, rev = nextval('" + n.seq + "'), " +
+			"expires_at = now() + $3::bigint * interval '1 microsecond' " +
+			"WHERE key = $1 AND rev = $4 AND " + live + " RETURNING rev",
+		// The outer SELECT sees the table as before the DELETE: whether a
+		// live row was there tells ErrConflict from ErrNotFound.
+		delete: "WITH d AS (DELETE FROM " + n.table + " WHERE key = $1 AND rev = $2 AND " + live + " RETURNING 1) " +
+			"SELECT EXISTS (SELECT 1 FROM d), EXISTS (SELECT 1 FROM " + n.table + " WHERE key = $1 AND " + live + ")",
+		list: "SELECT key FROM " + n.table + " WHERE key > $1 AND key < $2 AND " + live + " ORDER BY key LIMIT $3",
+		cleanup: "DELETE FROM " + n.table + " WHERE key IN (SELECT key FROM " + n.table +
+			" WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED) AND expires_at <= now()",
+	}
+}
+
+// New returns a Store on the table (WithTable; DefaultTable otherwise) in
+// pool's database. The table must have been migrated to this code's
+// SchemaVersion (Migrate, or Migration applied with your own tool):
+// otherwise New returns ErrNeedsMigration (ErrSchemaTooNew for a table
+// only newer code can use), so that a service finds out as it starts,
+// not in the middle of a step.
+func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrInvalidOption)
+	}
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSchema(ctx, pool, c.table); err != nil {
+		return nil, err
+	}
+	n := nameOf(c.table)
+	return &Store{
+		pool: pool, table: c.table, names: n, sql: statementsFor(n),
+		maxRecord: c.maxRecord, logger: c.logger, every: c.cleanEvery, batch: c.cleanBatch, listPage: 1000,
+	}, nil
+}
+
+// Table returns the name of the store's table.
+func (s *Store) Table() string { return s.table }
+
+// Load returns the value and revision of key, or saga.ErrNotFound if
+// there is no live row (none, or one past its expiry).
+func (s *Store) Load(ctx context.Context, key string) ([]byte, uint64, error) {
+	var value []byte
+	var rev int64
+	err := s.pool.QueryRow(ctx, s.sql.load, key).Scan(&value, &rev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, fmt.Errorf("%w: %s", saga.ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("pgstore: load %s: %w", key, err)
+	}
+	return value, uint64(rev), nil
+}
+
+// Put writes value if key's revision is rev (0: if there is no live
+// row), with a new revision from the table's sequence, and keeps the
+// record for good. Otherwise it returns saga.ErrConflict.
+func (s *Store) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	return s.put(ctx, key, value, rev, nil)
+}
+
+// PutTTL is Put, and the record expires ttl (positive, to the
+// microsecond) after this write, by the server's clock: Load then
+// returns saga.ErrNotFound and Put with rev 0 creates it again. The row
+// itself is removed when it is created again, or by Cleanup (Run).
+func (s *Store) PutTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	if ttl <= 0 {
+		return 0, fmt.Errorf("pgstore: put %s: ttl %v: must be positive", key, ttl)
+	}
+	micros := max(ttl.Microseconds(), 1)
+	return s.put(ctx, key, value, rev, &micros)
+}
+
+func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64, ttlMicros *int64) (uint64, error) {
+	if len(value) > s.maxRecord {
+		return 0, saga.Permanent(fmt.Errorf("%w: put %s: %d bytes, the limit is %d", ErrRecordTooLarge, key, len(value), s.maxRecord))
+	}
+	if value == nil {
+		value = []byte{} // the column is NOT NULL; nil would be NULL
+	}
+	var row pgx.Row
+	switch {
+	case rev == 0:
+		row = s.pool.QueryRow(ctx, s.sql.create, key, value, ttlMicros)
+	case rev > math.MaxInt64:
+		return 0, fmt.Errorf("%w: %s: revision %d was never issued", saga.ErrConflict, key, rev)
+	default:
+		row = s.pool.QueryRow(ctx, s.sql.update, key, value, ttlMicros, int64(rev))
+	}
+	var n int64
+	err := row.Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if rev == 0 {
+			return 0, fmt.Errorf("%w: %s exists", saga.ErrConflict, key)
+		}
+		return 0, fmt.Errorf("%w: %s is not at revision %d", saga.ErrConflict, key, rev)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("pgstore: put %s: %w", key, err)
+	}
+	return uint64(n), nil
+}
+
+// Delete removes key's row if its revision is rev; otherwise
+// saga.ErrConflict, or saga.ErrNotFound if there is no live row.
+func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
+	if rev > math.MaxInt64 {
+		rev = 0 // never issued: matches no row
+	}
+	var deleted, existed bool
+	if err := s.pool.QueryRow(ctx, s.sql.delete, key, int64(rev)).Scan(&deleted, &existed); err != nil {
+		return fmt.Errorf("pgstore: delete %s: %w", key, err)
+	}
+	switch {
+	case deleted:
+		return nil
+	case existed:
+		return fmt.Errorf("%w: %s is not at revision %d", saga.ErrConflict, key, rev)
+	}
+	return fmt.Errorf("%w: %s", saga.ErrNotFound, key)
+}
