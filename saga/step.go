@@ -95,6 +95,9 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("saga.type", info.Saga),
 			slog.String("saga.id", info.ID), slog.Any("error", pendingErr))
 	}
+	if d.cfg.loseCompletion != nil && d.cfg.loseCompletion(del) {
+		return StepResult{Outcome: outcome, Err: errors.Join(err, errCompletionLost), Conflicts: conflicts}
+	}
 	complete := del.Complete
 	if inInbox && len(pending) == 0 {
 		// Every instance the message went to has its identity in its
@@ -163,6 +166,9 @@ const (
 
 var errOutboxBusy = errors.New("saga: outbox being carried out")
 
+// errCompletionLost: a test made a step not complete its message.
+var errCompletionLost = errors.New("saga: completion lost (test)")
+
 // errStale asks for a step started from a record that may be stale to be
 // run again from the store: it came to a decision other than a commit,
 // which only a commit (conditional on the revision) would have checked.
@@ -210,7 +216,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 				return fresh("", nil)
 			}
 			tombstone = rec
-			rec = &record{Inbox: rec.Inbox} // a finished instance: as if not found
+			rec = rec.InboxOnly() // a finished instance: as if not found
 		} else if v := rec.DataVersion(); v > t.rt.dataVersion() {
 			// Written by a newer worker: never written by this one.
 			return fresh("", fmt.Errorf("%w: saga %s/%s: version %d, this worker's definition knows %d",
@@ -256,7 +262,10 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			return fresh("", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
 		}
 	}
-	rec.Remember(identity)
+	if err := rec.Remember(identity, now, d.inboxRetention()); err != nil {
+		return fresh("", fmt.Errorf("saga %s/%s: %d messages committed within the inbox retention (%v): %w",
+			t.rt.Name(), t.id, rec.InboxLen(), d.inboxRetention(), err))
+	}
 	if rec.Completed {
 		s.complete()
 	}
