@@ -3,7 +3,9 @@ package saga_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -104,6 +106,56 @@ func TestInboxHotInstanceRedelivery(t *testing.T) {
 		e.send(Deposit{Account: "a", Amount: 1}, saga.WithMessageID("late"))
 		if n := storedInbox(t, e, "a"); n != 128 {
 			t.Errorf("inbox holds %d identities after the retention, want the newest 128", n)
+		}
+	})
+}
+
+type auditData struct{ Deposits int }
+
+// TestInboxDelayedRetryOfSharedMessage: a deposit two sagas handle is
+// committed on the account and fails on the audit; its delayed retry
+// comes 10 minutes later, after 300 other deposits on the account which,
+// beyond the inbox retention, have made its inbox forget it. The retry lists the
+// instances it is committed on: the account does not apply it again.
+func TestInboxDelayedRetryOfSharedMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var failAudit atomic.Bool
+		audit := saga.Define[auditData]("audit")
+		saga.StartedBy(audit, saga.By(func(m Deposit) string { return m.Account }),
+			func(_ context.Context, c *saga.Context[auditData], m Deposit) error {
+				if failAudit.Load() {
+					return errors.New("audit unavailable")
+				}
+				c.Data.Deposits++
+				return nil
+			})
+		const backoff = 10 * time.Minute
+		qcfg := transport.QueueConfig{Name: "shared"}
+		e := newVirtualEnv(t, qcfg, saga.WithSagas(accountSaga(), audit),
+			saga.WithRetry(saga.RetryPolicy{Immediate: 1, Delayed: 1, Backoff: func(int) time.Duration { return backoff }}))
+		if saga.InboxRetention(qcfg) >= backoff {
+			t.Fatalf("inbox retention %v, not shorter than the backoff: the test proves nothing", saga.InboxRetention(qcfg))
+		}
+		failAudit.Store(true)
+		e.send(Deposit{Account: "a", Amount: 1000}, saga.WithMessageID("first"))
+		if r := last[Deposit](e).Result; r.Outcome != saga.Retried {
+			t.Fatalf("first: %s (%v), want %s", r.Outcome, r.Err, saga.Retried)
+		}
+		failAudit.Store(false)
+		time.Sleep(saga.InboxRetention(qcfg) + 2*time.Second) // deposits after it forget the first
+		for i := range 300 {
+			e.send(Deposit{Account: "a", Amount: 1}, saga.WithMessageID(fmt.Sprint("d-", i)))
+		}
+		time.Sleep(backoff - saga.InboxRetention(qcfg)) // the retry comes
+		synctest.Wait()
+		if r := last[Deposit](e).Result; r.Outcome != saga.Handled || r.Err != nil {
+			t.Fatalf("the retry: %s (%v), want %s", r.Outcome, r.Err, saga.Handled)
+		}
+		if s, _, _ := data[accountData](t, e.d, "account", "a"); s.Balance != 1300 {
+			t.Errorf("account balance %d, sent 1300", s.Balance)
+		}
+		if s, _, _ := data[auditData](t, e.d, "audit", "a"); s.Deposits != 301 {
+			t.Errorf("audit counted %d deposits, want 301", s.Deposits)
 		}
 	})
 }
