@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -215,5 +216,68 @@ func TestInboxClone(t *testing.T) {
 	_ = c.Remember("x", t0.Add(time.Hour), time.Minute)
 	if r.InboxLen() != 200 || r.Seen("x") || !r.Seen("m0") {
 		t.Fatal("a clone shares its inbox")
+	}
+}
+
+// BenchmarkInboxStep is the record's share of a step's CPU cost on an
+// instance whose inbox holds n entries: decode, check the inbox, remember,
+// encode twice (as a step does), for a record with 200 bytes of data.
+// B/record is the encoded record's size. "strings" is the same inbox in
+// the earlier format, every entry a string, for comparison.
+func BenchmarkInboxStep(b *testing.B) {
+	data := json.RawMessage(`{"Balance":12345,"Owner":"` + strings.Repeat("x", 170) + `"}`)
+	for _, n := range []int{128, 1000, 10_000, 50_000 - 1} {
+		r := &Record{JSONData: data, Started: t0, Updated: t0}
+		for i := range n {
+			_ = r.Remember(fmt.Sprint("m", i), t0.Add(time.Duration(i)*time.Millisecond), time.Hour)
+		}
+		enc, _ := Encode(r)
+		b.Run(fmt.Sprintf("entries=%d", n), func(b *testing.B) {
+			defer func() { b.ReportMetric(float64(len(enc)), "B/record") }()
+			for i := 0; b.Loop(); i++ {
+				r, err := Decode(enc)
+				if err != nil {
+					b.Fatal(err)
+				}
+				id := fmt.Sprint("new", i)
+				if r.Seen(id) {
+					b.Fatal("seen")
+				}
+				if err := r.Remember(id, t0.Add(time.Minute), time.Hour); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := Encode(r); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := Encode(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		type earlier struct {
+			Data  json.RawMessage `json:"data"`
+			Inbox []string        `json:"inbox"`
+		}
+		old := earlier{Data: data}
+		for i := range n {
+			old.Inbox = append(old.Inbox, InboxDigest(fmt.Sprint("m", i)))
+		}
+		enc, _ = json.Marshal(old)
+		b.Run(fmt.Sprintf("strings/entries=%d", n), func(b *testing.B) {
+			defer func() { b.ReportMetric(float64(len(enc)), "B/record") }()
+			for i := 0; b.Loop(); i++ {
+				var r earlier
+				if err := json.Unmarshal(enc, &r); err != nil {
+					b.Fatal(err)
+				}
+				d := InboxDigest(fmt.Sprint("new", i))
+				if slices.Contains(r.Inbox, d) {
+					b.Fatal("seen")
+				}
+				r.Inbox = append(r.Inbox[1:], d)
+				_, _ = json.Marshal(r)
+				_, _ = json.Marshal(r)
+			}
+		})
 	}
 }
