@@ -117,8 +117,9 @@
 // 12 bytes) of the messages its steps committed, with their commit times,
 // for the inbox retention: by default [InboxRetention] of the queue
 // config, the longest the queue may take to deliver a committed message
-// again — MaxDeliveryCount times LockDuration, plus [InboxMargin] (5 min
-// 40 s with the defaults) — and at least the newest 128, whatever their
+// again — MaxDeliveryCount times the server's lock (LockDuration and the
+// grace JetStream adds), plus [InboxMargin]: 6 min 30 s with the
+// defaults, 1 min 50 s with a 5 s lock — and at least the newest 128, whatever their
 // age. Any delivery of the message within it, however busy the instance,
 // is a duplicate. A delayed retry of a message several sagas handle,
 // which comes back as a new message after its backoff, names the
@@ -131,8 +132,8 @@
 //   - a dead letter sent again by hand after the retention is a new
 //     message to every instance it goes to;
 //   - a busy instance's record grows by about 12 bytes for each message
-//     within the retention (300 messages a second, 90 s of retention:
-//     about 27,000 entries, 330 KB), and so does each step's cost of
+//     within the retention (300 messages a second, a 5 s lock: about
+//     33,000 entries, 400 KB), and so does each step's cost of
 //     encoding it (about 0.1 ms per 1,000 entries). At most [InboxLimit]
 //     (50,000) entries: a step beyond it fails with [ErrInboxFull], and
 //     is retried (RetryPolicy) as older entries age out, rather than

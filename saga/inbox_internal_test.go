@@ -35,9 +35,10 @@ func TestInboxRetentionDefaults(t *testing.T) {
 		qc   transport.QueueConfig
 		want time.Duration
 	}{
-		{transport.QueueConfig{}, 10*31*time.Second + InboxMargin},
-		{transport.QueueConfig{LockDuration: 5 * time.Second, MaxDeliveryCount: 10}, 10*6*time.Second + InboxMargin},
-		{transport.QueueConfig{LockDuration: 1500 * time.Millisecond, MaxDeliveryCount: 3}, 3*3*time.Second + InboxMargin},
+		{transport.QueueConfig{}, 10*36*time.Second + InboxMargin},                                                         // 30 s + 5 s grace
+		{transport.QueueConfig{LockDuration: 5 * time.Second, MaxDeliveryCount: 10}, 10*8*time.Second + InboxMargin},       // 6.25 s: 7 s
+		{transport.QueueConfig{LockDuration: 1500 * time.Millisecond, MaxDeliveryCount: 3}, 3*3*time.Second + InboxMargin}, // 2 s
+		{transport.QueueConfig{LockDuration: time.Minute, MaxDeliveryCount: 1}, 66*time.Second + InboxMargin},              // 5 s grace at most
 	} {
 		if got := InboxRetention(c.qc); got != c.want {
 			t.Errorf("InboxRetention(%+v) = %v, want %v", c.qc, got, c.want)
