@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetsaga/jetsaga/calendar"
+	recordfmt "github.com/jetsaga/jetsaga/internal/record"
 )
 
 // sampleRecord builds a record with every field set, nested ones too (the
@@ -27,8 +28,10 @@ func sampleRecord() *record {
 				Msg: &envelope{ID: "t2-r", Type: "U", Body: []byte("{}"), ContentType: "application/json",
 					CorrelationID: "c", ReplyTo: "rq", SessionID: "s", Properties: map[string]string{"k": "v"}}},
 		},
-		Inbox:   []string{"a", "b"},
-		Expects: []string{"M"},
+		Inbox:      []string{"a", "b"},
+		InboxOlder: []byte("123456789"),
+		InboxTimes: []recordfmt.InboxRun{{At: 3, N: 3}},
+		Expects:    []string{"M"},
 		Outbox: []effect{
 			{
 				Kind: effectSend, Queue: "q", At: time.Unix(4, 0).UTC(), Token: "tok", Ref: "queue:q:3", Engine: "eng", ID: "id",
@@ -67,6 +70,8 @@ func mutateRecord(r *record) {
 	delete(r.Timeouts, "t2")
 	r.Timeouts["t3"] = full("new", 11)
 	r.Inbox[0] = "z"
+	r.InboxOlder[0] = 'z'
+	r.InboxTimes[0].N = 9
 	r.Expects[0] = "N"
 	e := &r.Outbox[0]
 	e.Kind, e.Queue, e.At, e.Token, e.Ref, e.Engine, e.ID = effectPublish, "other", time.Unix(40, 0), "t", "r", "e", "i"

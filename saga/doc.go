@@ -86,7 +86,9 @@
 //     out (a crash) is finished by whoever next touches the instance, or by
 //     the redelivery of the message;
 //   - a redelivered message has no second effect: its identity is in the
-//     inbox (the last 128 per instance).
+//     instance's inbox for as long as the queue could deliver it again,
+//     however many other messages reach the instance meanwhile (see
+//     "The inbox" below).
 //
 // If the record changed since it was loaded (another dispatcher handled a
 // message for the same instance), the write fails with [ErrConflict], and
@@ -94,6 +96,56 @@
 // times. Limits: effects carried out again more than the queue's
 // DuplicateWindow (default 10 minutes) after the first try reach their
 // queues twice (timeouts are still handled once, by the token check).
+//
+// # Handlers run more than once
+//
+// Exactly once holds for what a step commits: c.Data and the effects the
+// handler asks for. The handler itself runs more than once for many
+// messages: again after a conflict (on a busy instance with several
+// dispatchers, most messages: three dispatcher processes on five
+// instances taking hundreds of messages a second measured 2.7 to 3.4 runs
+// a message), again after a transient error (RetryPolicy), and again when a
+// worker dies before its commit. Anything a handler does outside c.Data
+// and its effects — a call to another service, a write to a database, a
+// log line, a metric — happens at least once, maybe several times, also
+// for runs whose change is never committed: make it idempotent, or make
+// it an effect (send a message whose handler does it).
+//
+// # The inbox
+//
+// An instance's record keeps the identities (a 72-bit digest each, about
+// 12 bytes) of the messages its steps committed, with their commit times,
+// for the inbox retention: by default [InboxRetention] of the queue
+// config, the longest the queue may take to deliver a committed message
+// again — MaxDeliveryCount times the server's lock (LockDuration and the
+// grace JetStream adds), plus [InboxMargin]: 6 min 30 s with the
+// defaults, 1 min 50 s with a 5 s lock — and at least the newest 128, whatever their
+// age. Any delivery of the message within it, however busy the instance,
+// is a duplicate. A delayed retry of a message several sagas handle,
+// which comes back as a new message after its backoff, names the
+// instances it was already committed on and is not run on them again,
+// whatever the retention. Limits:
+//
+//   - a shorter retention ([WithInboxRetention]), dispatcher clocks more
+//     than InboxMargin apart, or a redelivery that waits longer than that
+//     margin behind other steps, can let a message be applied again;
+//   - a dead letter sent again by hand after the retention is a new
+//     message to every instance it goes to;
+//   - a busy instance's record grows by about 12 bytes for each message
+//     within the retention (300 messages a second, a 5 s lock: about
+//     33,000 entries, 400 KB), and so does each step's cost of
+//     encoding it (about 0.1 ms per 1,000 entries). At most [InboxLimit]
+//     (50,000) entries: a step beyond it fails with [ErrInboxFull], and
+//     is retried (RetryPolicy) as older entries age out, rather than
+//     forget a message the queue could still deliver. A shorter
+//     LockDuration, or fewer MaxDeliveryCount, shortens the retention.
+//
+// Records written by releases before the retention (the last 128, no
+// times) load with their inbox, counted as committed at the first step
+// that loads them. A release before it reads the newest 128 of a record
+// written with the retention, as it always kept, and writes it back
+// without the rest: during a rolling deploy back and forth, an instance
+// a worker of the earlier release steps on keeps the earlier guarantee.
 //
 // How many calls to the broker and the store a step makes, and why, is
 // described in docs/design/commit-path.md of the repository: none of it

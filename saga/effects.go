@@ -33,11 +33,14 @@ const (
 	propSince     = "jetsaga-retry-since" // first failure, RFC 3339
 	// How many times the message was left for a newer worker (VersionWait).
 	propVersionWaits = "jetsaga-version-waits"
+	// The instances a retried message is committed on (digests of their
+	// store keys, comma-separated; see doneKey).
+	propDone = "jetsaga-done"
 )
 
 // retryProps are the properties a delayed retry's copy has and its
 // original had not.
-var retryProps = []string{propOrigin, propAttempt, propMessageID, propTries, propSince, propVersionWaits}
+var retryProps = []string{propOrigin, propAttempt, propMessageID, propTries, propSince, propVersionWaits, propDone}
 
 // stepState is one handler run on one instance: the loaded record, changed in
 // place by the handler through its Context, and the facts it may read.

@@ -16,6 +16,7 @@ package saga_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -478,6 +479,9 @@ type r1Fleet struct {
 	url     string
 	inQueue bool // the workers keep state with queuestore
 	started int
+	// helper and env, if set, run another worker: the test to run
+	// (-test.run) and the variable that gets the NATS URL.
+	helper, env string
 
 	mu    sync.Mutex
 	stats map[string]int
@@ -505,8 +509,9 @@ func (f *r1Fleet) start() *r1Worker {
 	f.t.Helper()
 	f.started++
 	w := &r1Worker{n: f.started, ready: make(chan struct{}), done: make(chan struct{})}
-	w.cmd = exec.Command(os.Args[0], "-test.run=^TestKillWorkerHelper$")
-	w.cmd.Env = append(os.Environ(), r1WorkerEnv+"="+f.url)
+	helper, env := cmp.Or(f.helper, "^TestKillWorkerHelper$"), cmp.Or(f.env, r1WorkerEnv)
+	w.cmd = exec.Command(os.Args[0], "-test.run="+helper)
+	w.cmd.Env = append(os.Environ(), env+"="+f.url)
 	if f.inQueue {
 		w.cmd.Env = append(w.cmd.Env, r1StoreEnv+"=queue")
 	}

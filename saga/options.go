@@ -39,6 +39,12 @@ type config struct {
 	currentCal  map[string]calendar.Ref // WithCalendars: the version requests use, by name
 	defaultCal  string                  // WithCalendars: the calendar of a request that names none
 	versionWait time.Duration           // WithVersionWait
+
+	inboxRetention time.Duration // WithInboxRetention; 0: InboxRetention(queue)
+
+	// loseCompletion (tests): a step whose message it returns true for
+	// does not complete it, as if its worker died right after the commit.
+	loseCompletion func(*transport.Delivery) bool
 }
 
 // RetryPolicy says how a failing message is retried before it is

@@ -66,7 +66,8 @@ const (
 // fail settles a message whose handling failed: a delayed retry while the
 // policy allows, else the dead-letter queue with the error. tries is how
 // many times the step ran on this delivery.
-func (d *Dispatcher) fail(ctx context.Context, del *transport.Delivery, identity string, err error, tries int) StepResult {
+// done lists the instances the message is committed on (see propDone).
+func (d *Dispatcher) fail(ctx context.Context, del *transport.Delivery, identity string, done []string, err error, tries int) StepResult {
 	h := d.history(del, err, tries)
 	switch {
 	case errors.Is(err, ErrMalformed):
@@ -92,6 +93,7 @@ func (d *Dispatcher) fail(ctx context.Context, del *transport.Delivery, identity
 	retry.Properties[propAttempt] = strconv.Itoa(h.delayed + 1)
 	retry.Properties[propTries] = strconv.Itoa(h.attempts)
 	retry.Properties[propSince] = h.first.UTC().Format(time.RFC3339Nano)
+	setDone(retry, done)
 	retry.ScheduledAt = time.Time{}
 	if _, serr := d.q.Schedule(ctx, retry, d.cfg.now().Add(delay)); serr != nil {
 		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: scheduling a delayed retry failed; abandoning",

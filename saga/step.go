@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"time"
 
+	recordfmt "github.com/jetsaga/jetsaga/internal/record"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -32,12 +35,13 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 	inInbox := true // every target has the message in its instance's inbox
 	var pending []*target
 	var pendingErr error
+	done := doneList(del.Properties[propDone]) // instances an earlier delivery committed it on
 	for _, t := range ts {
 		info.Saga, info.ID = t.rt.Name(), t.id
 		var o Outcome
 		var err error
 		tries := 0
-		for {
+		for t.err != nil || !slices.Contains(done, doneKey(t)) {
 			tries++
 			if tries > 1 && t.err != nil && !errors.Is(t.err, ErrPermanent) {
 				d.correlate(ctx, del, t) // a Finder's transient failure
@@ -54,6 +58,12 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 				break
 			}
 		}
+		if tries == 0 {
+			o = Duplicate // committed by an earlier delivery, whose retry this is
+		}
+		if err == nil && (o == Handled || o == Duplicate || o == Skipped || o == EffectsPending) && !slices.Contains(done, doneKey(t)) {
+			done = append(done, doneKey(t))
+		}
 		if o == EffectsPending {
 			pending = append(pending, t)
 			pendingErr = errors.Join(pendingErr, err)
@@ -67,9 +77,9 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 			}
 			var res StepResult
 			if errors.Is(err, ErrDataVersionAhead) {
-				res = d.versionWait(ctx, del, identity, err, info)
+				res = d.versionWait(ctx, del, identity, done, err, info)
 			} else {
-				res = d.fail(ctx, del, identity, err, tries)
+				res = d.fail(ctx, del, identity, done, err, tries)
 			}
 			res.Conflicts = conflicts
 			return res
@@ -94,6 +104,9 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: step committed; its effects could not all be carried out and will be retried",
 			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("saga.type", info.Saga),
 			slog.String("saga.id", info.ID), slog.Any("error", pendingErr))
+	}
+	if d.cfg.loseCompletion != nil && d.cfg.loseCompletion(del) {
+		return StepResult{Outcome: outcome, Err: errors.Join(err, errCompletionLost), Conflicts: conflicts}
 	}
 	complete := del.Complete
 	if inInbox && len(pending) == 0 {
@@ -163,6 +176,9 @@ const (
 
 var errOutboxBusy = errors.New("saga: outbox being carried out")
 
+// errCompletionLost: a test made a step not complete its message.
+var errCompletionLost = errors.New("saga: completion lost (test)")
+
 // errStale asks for a step started from a record that may be stale to be
 // run again from the store: it came to a decision other than a commit,
 // which only a commit (conditional on the revision) would have checked.
@@ -210,7 +226,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 				return fresh("", nil)
 			}
 			tombstone = rec
-			rec = &record{Inbox: rec.Inbox} // a finished instance: as if not found
+			rec = rec.InboxOnly() // a finished instance: as if not found
 		} else if v := rec.DataVersion(); v > t.rt.dataVersion() {
 			// Written by a newer worker: never written by this one.
 			return fresh("", fmt.Errorf("%w: saga %s/%s: version %d, this worker's definition knows %d",
@@ -256,7 +272,10 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			return fresh("", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
 		}
 	}
-	rec.Remember(identity)
+	if err := rec.Remember(identity, now, d.inboxRetention()); err != nil {
+		return fresh("", fmt.Errorf("saga %s/%s: %d messages committed within the inbox retention (%v): %w",
+			t.rt.Name(), t.id, rec.InboxLen(), d.inboxRetention(), err))
+	}
 	if rec.Completed {
 		s.complete()
 	}
@@ -359,3 +378,42 @@ func callHandler(ctx context.Context, rt sagaRuntime, s *stepState, typ string, 
 	}()
 	return rt.run(ctx, s, typ, m)
 }
+
+// A message several sagas handle may be committed on some of its
+// instances and fail on another. Its delayed retry (or version wait) is a
+// new message, which may come after the committed instances' inboxes
+// have forgotten it (the retry policy's backoff against the inbox
+// retention): it lists them (propDone), and is not run on them again.
+
+// doneKey names an instance in propDone: the digest of its store key.
+func doneKey(t *target) string { return recordfmt.InboxDigest(storeKey(t.rt.Name(), t.id)) }
+
+// doneList reads propDone.
+func doneList(v string) []string {
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// setDone writes done to m's propDone, as many as fit in a property
+// (maxPropValue bytes): the rest rely on their inboxes.
+func setDone(m *transport.Message, done []string) {
+	if len(done) == 0 {
+		return
+	}
+	var b strings.Builder
+	for _, k := range done {
+		if b.Len()+len(k)+1 > maxPropValue {
+			break
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(k)
+	}
+	m.Properties[propDone] = b.String()
+}
+
+// maxPropValue is the longest property value the transport takes.
+const maxPropValue = 4096

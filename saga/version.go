@@ -140,7 +140,7 @@ func InstanceOf[S any](ctx context.Context, d *Dispatcher, s *Definition[S], id 
 // saga's definition for a newer worker: a copy of it is scheduled on the
 // queue after WithVersionWait, keeping its identity (as a delayed retry's
 // copy does, without counting as one), and the message is completed.
-func (d *Dispatcher) versionWait(ctx context.Context, del *transport.Delivery, identity string, err error, info *StepInfo) StepResult {
+func (d *Dispatcher) versionWait(ctx context.Context, del *transport.Delivery, identity string, done []string, err error, info *StepInfo) StepResult {
 	n, _ := strconv.Atoi(del.Properties[propVersionWaits])
 	n++
 	again := del.Message.Clone()
@@ -153,6 +153,7 @@ func (d *Dispatcher) versionWait(ctx context.Context, del *transport.Delivery, i
 	again.MessageID = effectID(identity, "version-wait", n)
 	again.Properties[propOrigin] = identity
 	again.Properties[propVersionWaits] = strconv.Itoa(n)
+	setDone(again, done)
 	again.ScheduledAt = time.Time{}
 	if _, serr := d.q.Schedule(ctx, again, d.cfg.now().Add(d.cfg.versionWait)); serr != nil {
 		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: scheduling a version wait failed; abandoning",

@@ -40,11 +40,12 @@ type storedRecord struct {
 		Calendar *calendar.Ref `json:"calendar"`
 		From     time.Time     `json:"from"`
 	} `json:"timeouts,omitempty"`
-	Inbox     []string          `json:"inbox,omitempty"`
-	Outbox    []json.RawMessage `json:"outbox,omitempty"`
-	Completed bool              `json:"completed,omitempty"`
-	Started   time.Time         `json:"started"`
-	Updated   time.Time         `json:"updated"`
+	Inbox      []string          `json:"inbox,omitempty"`
+	InboxOlder []byte            `json:"inbox_older,omitempty"` // packed, 9 bytes each (internal/record.InboxDigestLen)
+	Outbox     []json.RawMessage `json:"outbox,omitempty"`
+	Completed  bool              `json:"completed,omitempty"`
+	Started    time.Time         `json:"started"`
+	Updated    time.Time         `json:"updated"`
 	// Expects: absent (nil) for a saga without saga.CheckLiveness, a list
 	// (maybe empty) for one with it.
 	Expects []string `json:"expects"`
@@ -195,7 +196,7 @@ func instanceView(sagaType, id string, rev uint64, raw []byte) (InstanceView, er
 		return InstanceView{}, fmt.Errorf("saga %s/%s: record unreadable: %w", sagaType, id, err)
 	}
 	v := InstanceView{Saga: sagaType, ID: id, Completed: r.Completed, Started: r.Started, Updated: r.Updated,
-		Revision: rev, Data: r.JSONData, DataBase64: r.BinData, InboxSize: len(r.Inbox), OutboxSize: len(r.Outbox),
+		Revision: rev, Data: r.JSONData, DataBase64: r.BinData, InboxSize: len(r.Inbox) + len(r.InboxOlder)/9, OutboxSize: len(r.Outbox),
 		Timeouts: []TimeoutView{}, Expects: r.Expects}
 	// As saga's own rule (saga/liveness.go) decides it.
 	v.Stuck = r.Expects != nil && len(r.Expects) == 0 && len(r.Timeouts) == 0 && !r.Completed && !r.Started.IsZero()

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"time"
@@ -38,7 +39,9 @@ type Record struct {
 	Version int `json:"version,omitempty"`
 
 	Timeouts   map[string]Timeout `json:"timeouts,omitempty"`
-	Inbox      []string           `json:"inbox,omitempty"`
+	Inbox      []string           `json:"inbox,omitempty"`       // the newest InboxRecent entries (see InboxRecent)
+	InboxOlder []byte             `json:"inbox_older,omitempty"` // older entries, packed
+	InboxTimes []InboxRun         `json:"inbox_times,omitempty"` // when each entry was committed
 	Outbox     []Effect           `json:"outbox,omitempty"`
 	Originator *Address           `json:"originator,omitempty"`
 	Completed  bool               `json:"completed,omitempty"`
@@ -85,28 +88,169 @@ func (r *Record) SetDataVersion(v int) {
 	}
 }
 
-// InboxSize bounds the identities kept for deduplication. A message is
-// redelivered long before this many newer messages reach one instance.
-const InboxSize = 128
+// The inbox keeps the identities (digests) of the messages an instance
+// committed, for as long as the queue could still deliver one of them
+// again, so that a redelivery has no second effect however many other
+// messages reach the instance meanwhile. Entries are in commit order,
+// oldest first, and stored in three fields:
+//
+//   - Inbox: the newest InboxRecent digests, as strings: the one inbox
+//     field of releases before InboxTimes, which read and keep these
+//     (and, writing the record, drop the other two fields, so that they
+//     lose no more than the last InboxRecent they always kept);
+//   - InboxOlder: the older digests, packed (InboxDigestLen bytes each);
+//   - InboxTimes: when the entries were committed, as runs of entries
+//     committed within the same second (Unix seconds, rounded up).
+//
+// Remember forgets entries older than the retention it is given, but
+// never the newest InboxRecent, and refuses (ErrInboxFull) to hold more
+// than InboxLimit entries younger than the retention.
+const (
+	// InboxRecent is how many of the newest entries are kept in Inbox,
+	// whatever their age: the fixed inbox of earlier releases.
+	InboxRecent = 128
+	// InboxLimit is the most entries an inbox holds: about 600 KB.
+	InboxLimit = 50_000
+	// InboxDigestLen is the length of an identity's digest, in bytes.
+	InboxDigestLen = 9
+)
+
+// ErrInboxFull is returned by Remember when the inbox already holds
+// InboxLimit entries younger than the retention.
+var ErrInboxFull = errors.New("saga: inbox full: too many messages within the redelivery window of one instance")
+
+// InboxRun is a run of inbox entries committed within the same second.
+type InboxRun struct {
+	At int64 `json:"t"` // Unix seconds, rounded up: no entry of the run is younger
+	N  int   `json:"n"` // entries
+}
 
 // InboxDigest is what the inbox keeps of an identity, a 72-bit digest: identities can be
 // long (a MessageID of 128 bytes), and the record is encoded twice and
 // decoded once a step.
 func InboxDigest(id string) string {
-	h := sha256.Sum256([]byte(id))
-	return base64.RawURLEncoding.EncodeToString(h[:9])
+	h := inboxDigest(id)
+	return base64.RawURLEncoding.EncodeToString(h[:])
 }
 
-// Seen reports whether the inbox holds identity id.
-func (r *Record) Seen(id string) bool { return slices.Contains(r.Inbox, InboxDigest(id)) }
+func inboxDigest(id string) [InboxDigestLen]byte {
+	h := sha256.Sum256([]byte(id))
+	return [InboxDigestLen]byte(h[:InboxDigestLen])
+}
 
-// Remember adds identity id to the inbox, dropping the oldest beyond
-// InboxSize.
-func (r *Record) Remember(id string) {
+// InboxLen returns how many identities the inbox holds.
+func (r *Record) InboxLen() int { return len(r.InboxOlder)/InboxDigestLen + len(r.Inbox) }
+
+// Seen reports whether the inbox holds identity id.
+func (r *Record) Seen(id string) bool {
+	if slices.Contains(r.Inbox, InboxDigest(id)) {
+		return true
+	}
+	d := inboxDigest(id)
+	for b := r.InboxOlder; len(b) >= InboxDigestLen; b = b[InboxDigestLen:] {
+		if [InboxDigestLen]byte(b) == d {
+			return true
+		}
+	}
+	return false
+}
+
+// Remember adds identity id, committed at now, to the inbox, and forgets
+// the entries committed more than keep before now, except the newest
+// InboxRecent. It returns ErrInboxFull, and changes nothing but the
+// forgetting, if InboxLimit entries remain.
+func (r *Record) Remember(id string, now time.Time, keep time.Duration) error {
+	r.inboxTimes(now)
+	r.Forget(now, keep)
+	if r.InboxLen() >= InboxLimit {
+		return ErrInboxFull
+	}
+	at := now.Unix()
+	if now.After(time.Unix(at, 0)) {
+		at++
+	}
+	if n := len(r.InboxTimes); n > 0 && r.InboxTimes[n-1].At >= at {
+		// Never earlier than the entry before (the clocks of two
+		// dispatchers differ): kept a little longer, never shorter.
+		r.InboxTimes[n-1].N++
+	} else {
+		r.InboxTimes = append(r.InboxTimes, InboxRun{At: at, N: 1})
+	}
 	r.Inbox = append(r.Inbox, InboxDigest(id))
-	if n := len(r.Inbox) - InboxSize; n > 0 {
+	if n := len(r.Inbox) - InboxRecent; n > 0 {
+		for _, s := range r.Inbox[:n] {
+			r.InboxOlder = append(r.InboxOlder, packDigest(s)...)
+		}
 		r.Inbox = slices.Delete(r.Inbox, 0, n)
 	}
+	r.Forget(now, keep) // the newest InboxRecent, with this one
+	return nil
+}
+
+// Forget drops the entries committed more than keep before now, except
+// the newest InboxRecent.
+func (r *Record) Forget(now time.Time, keep time.Duration) {
+	r.inboxTimes(now)
+	for len(r.InboxTimes) > 0 {
+		run := &r.InboxTimes[0]
+		excess := r.InboxLen() - InboxRecent
+		if excess <= 0 || now.Sub(time.Unix(run.At, 0)) <= keep {
+			return
+		}
+		k := min(run.N, excess)
+		r.dropOldest(k)
+		if run.N -= k; run.N > 0 {
+			return
+		}
+		r.InboxTimes = slices.Delete(r.InboxTimes, 0, 1)
+	}
+}
+
+// inboxTimes makes InboxTimes account for every entry. Entries of a
+// record an earlier release wrote have no times: they count as committed
+// now, which keeps them at least as long as they need.
+func (r *Record) inboxTimes(now time.Time) {
+	total := 0
+	for _, run := range r.InboxTimes {
+		total += run.N
+	}
+	if total == r.InboxLen() && len(r.InboxOlder)%InboxDigestLen == 0 {
+		return
+	}
+	r.InboxOlder = r.InboxOlder[:len(r.InboxOlder)/InboxDigestLen*InboxDigestLen]
+	r.InboxTimes = nil
+	if n := r.InboxLen(); n > 0 {
+		r.InboxTimes = []InboxRun{{At: now.Unix() + 1, N: n}}
+	}
+}
+
+// dropOldest drops the k oldest entries.
+func (r *Record) dropOldest(k int) {
+	older := len(r.InboxOlder) / InboxDigestLen
+	if k <= older {
+		r.InboxOlder = slices.Delete(r.InboxOlder, 0, k*InboxDigestLen)
+		return
+	}
+	r.InboxOlder = r.InboxOlder[:0]
+	r.Inbox = slices.Delete(r.Inbox, 0, min(k-older, len(r.Inbox)))
+}
+
+// packDigest returns the bytes of a digest InboxDigest made. Any other
+// string, which no identity's digest matches, becomes bytes no digest
+// matches either, except by chance (1 in 2^72).
+func packDigest(s string) []byte {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) != InboxDigestLen {
+		h := sha256.Sum256([]byte("\x00not a digest\x00" + s))
+		return h[:InboxDigestLen]
+	}
+	return b
+}
+
+// InboxOnly returns a record that holds r's inbox and nothing else: a
+// finished instance, as a new one starts from it.
+func (r *Record) InboxOnly() *Record {
+	return &Record{Inbox: r.Inbox, InboxOlder: r.InboxOlder, InboxTimes: r.InboxTimes}
 }
 
 // Timeout is a pending timeout, keyed in Record.Timeouts by its
@@ -217,6 +361,8 @@ func (r *Record) Clone() *Record {
 		c.Timeouts[tok] = te
 	}
 	c.Inbox = slices.Clone(r.Inbox)
+	c.InboxOlder = slices.Clone(r.InboxOlder)
+	c.InboxTimes = slices.Clone(r.InboxTimes)
 	c.Expects = slices.Clone(r.Expects)
 	if r.Outbox != nil {
 		c.Outbox = make([]Effect, len(r.Outbox))

@@ -8,7 +8,8 @@
 //
 // It checks conditional writes (create only if absent, update and delete
 // only at the record's revision, [saga.ErrConflict] otherwise),
-// [saga.ErrNotFound] for a missing record, values copied in and out, one
+// [saga.ErrNotFound] for a missing record, values copied in and out,
+// records of LargeRecord bytes (a busy instance's inbox), one
 // winner among concurrent writers and no lost update, and the rule that
 // matters most: a revision is never reused for a key, also after the
 // record was deleted or expired. On a [saga.ExpiringStore] it also checks
@@ -58,6 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T) saga.Store, f Features) {
 		{"RevisionsNeverReusedAfterDelete", testNoReuseAfterDelete},
 		{"RevisionsGrowAcrossKeys", testRevisionsAcrossKeys},
 		{"ValuesCopied", testValuesCopied},
+		{"LargeRecords", testLargeRecords},
 		{"KeysTheDispatcherMakes", testKeys},
 		{"ConcurrentCreate", testConcurrentCreate},
 		{"NoLostUpdate", testNoLostUpdate},
@@ -223,6 +225,28 @@ func testValuesCopied(t *testing.T, s saga.Store, _ Features) {
 	}
 	copy(v, "mutated!")
 	wantValue(t, s, k, "original", r)
+}
+
+// LargeRecord is the size of a record the store must hold: the record of
+// a busy instance whose inbox holds saga.InboxLimit messages (about 600
+// KB) with data beside it.
+const LargeRecord = 768 << 10
+
+func testLargeRecords(t *testing.T, s saga.Store, _ Features) {
+	k := key("large")
+	big := bytes.Repeat([]byte("0123456789abcdef"), LargeRecord/16)
+	r, err := s.Put(t.Context(), k, big, 0)
+	if err != nil {
+		t.Fatalf("Put of %d bytes: %v", len(big), err)
+	}
+	big[0] = 'x'
+	if r, err = s.Put(t.Context(), k, big, r); err != nil {
+		t.Fatalf("Put of %d bytes over %d bytes: %v", len(big), len(big), err)
+	}
+	v, rev := load(t, s, k)
+	if rev != r || !bytes.Equal(v, big) {
+		t.Fatalf("Load: %d bytes at revision %d, want the %d bytes written at %d", len(v), rev, len(big), r)
+	}
 }
 
 func testKeys(t *testing.T, s saga.Store, _ Features) {

@@ -2,6 +2,7 @@ package storetest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/saga/memstore"
 	"github.com/jetsaga/jetsaga/saga/storetest"
 )
 
@@ -89,5 +91,45 @@ func TestSuiteCatchesReusedRevisions(t *testing.T) {
 	}
 	if !failed["RevisionsNeverReusedAfterDelete"] || len(failed) != 1 {
 		t.Fatalf("failed subtests %v, want only RevisionsNeverReusedAfterDelete:\n%s", failed, out)
+	}
+}
+
+// smallStore is a store that refuses values over 512 KiB, as a SQL
+// column of that size would: too small for a busy instance's inbox.
+type smallStore struct{ saga.Store }
+
+var errTooLarge = errors.New("value too large")
+
+func (s smallStore) Put(ctx context.Context, k string, v []byte, rev uint64) (uint64, error) {
+	if len(v) > 512<<10 {
+		return 0, errTooLarge
+	}
+	return s.Store.Put(ctx, k, v, rev)
+}
+
+const smallEnv = "STORETEST_RUN_SMALL"
+
+// TestSuiteCatchesSmallValueLimit: the suite fails a store that cannot
+// hold a record of storetest.LargeRecord bytes, on that alone.
+func TestSuiteCatchesSmallValueLimit(t *testing.T) {
+	if os.Getenv(smallEnv) != "" {
+		storetest.Run(t, func(*testing.T) saga.Store { return smallStore{memstore.New()} }, storetest.Features{})
+		return
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestSuiteCatchesSmallValueLimit$", "-test.v")
+	cmd.Env = append(os.Environ(), smallEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("the suite passed a store that refuses values over 512 KiB:\n%s", out)
+	}
+	failed := map[string]bool{}
+	for line := range strings.Lines(string(out)) {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "--- FAIL: TestSuiteCatchesSmallValueLimit/"); ok {
+			name, _, _ = strings.Cut(name, " ")
+			failed[name] = true
+		}
+	}
+	if !failed["LargeRecords"] || len(failed) != 1 {
+		t.Fatalf("failed subtests %v, want only LargeRecords:\n%s", failed, out)
 	}
 }
