@@ -33,24 +33,11 @@ const InboxMargin = 30 * time.Second
 
 // InboxRetention returns the default inbox retention for a dispatcher's
 // queue config: as long as the queue may deliver a committed message
-// again, MaxDeliveryCount times the longest a delivery stays locked on the
-// server — LockDuration plus the grace JetStream adds to it (a quarter,
-// 0.5-5 s), rounded up to seconds, plus a second for the server's expiry
-// check — plus InboxMargin. With the defaults (10 deliveries, 30 s)
+// again (transport.QueueConfig.RedeliveryWindow: MaxDeliveryCount times the
+// longest a delivery stays locked on the server) plus InboxMargin. With the defaults (10 deliveries, 30 s)
 // 6 min 30 s; with a 5 s lock, 1 min 50 s.
 func InboxRetention(qc transport.QueueConfig) time.Duration {
-	deliveries := qc.MaxDeliveryCount
-	if deliveries <= 0 {
-		deliveries = 10 // transport.QueueConfig's default
-	}
-	lock := qc.LockDuration
-	if lock <= 0 {
-		lock = 30 * time.Second // transport.QueueConfig's default
-	}
-	// The ack wait the transport asks JetStream for (serverAckWait).
-	lock += min(max(lock/4, 500*time.Millisecond), 5*time.Second)
-	lock = (lock + time.Second - 1).Truncate(time.Second)
-	return time.Duration(deliveries)*(lock+time.Second) + InboxMargin
+	return qc.RedeliveryWindow() + InboxMargin
 }
 
 // WithInboxRetention sets how long an instance's inbox keeps a committed

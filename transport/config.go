@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -71,6 +72,21 @@ const (
 )
 
 const maxPartitions = 1024
+
+// RedeliveryWindow returns how long a queue of this config may go on
+// delivering a message again after its first delivery, when its
+// receivers neither settle nor renew it: MaxDeliveryCount deliveries, each
+// locked for as long as the broker enforces (LockDuration plus the grace
+// the JetStream broker adds to it, a quarter of it within 0.5–5 s, rounded
+// up to a second) and a second for the broker's expiry check. Fields left
+// zero count as their defaults. A receiver that renews a lock extends it
+// by as much as it renews.
+func (c QueueConfig) RedeliveryWindow() time.Duration {
+	deliveries := cmp.Or(c.MaxDeliveryCount, 10)
+	lock := serverAckWait(cmp.Or(c.LockDuration, 30*time.Second))
+	lock = (lock + time.Second - 1).Truncate(time.Second)
+	return time.Duration(deliveries) * (lock + time.Second)
+}
 
 func (c QueueConfig) withDefaults() (QueueConfig, error) {
 	if err := ValidateQueueName(c.Name); err != nil {
