@@ -28,12 +28,17 @@ func (s *suite) testSlowLink(t *testing.T) {
 	parallel(t, "Subscription", s.testSlowLinkSubscription)
 	parallel(t, "Session", s.testSlowLinkSession)
 	parallel(t, "SubscriptionSession", s.testSlowLinkSubscriptionSession)
+	parallel(t, "QueueBatch", s.testSlowLinkQueueBatch)
+	parallel(t, "SubscriptionBatch", s.testSlowLinkSubscriptionBatch)
+	parallel(t, "CompetingOrder", s.testSlowLinkCompetingOrder)
 }
 
 // slowLinkConfig: short locks and few deliveries, so that a message lost
 // to a pull its receiver no longer reads shows as a raised DeliveryCount
 // or a dead letter within the test.
-var slowLinkConfig = transport.QueueConfig{LockDuration: 3 * time.Second, MaxDeliveryCount: 3}
+var slowLinkConfig = transport.QueueConfig{LockDuration: slowLinkLock, MaxDeliveryCount: 3}
+
+const slowLinkLock = 3 * time.Second
 
 func (s *suite) testSlowLinkQueue(t *testing.T) {
 	_, q := s.open(t, slowLinkConfig)
