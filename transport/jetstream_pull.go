@@ -72,9 +72,9 @@ type puller struct {
 	pulls    map[*nats.Subscription]*pull // by inbox: pulls the server may still answer
 	draining bool                         // drain runs
 	held     []*held                      // arrived, not taken yet, in arrival order
-	wake   chan struct{}      // closed (and replaced) when held grows or a pull ends
-	renew  *time.Timer        // keeps held messages locked while any are held
-	closed bool               // its session closed: release what arrives
+	wake     chan struct{}                // closed (and replaced) when held grows or a pull ends
+	renew    *time.Timer                  // keeps held messages locked while any are held
+	closed   bool                         // its session closed: release what arrives
 }
 
 // pull is one pull request.
