@@ -25,22 +25,24 @@ import (
 // So a puller keeps listening. Each consumer a receiver reads has one
 // puller. Each of its pulls has an inbox of its own, which stays
 // subscribed until the server ends the pull (a status, or the batch
-// delivered), whether or not a receive still waits for it. The inboxes
-// of a puller's pulls share one channel, which one goroutine drains:
-// nats.go fills it in the order the server sent (separate handlers would
-// run in any order), and a consumer sends first deliveries in sequence
-// order. Every message that arrives is kept, in arrival order, so in
-// sequence order (redeliveries aside), until a receive takes it: the one
-// waiting now, or the next one. Receives take what is kept oldest first,
-// and only what pulls that have ended brought (a receive returns what
+// delivered), whether or not a receive still waits for it; every message
+// that arrives is kept, in arrival order, until a receive takes it: the
+// one waiting now, or the next one. Messages kept while no receive takes
+// them are kept locked (renewed) for up to heldMax, and then released. A
+// receive waits for its pull's end for at most pullSlack past the pull's
+// expiry and then moves on; a pull the server never ends (it restarted,
+// say) is forgotten pullForget past its expiry.
+//
+// Order. The inboxes of a puller's pulls share one channel, which one
+// goroutine drains: nats.go fills it in the order the server sent
+// (handlers of their own would run in any order), and a consumer sends
+// first deliveries in sequence order. So what is kept is in sequence
+// order, redeliveries aside. Receives take it oldest first, and stop at
+// the first message of a pull that has not ended: a receive returns what
 // one pull brought together, and nothing newer than what that pull may
-// still bring). So no receive hands out a first delivery older than one
-// the puller already handed out. Messages
-// kept while no receive takes them are kept locked (renewed) for up to
-// heldMax, and then released. A receive waits for its pull's end for at
-// most pullSlack past the pull's expiry and then moves on; a pull the
-// server never ends (it restarted, say) is forgotten pullForget past its
-// expiry.
+// still bring. So no receive hands out a first delivery older than one
+// the puller already handed out, except an activation held back (see
+// holdBack), which newer messages pass.
 
 // pullSlack is how long past a pull's expiry a receive waits for the
 // server to end it, before it moves on; the pull stays answered.
@@ -190,14 +192,15 @@ func (p *puller) drain() {
 		case m := <-p.in:
 			p.arrive(m)
 		case <-p.idle:
-			p.mu.Lock()
-			if len(p.pulls) == 0 && len(p.in) == 0 {
-				p.draining = false
-				p.mu.Unlock()
-				return
-			}
-			p.mu.Unlock()
 		}
+		p.mu.Lock()
+		if len(p.pulls) == 0 && len(p.in) == 0 {
+			// Every inbox is closed: nothing more arrives.
+			p.draining = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
 	}
 }
 
