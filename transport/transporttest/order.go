@@ -17,10 +17,20 @@ import (
 func (s *suite) testReceiveCompetingOrder(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{})
 	const n = 300
-	for i := range n {
-		send(t, q, numbered("m", i))
-	}
+	sendNumbered(t, q, n)
 	runCompetingOrder(t, q, n, 30*time.Second)
+}
+
+// sendNumbered sends numbered("m", 0..n-1) to q, in that order, and waits
+// until all are active.
+func sendNumbered(t *testing.T, q *transport.Queue, n int) {
+	t.Helper()
+	for i := range n {
+		if _, err := q.Send(t.Context(), numbered("m", i)); err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+	}
+	awaitCounts(t, "queue", q.Counts, transport.Counts{Active: int64(n)})
 }
 
 // runCompetingOrder has three goroutines receive the n messages

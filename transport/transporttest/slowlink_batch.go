@@ -117,9 +117,7 @@ func runSlowLinkBatch(t *testing.T, receive func(context.Context, int) ([]*trans
 func (s *suite) testSlowLinkCompetingOrder(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{})
 	const n = 24
-	for i := range n {
-		send(t, q, numbered("m", i))
-	}
+	sendNumbered(t, q, n)
 	slow := s.f.SlowLink(t, slowLinkDelay)
 	sq, err := slow.Queue(t.Context(), q.Name())
 	if err != nil {
