@@ -309,7 +309,9 @@ func (p *puller) keep() {
 // of them for max < 0), oldest first, up to the first one whose pull has
 // not ended: what that pull still brings is older than what later pulls
 // brought, and is handed out together with what it brought already.
-// Messages held back (see holdBack) stay.
+// Messages held back (see holdBack) stay. It renews the lock of those
+// kept for more than a quarter of it (and the receive renews them again
+// before it returns, see fresh, if what it does meanwhile takes long).
 func (p *puller) take(max int) []*held { return p.remove(max, true) }
 
 // takeAll removes every held message that may be delivered now, also
@@ -328,6 +330,9 @@ func (p *puller) remove(max int, inOrder bool) []*held {
 			break
 		}
 		if (max < 0 || len(out) < max) && !now.Before(h.notBefore) {
+			if now.Sub(h.lockedAt) >= p.lock/4 && h.msg.InProgress() == nil {
+				h.lockedAt = now
+			}
 			out = append(out, h)
 			continue
 		}
