@@ -66,9 +66,9 @@
 // messages, retrieved in sequence order; the order in which they are
 // processed needs sessions. Receives on one [Queue] or [Subscription]
 // (goroutines sharing it, say) hand out first deliveries in sequence
-// order, per partition: no Receive returns a first delivery older than one
-// an earlier Receive on it returned, so each goroutine sees increasing
-// sequence numbers. Redeliveries (DeliveryCount above 1, after Abandon or
+// order, per partition: a Receive never returns a first delivery older
+// than one returned by a Receive that ended before it started, so each
+// goroutine sees increasing sequence numbers. Redeliveries (DeliveryCount above 1, after Abandon or
 // an expired lock) come back whenever they come back, as in Service Bus,
 // and so does an activation held back while its receiver cannot tell
 // whether it was cancelled (see below). A Receive hands out each delivery
