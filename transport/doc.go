@@ -64,7 +64,18 @@
 // below).
 // Competing receivers, in one process or many, each get different
 // messages, retrieved in sequence order; the order in which they are
-// processed needs sessions.
+// processed needs sessions. Receives on one [Queue] or [Subscription]
+// (goroutines sharing it, say) hand out first deliveries in sequence
+// order, per partition: a Receive never returns a first delivery older
+// than one returned by a Receive that ended before it started, so each
+// goroutine sees increasing sequence numbers. Redeliveries (DeliveryCount above 1, after Abandon or
+// an expired lock) come back whenever they come back, as in Service Bus,
+// and so does an activation held back while its receiver cannot tell
+// whether it was cancelled (see below). A Receive hands out each delivery
+// with at least three quarters of LockDuration left on its lock: it
+// renews an older lock first (on JetStream, a lookup or a slow link may
+// take that long), and releases, as Abandon would, a message whose lock
+// expired before it could be returned.
 //
 // # Sessions
 //
@@ -315,7 +326,9 @@
 // lost: the broker keeps it, renewing its lock, for the next Receive on
 // the same [Queue], [Subscription] or [SessionReceiver], which gets it
 // with its DeliveryCount unchanged and its lock counted from when it
-// arrived or was last renewed. A kept message that no Receive takes within
+// arrived or was last renewed (renewed again, if less than three quarters
+// of it is left, before the Receive returns), together with the rest of
+// what the same pull brought. A kept message that no Receive takes within
 // twice LockDuration (at least 10 s) is released, as by Abandon (that
 // counts as a delivery), and so is what a SessionReceiver or the Broker
 // still holds, or still gets, when it closes, and what a pull brings after

@@ -32,6 +32,17 @@ import (
 // receive waits for its pull's end for at most pullSlack past the pull's
 // expiry and then moves on; a pull the server never ends (it restarted,
 // say) is forgotten pullForget past its expiry.
+//
+// Order. The inboxes of a puller's pulls share one channel, which one
+// goroutine drains: nats.go fills it in the order the server sent
+// (handlers of their own would run in any order), and a consumer sends
+// first deliveries in sequence order. So what is kept is in sequence
+// order, redeliveries aside. Receives take it oldest first, and stop at
+// the first message of a pull that has not ended: a receive returns what
+// one pull brought together, and nothing newer than what that pull may
+// still bring. So no receive hands out a first delivery older than one
+// the puller already handed out, except an activation held back (see
+// holdBack), which newer messages pass.
 
 // pullSlack is how long past a pull's expiry a receive waits for the
 // server to end it, before it moves on; the pull stays answered.
@@ -56,12 +67,16 @@ type puller struct {
 	subject string        // the consumer's next-message API subject
 	lock    time.Duration // the lock a message gets on arrival
 
-	mu     sync.Mutex
-	pulls  map[*pull]struct{} // pulls the server may still answer
-	held   []*held            // arrived, not taken yet, in arrival order
-	wake   chan struct{}      // closed (and replaced) when held grows or a pull ends
-	renew  *time.Timer        // keeps held messages locked while any are held
-	closed bool               // its session closed: release what arrives
+	in   chan *nats.Msg // what the pulls' inboxes get, in arrival order
+	idle chan struct{}  // poked when the last pull ends (see drain)
+
+	mu       sync.Mutex
+	pulls    map[*nats.Subscription]*pull // by inbox: pulls the server may still answer
+	draining bool                         // drain runs
+	held     []*held                      // arrived, not taken yet, in arrival order
+	wake     chan struct{}                // closed (and replaced) when held grows or a pull ends
+	renew    *time.Timer                  // keeps held messages locked while any are held
+	closed   bool                         // its session closed: release what arrives
 }
 
 // pull is one pull request.
@@ -73,6 +88,7 @@ type pull struct {
 	sent   time.Time
 	expiry time.Duration
 	ended  chan struct{} // closed when the server ended it (or it was forgotten)
+	done   bool          // ended is closed (read under the puller's mu)
 	err    error         // why the server ended it, if it failed
 	// release: its receive was cancelled (its receiver is stopping), so
 	// what it still brings is released at once rather than kept.
@@ -82,6 +98,7 @@ type pull struct {
 // held is a message kept until a receive takes it.
 type held struct {
 	msg      *pulledMsg
+	from     *pull // the pull that brought it
 	arrived  time.Time
 	lockedAt time.Time // arrival, or its last renewal: its lock runs from here
 	// notBefore keeps it back until then: whether it may be delivered is
@@ -95,32 +112,43 @@ func newPuller(d *jsDriver, c jetstream.Consumer, lock time.Duration) *puller {
 		d:       d,
 		subject: "$JS.API.CONSUMER.MSG.NEXT." + info.Stream + "." + info.Name,
 		lock:    lock,
-		pulls:   map[*pull]struct{}{},
+		in:      make(chan *nats.Msg, pullerIn),
+		idle:    make(chan struct{}, 1),
+		pulls:   map[*nats.Subscription]*pull{},
 		wake:    make(chan struct{}),
 	}
 }
 
-// request asks the server for up to batch messages: waiting up to expires
+// pullerIn is how many messages and statuses a puller's live pulls may
+// bring (nats.go drops what does not fit the channel, and the message
+// waits out its lock): a pull asks for fewer when the pulls before it
+// may bring that many (see roomLocked), and for one at least.
+const pullerIn = 512
+
+// request asks the server for up to batch messages (fewer if the live
+// pulls leave no room for that many, see pullerIn): waiting up to expires
 // for the first, or answered at once with what there is (noWait).
 func (p *puller) request(batch int, expires time.Duration, noWait bool) (*pull, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	batch = max(min(batch, p.roomLocked()-1), 1)
 	body, err := json.Marshal(struct {
 		Expires time.Duration `json:"expires,omitempty"`
 		Batch   int           `json:"batch"`
 		NoWait  bool          `json:"no_wait,omitempty"`
 	}{expires, batch, noWait})
 	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	if p.closed {
 		p.mu.Unlock()
-		return nil, ErrClosed
+		return nil, err
 	}
 	pl := &pull{batch: batch, sent: time.Now(), expiry: expires, ended: make(chan struct{})}
 	// An inbox of its own: the messages a pull brings carry their stream
 	// subjects, only its statuses the reply subject.
 	reply := p.d.nc.NewInbox()
-	sub, err := p.d.nc.Subscribe(reply, func(m *nats.Msg) { p.arrive(pl, m) })
+	sub, err := p.d.nc.ChanSubscribe(reply, p.in)
 	if err != nil {
 		p.mu.Unlock()
 		return nil, err
@@ -131,7 +159,11 @@ func (p *puller) request(batch int, expires time.Duration, noWait bool) (*pull, 
 		defer p.mu.Unlock()
 		p.endLocked(pl, nil)
 	})
-	p.pulls[pl] = struct{}{}
+	p.pulls[sub] = pl
+	if !p.draining {
+		p.draining = true
+		go p.drain()
+	}
 	p.mu.Unlock()
 	if err := p.d.nc.PublishRequest(p.subject, reply, body); err != nil {
 		p.mu.Lock()
@@ -142,11 +174,46 @@ func (p *puller) request(batch int, expires time.Duration, noWait bool) (*pull, 
 	return pl, nil
 }
 
+// roomLocked returns how many messages and statuses the live pulls may
+// still bring, less than pullerIn.
+func (p *puller) roomLocked() int {
+	room := pullerIn
+	for _, pl := range p.pulls {
+		room -= pl.batch - pl.got + 1
+	}
+	return room
+}
+
+// drain hands what the pulls' inboxes get to arrive, in arrival order,
+// while any pull may still be answered.
+func (p *puller) drain() {
+	for {
+		select {
+		case m := <-p.in:
+			p.arrive(m)
+		case <-p.idle:
+		}
+		p.mu.Lock()
+		if len(p.pulls) == 0 && len(p.in) == 0 {
+			// Every inbox is closed: nothing more arrives.
+			p.draining = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+}
+
 // arrive handles what the server sends to a pull: a message, or the
-// status that ends the pull.
-func (p *puller) arrive(pl *pull, m *nats.Msg) {
+// status that ends the pull. What reaches a pull that was forgotten is
+// dropped: it waits out its lock.
+func (p *puller) arrive(m *nats.Msg) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	pl := p.pulls[m.Sub]
+	if pl == nil {
+		return
+	}
 	if status := m.Header.Get("Status"); status != "" && len(m.Data) == 0 {
 		if status != "100" { // not a heartbeat
 			p.endLocked(pl, pullStatusErr(status, m.Header.Get("Description")))
@@ -158,7 +225,7 @@ func (p *puller) arrive(pl *pull, m *nats.Msg) {
 		_ = msg.Nak()
 	} else {
 		now := time.Now()
-		p.held = append(p.held, &held{msg: msg, arrived: now, lockedAt: now})
+		p.held = append(p.held, &held{msg: msg, from: pl, arrived: now, lockedAt: now})
 		p.signalLocked()
 		p.renewLocked()
 	}
@@ -181,12 +248,19 @@ func pullStatusErr(status, description string) error {
 
 // endLocked ends pl and closes its inbox.
 func (p *puller) endLocked(pl *pull, err error) {
-	if _, ok := p.pulls[pl]; !ok {
+	if pl.done {
 		return
 	}
-	delete(p.pulls, pl)
+	pl.done = true
+	delete(p.pulls, pl.sub)
 	pl.forget.Stop()
 	_ = pl.sub.Unsubscribe()
+	if len(p.pulls) == 0 {
+		select {
+		case p.idle <- struct{}{}:
+		default:
+		}
+	}
 	pl.err = err
 	close(pl.ended)
 	p.signalLocked()
@@ -232,15 +306,29 @@ func (p *puller) keep() {
 }
 
 // take removes up to max held messages that may be delivered now (all
-// of them for max < 0), oldest first, renewing the lock of those kept for
-// more than a quarter of it.
-func (p *puller) take(max int) []*held {
+// of them for max < 0), oldest first, up to the first one whose pull has
+// not ended: what that pull still brings is older than what later pulls
+// brought, and is handed out together with what it brought already.
+// Messages held back (see holdBack) stay. It renews the lock of those
+// kept for more than a quarter of it (and the receive renews them again
+// before it returns, see fresh, if what it does meanwhile takes long).
+func (p *puller) take(max int) []*held { return p.remove(max, true) }
+
+// takeAll removes every held message that may be delivered now, also
+// those of pulls that have not ended (see handOver).
+func (p *puller) takeAll() []*held { return p.remove(-1, false) }
+
+func (p *puller) remove(max int, inOrder bool) []*held {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	var out []*held
 	kept := p.held[:0]
-	for _, h := range p.held {
+	for i, h := range p.held {
+		if inOrder && !h.from.done {
+			kept = append(kept, p.held[i:]...)
+			break
+		}
 		if (max < 0 || len(out) < max) && !now.Before(h.notBefore) {
 			if now.Sub(h.lockedAt) >= p.lock/4 && h.msg.InProgress() == nil {
 				h.lockedAt = now
@@ -272,17 +360,31 @@ func (p *puller) holdBack(hs []*held, notBefore time.Time) {
 	p.renewLocked()
 }
 
-// ready reports whether a held message may be taken now.
+// ready reports whether take would return a message now.
 func (p *puller) ready() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
+	ready, _ := p.readyLocked(time.Now(), time.Time{})
+	return ready
+}
+
+// readyLocked reports whether take would return a message at now, and
+// else the earliest time before until at which a held-back message may
+// be taken (until if none).
+func (p *puller) readyLocked(now, until time.Time) (bool, time.Time) {
+	next := until
 	for _, h := range p.held {
+		if !h.from.done {
+			break
+		}
 		if !now.Before(h.notBefore) {
-			return true
+			return true, next
+		}
+		if h.notBefore.Before(next) {
+			next = h.notBefore
 		}
 	}
-	return false
+	return false, next
 }
 
 // waitEnd waits until pl ended, until passed, ctx ended or the broker
@@ -298,23 +400,13 @@ func (p *puller) waitEnd(ctx context.Context, pl *pull, until time.Time) {
 	}
 }
 
-// wait waits until a held message may be taken, pl ended (if not nil),
+// wait waits until take would return a message, pl ended (if not nil),
 // until passed, ctx ended or the broker closed.
 func (p *puller) wait(ctx context.Context, pl *pull, until time.Time) {
 	for {
 		p.mu.Lock()
 		now := time.Now()
-		next := until
-		ready := false
-		for _, h := range p.held {
-			if !now.Before(h.notBefore) {
-				ready = true
-				break
-			}
-			if h.notBefore.Before(next) {
-				next = h.notBefore
-			}
-		}
+		ready, next := p.readyLocked(now, until)
 		wake := p.wake
 		p.mu.Unlock()
 		if ready || !now.Before(until) {
@@ -356,7 +448,7 @@ func (p *puller) live() *pull {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	for pl := range p.pulls {
+	for _, pl := range p.pulls {
 		if pl.expiry > 0 && pl.batch == 1 && !pl.release && now.Before(pl.sent.Add(pl.expiry+pullSlack)) {
 			return pl
 		}

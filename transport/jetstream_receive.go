@@ -23,6 +23,43 @@ const pollWait = 250 * time.Millisecond
 const pullWait = time.Second
 
 func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
+	for {
+		ds, err := q.gather(ctx, max)
+		if ds = q.fresh(ds); len(ds) > 0 || err != nil {
+			return ds, err
+		}
+	}
+}
+
+// fresh returns ds with at least three quarters of their locks left:
+// it renews the locks that are older, and releases (as Abandon would,
+// which counts a delivery) those that expired meanwhile, which it drops.
+// Between a message's arrival and its Receive's return come the lookup
+// of cancel records, housekeeping and, on a slow link, the wait for
+// pulls: each a round trip, and on a slow link that is seconds.
+func (q *jsQueue) fresh(ds []*Delivery) []*Delivery {
+	out := ds[:0]
+	for _, d := range ds {
+		left := time.Until(d.LockedUntil())
+		if left >= q.cfg.LockDuration*3/4 {
+			out = append(out, d)
+			continue
+		}
+		if left > 0 && d.RenewLock(context.Background()) == nil {
+			out = append(out, d)
+			continue
+		}
+		if s, ok := d.s.(*jsSettler); ok {
+			_ = s.msg.Nak()
+		}
+	}
+	clear(ds[len(out):])
+	return out
+}
+
+// gather returns deliveries for receive: one or more, or none and why
+// it stopped.
+func (q *jsQueue) gather(ctx context.Context, max int) ([]*Delivery, error) {
 	start := rand.IntN(len(q.parts))
 	for {
 		if err := q.d.check(); err != nil {

@@ -240,6 +240,19 @@ func (s *jsSession) renewSoon(ctx context.Context) error {
 }
 
 func (s *jsSession) receive(ctx context.Context) (*Delivery, error) {
+	for {
+		d, err := s.next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ds := s.q.fresh([]*Delivery{d}); len(ds) > 0 {
+			return ds[0], nil
+		}
+	}
+}
+
+// next returns the session's next delivery, or why it stopped.
+func (s *jsSession) next(ctx context.Context) (*Delivery, error) {
 	// Wait in slices short enough to renew the lock in between.
 	wait := min(pullWait, max(s.q.cfg.LockDuration/4, 50*time.Millisecond))
 	for {

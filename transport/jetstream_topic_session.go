@@ -122,7 +122,7 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 		// hand-over, of any receiver, to read: kept here, it would wait
 		// for this receiver's next hand-over, which may never come.
 		p.cancelled(pl)
-		hs := p.take(-1)
+		hs := p.takeAll()
 		// Per session, within this batch (whose messages all entered
 		// before the checks): whether it is being collected, and whether
 		// its consumer was seen. A collection that starts after the check

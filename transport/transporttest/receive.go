@@ -26,6 +26,7 @@ func (s *suite) testReceive(t *testing.T) {
 	parallel(t, "MaxDeliveryCount", s.testReceiveMaxDelivery)
 	parallel(t, "MaxDeliveryCountLockExpiry", s.testReceiveMaxDeliveryLockExpiry)
 	parallel(t, "Competing", s.testReceiveCompeting)
+	parallel(t, "CompetingOrder", s.testReceiveCompetingOrder)
 	parallel(t, "Order", s.testReceiveOrder)
 	parallel(t, "ContextEnded", s.testReceiveContextEnded)
 }

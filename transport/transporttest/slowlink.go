@@ -28,12 +28,17 @@ func (s *suite) testSlowLink(t *testing.T) {
 	parallel(t, "Subscription", s.testSlowLinkSubscription)
 	parallel(t, "Session", s.testSlowLinkSession)
 	parallel(t, "SubscriptionSession", s.testSlowLinkSubscriptionSession)
+	parallel(t, "QueueBatch", s.testSlowLinkQueueBatch)
+	parallel(t, "SubscriptionBatch", s.testSlowLinkSubscriptionBatch)
+	parallel(t, "CompetingOrder", s.testSlowLinkCompetingOrder)
 }
 
 // slowLinkConfig: short locks and few deliveries, so that a message lost
 // to a pull its receiver no longer reads shows as a raised DeliveryCount
 // or a dead letter within the test.
-var slowLinkConfig = transport.QueueConfig{LockDuration: 3 * time.Second, MaxDeliveryCount: 3}
+var slowLinkConfig = transport.QueueConfig{LockDuration: slowLinkLock, MaxDeliveryCount: 3}
+
+const slowLinkLock = 3 * time.Second
 
 func (s *suite) testSlowLinkQueue(t *testing.T) {
 	_, q := s.open(t, slowLinkConfig)
@@ -121,7 +126,8 @@ func sessionReceive(r *transport.SessionReceiver) func(context.Context, int) ([]
 // of the previous message's arrival, whichever is later: the session's
 // next message leaves only once the previous one's completion reached the
 // server): a message handed to a pull its receiver no longer reads would
-// come back only once its lock expired, and with DeliveryCount 2. Nothing
+// come back only once its lock expired, and with DeliveryCount 2. Each
+// delivery must come with at least freshLock left on its lock. Nothing
 // may be dead-lettered.
 func runSlowLink(t *testing.T, receive func(context.Context, int) ([]*transport.Delivery, error),
 	send func(*transport.Message), dlq *transport.Queue, sid string) {
@@ -167,6 +173,10 @@ func runSlowLink(t *testing.T, receive func(context.Context, int) ([]*transport.
 			for _, d := range ds {
 				body := string(d.Body)
 				mu.Lock()
+				if left := d.LockedUntil().Sub(now); left < freshLock-freshSlack {
+					errs = append(errs, fmt.Errorf("%s (DeliveryCount %d) returned with %v left on its lock, want at least %v",
+						body, d.DeliveryCount, left.Round(time.Millisecond), freshLock))
+				}
 				if _, ok := got[body]; !ok {
 					since := sent[body]
 					if sid != "" && last.After(since) {
