@@ -3,6 +3,7 @@ package calendar_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 	_ "time/tzdata"
@@ -248,4 +249,25 @@ func ExampleBusinessHours() {
 	show(sla, warsaw(2026, time.November, 27, 15, 0), mustCalendar())
 	// Output:
 	// 4 business hours after, on a business day within 09:00-17:00 Europe/Warsaw: Mon 2026-11-30 11:00 CET
+}
+
+// A calendar built in code, written as a calendar file for the jetsaga command
+// (jetsaga timeouts replan reads calendars from files).
+func ExampleStandard_WriteTo() {
+	us, err := calendar.New("us", "2026.1",
+		calendar.YearlyObserved(time.July, 4, "Independence Day"),
+		calendar.NthWeekday(time.November, 4, time.Thursday, "Thanksgiving Day"),
+		calendar.Easter(-2, "Good Friday"))
+	if err != nil {
+		panic(err)
+	}
+	if _, err := us.WriteTo(os.Stdout); err != nil {
+		panic(err)
+	}
+	// Output:
+	// # us@2026.1
+	// weekend Sun Sat
+	// observed *-07-04 Independence Day
+	// *-11-Thu#4 Thanksgiving Day
+	// easter-2 Good Friday
 }

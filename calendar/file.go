@@ -2,8 +2,11 @@ package calendar
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -197,4 +200,61 @@ func parseWeekday(s string) (time.Weekday, bool) {
 		}
 	}
 	return 0, false
+}
+
+// WriteTo writes the calendar as a calendar file that [Load] reads back to the same days: a
+// comment naming the calendar, the weekend, then its dated holidays, yearly ones (observed
+// or not), Nth weekdays and Easter days, each group in calendar order. A calendar built in
+// code can so be handed to the jetsaga command, which reads calendars from files
+// (`jetsaga timeouts replan`). A holiday whose name holds a line break cannot be written
+// as a line: the error wraps [ErrInvalidCalendar], and nothing is written.
+func (s *Standard) WriteTo(w io.Writer) (int64, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# %s\nweekend", Ref{s.name, s.version})
+	for d := time.Sunday; d <= time.Saturday; d++ {
+		if s.weekend&(1<<d) != 0 {
+			b.WriteString(" " + d.String()[:3])
+		}
+	}
+	b.WriteByte('\n')
+	var lines []string
+	for _, h := range s.holidays() {
+		lines = append(lines, h.String())
+	}
+	for _, off := range slices.Sorted(maps.Keys(s.easter)) {
+		e := "easter"
+		if off != 0 {
+			e = fmt.Sprintf("easter%+d", off)
+		}
+		lines = append(lines, e+" "+s.easter[off])
+	}
+	for _, l := range lines {
+		if strings.ContainsAny(l, "\r\n") {
+			return 0, fmt.Errorf("%w: calendar %s: holiday %q: a name with a line break cannot be written as a line", ErrInvalidCalendar, Ref{s.name, s.version}, l)
+		}
+		b.WriteString(l + "\n")
+	}
+	n, err := io.WriteString(w, b.String())
+	return int64(n), err
+}
+
+// holidays returns the calendar's dated, yearly and Nth weekday holidays, each kind in
+// calendar order.
+func (s *Standard) holidays() []Holiday {
+	var hs []Holiday
+	for _, d := range slices.SortedFunc(maps.Keys(s.dated), Date.Compare) {
+		hs = append(hs, Holiday{Year: d.Year, Month: d.Month, Day: d.Day, Name: s.dated[d]})
+	}
+	for _, md := range slices.SortedFunc(maps.Keys(s.yearly), func(a, b monthDay) int {
+		return cmp.Or(cmp.Compare(a.month, b.month), cmp.Compare(a.day, b.day))
+	}) {
+		_, observed := s.observed[md]
+		hs = append(hs, Holiday{Month: md.month, Day: md.day, Name: s.yearly[md], Observed: observed})
+	}
+	for _, nd := range slices.SortedFunc(maps.Keys(s.nth), func(a, b nthDay) int {
+		return cmp.Or(cmp.Compare(a.month, b.month), cmp.Compare(a.weekday, b.weekday), cmp.Compare(a.n, b.n))
+	}) {
+		hs = append(hs, Holiday{Month: nd.month, Nth: nd.n, Weekday: nd.weekday, Name: s.nth[nd]})
+	}
+	return hs
 }

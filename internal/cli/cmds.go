@@ -172,7 +172,8 @@ are listed when --temporal-address is given to a build with the Temporal engine.
 		{path: "timeouts replan", args: "SAGA CALENDAR-FILE NAME@VERSION", minArgs: 3, maxArgs: 3,
 			short: "re-plan a saga type's pending calendar timeouts under a new calendar version",
 			long: `Reads the calendar NAME at VERSION from CALENDAR-FILE (the calendar file
-format of the calendar package, calendar.Load), and runs
+format of the calendar package, calendar.Load; a calendar built in code is
+written as one with calendar.Standard.WriteTo), and runs
 saga.Dispatcher.ReplanTimeouts: every pending timeout of SAGA requested by a
 rule on calendar NAME at another version is computed again from its rule and
 the instant it counted from, each instance as a step on it (it never races
