@@ -42,12 +42,12 @@ func (d *Dispatcher) carryOutKept(ctx context.Context, key string, rec *record) 
 	return nil
 }
 
-// flush carries out the effects in rec.Outbox, whose IDs the committed
+// carryOutAndClear carries out the effects in rec.Outbox, whose IDs the committed
 // record fixes, then stores rec without them (and with the refs of the
 // timeouts it scheduled). Carrying out effects twice is harmless: sends
 // and schedules are deduplicated by MessageID within the queue's duplicate
 // window, and cancels are idempotent.
-func (d *Dispatcher) flush(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
+func (d *Dispatcher) carryOutAndClear(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
 	for _, e := range rec.Outbox {
 		if err := d.carryOut(ctx, key, rec, e); err != nil {
 			return 0, err
@@ -173,7 +173,7 @@ func (d *Dispatcher) flushMessage(ctx context.Context, del *transport.Delivery) 
 	if transport.ValidateQueueName(name) != nil || validateID(id) != nil {
 		outcome, err = Dropped, Permanent(fmt.Errorf("%w: pending-effects message for %.64q/%.64q", ErrMalformed, name, id))
 	} else {
-		outcome, err = d.flushStored(ctx, storeKey(name, id))
+		outcome, err = d.flushStored(ctx, name, id)
 	}
 	if err != nil && !errors.Is(err, ErrPermanent) {
 		err = fmt.Errorf("%w: saga %s/%s: %w", ErrEffectsPending, name, id, err)
@@ -197,27 +197,15 @@ func (d *Dispatcher) flushMessage(ctx context.Context, del *transport.Delivery) 
 // flushStored carries out the outbox stored under key, if there is one:
 // Handled if it did, Duplicate if there was none (left), Dropped if the
 // instance is gone.
-func (d *Dispatcher) flushStored(ctx context.Context, key string) (Outcome, error) {
-	for conflicts := 0; ; conflicts++ {
-		rec, rev, err := d.load(ctx, key)
-		if errors.Is(err, ErrNotFound) {
-			return Dropped, nil
-		}
-		if err != nil {
-			return "", err
-		}
-		if len(rec.Outbox) == 0 {
-			return Duplicate, nil
-		}
-		_, err = d.flush(ctx, key, rec, rev)
-		if !errors.Is(err, ErrConflict) {
-			if err != nil {
-				return "", err
-			}
-			return Handled, nil
-		}
-		if conflicts >= d.cfg.conflicts {
-			return "", err
-		}
+func (d *Dispatcher) flushStored(ctx context.Context, sagaName, id string) (Outcome, error) {
+	u, err := d.update(ctx, update{saga: sagaName, id: id, change: func(*record) (bool, error) { return false, nil }})
+	switch {
+	case errors.Is(err, ErrNotFound) && u.rec == nil:
+		return Dropped, nil
+	case err != nil:
+		return "", err
+	case u.carried:
+		return Handled, nil
 	}
+	return Duplicate, nil
 }

@@ -318,7 +318,7 @@ func (d *Dispatcher) carryOutEarlier(ctx context.Context, key, identity string, 
 	if patient && now.Sub(rec.Updated) < outboxGrace {
 		return rev, "", errOutboxBusy
 	}
-	rev, err := d.flush(ctx, key, rec, rev)
+	rev, err := d.carryOutAndClear(ctx, key, rec, rev)
 	if err != nil {
 		if rec.Seen(identity) && !errors.Is(err, ErrConflict) {
 			return rev, EffectsPending, err // this message's own step
@@ -351,7 +351,7 @@ func (d *Dispatcher) carryOutCommitted(ctx context.Context, key string, rec *rec
 	switch {
 	case len(rec.Outbox) == 0:
 	case rec.HasSends() || !d.mayKeepOutbox:
-		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
+		if _, err := d.carryOutAndClear(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
 			return err
 		}
 	default:
