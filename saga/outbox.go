@@ -162,36 +162,26 @@ func (d *Dispatcher) scheduleFlush(ctx context.Context, sagaName, id, origin str
 	return err
 }
 
+// A flushed message is what a message of flushType did.
+type flushed struct {
+	saga, id, origin string
+	attempt          int // the message's: 1 for the first
+	outcome          Outcome
+	err              error
+}
+
 // flushMessage handles a message of flushType: it carries out the pending
-// effects of one instance, and schedules itself again if they still
-// cannot be. It gives up only on a record it cannot read.
-func (d *Dispatcher) flushMessage(ctx context.Context, del *transport.Delivery) StepResult {
-	name, id, origin := del.Properties[propSaga], del.Properties[propSagaID], del.Properties[propOrigin]
-	n, _ := strconv.Atoi(del.Properties[propAttempt])
-	var outcome Outcome
-	var err error
-	if transport.ValidateQueueName(name) != nil || validateID(id) != nil {
-		outcome, err = Dropped, Permanent(fmt.Errorf("%w: pending-effects message for %.64q/%.64q", ErrMalformed, name, id))
-	} else {
-		outcome, err = d.flushStored(ctx, name, id)
+// effects of one instance. It gives up only on a record it cannot read;
+// settleFlush schedules it again if they still cannot be carried out.
+func (d *Dispatcher) flushMessage(ctx context.Context, del *transport.Delivery) flushed {
+	f := flushed{saga: del.Properties[propSaga], id: del.Properties[propSagaID], origin: del.Properties[propOrigin]}
+	f.attempt, _ = strconv.Atoi(del.Properties[propAttempt])
+	if transport.ValidateQueueName(f.saga) != nil || validateID(f.id) != nil {
+		f.outcome, f.err = Dropped, Permanent(fmt.Errorf("%w: pending-effects message for %.64q/%.64q", ErrMalformed, f.saga, f.id))
+		return f
 	}
-	if err != nil && !errors.Is(err, ErrPermanent) {
-		err = fmt.Errorf("%w: saga %s/%s: %w", ErrEffectsPending, name, id, err)
-		if serr := d.scheduleFlush(ctx, name, id, origin, n+1); serr != nil {
-			_ = del.Abandon(ctx)
-			return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr)}
-		}
-		outcome = EffectsPending
-		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: pending effects still cannot be carried out; retrying later",
-			slog.String("saga.type", name), slog.String("saga.id", id), slog.Int("attempt", n), slog.Any("error", err))
-	} else if err != nil {
-		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: pending effects cannot be carried out; giving up",
-			slog.String("saga.type", name), slog.String("saga.id", id), slog.Any("error", err))
-	}
-	if cerr := del.Complete(ctx); cerr != nil {
-		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr)}
-	}
-	return StepResult{Outcome: outcome, Err: err}
+	f.outcome, f.err = d.flushStored(ctx, f.saga, f.id)
+	return f
 }
 
 // flushStored carries out the outbox stored under key, if there is one:

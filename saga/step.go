@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -23,104 +22,99 @@ import (
 // from it and comes to any decision other than a commit runs again on a
 // fresh load.
 
+// A stepped delivery is what the step stage made of it, for the settle
+// stage (settle.go) to act on.
+type stepped struct {
+	outcome Outcome
+	// err: the step failed, or, with outcome EffectsPending, committed
+	// with effects that must wait.
+	err error
+	// deadLetter, if set, is the reason to dead-letter the message at
+	// once: it was not run.
+	deadLetter string
+	identity   string   // the message's (see propOrigin)
+	done       []string // the instances it is committed on (see propDone)
+	tries      int      // runs of the failed step on this delivery
+	// pending are the instances whose committed effects must wait: a
+	// flush message each retries them; pendingErr says why they wait.
+	pending    []*target
+	pendingErr error
+	// inInbox: every instance the message went to has it in its inbox.
+	inInbox   bool
+	conflicts int
+}
+
 // runTargets runs the message's step on each saga it goes to, retrying a
-// transient failure at once (RetryPolicy.Immediate times), and settles
-// it: completed when every step committed or found it a duplicate (without
-// waiting for the broker when it is in every instance's inbox), a delayed
-// retry or a dead letter when a step failed (settle.go), completed with
-// EffectsPending when a committed step's effects must wait (outbox.go).
-func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts []*target, info *StepInfo) StepResult {
-	identity := cmp.Or(del.Properties[propOrigin], del.MessageID, anonymousIdentity(d.queueName, del.Message))
-	outcome, conflicts := Duplicate, 0
-	inInbox := true // every target has the message in its instance's inbox
-	var pending []*target
-	var pendingErr error
-	done := doneList(del.Properties[propDone]) // instances an earlier delivery committed it on
+// transient failure at once (RetryPolicy.Immediate times), until one
+// fails. The outcome is the most telling of the steps': Handled over
+// NotFoundHandled over Dropped or Skipped over Duplicate, and
+// EffectsPending over all when a committed step's effects must wait.
+func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts []*target, info *StepInfo) stepped {
+	st := stepped{
+		outcome:  Duplicate,
+		identity: cmp.Or(del.Properties[propOrigin], del.MessageID, anonymousIdentity(d.queueName, del.Message)),
+		done:     doneList(del.Properties[propDone]), // instances an earlier delivery committed it on
+		inInbox:  true,
+	}
 	for _, t := range ts {
 		info.Saga, info.ID = t.rt.Name(), t.id
-		var o Outcome
-		var err error
-		tries := 0
-		for t.err != nil || !slices.Contains(done, doneKey(t)) {
-			tries++
-			if tries > 1 && t.err != nil && !errors.Is(t.err, ErrPermanent) {
-				d.correlate(ctx, del, t) // a Finder's transient failure
-				info.ID = t.id
-			}
-			if t.err != nil {
-				o, err = "", t.err
-			} else {
-				var n int
-				o, n, err = d.step(ctx, t, del, identity)
-				conflicts += n
-			}
-			if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || errors.Is(err, ErrDataVersionAhead) || tries > d.cfg.retry.Immediate {
-				break
-			}
-		}
-		if tries == 0 {
-			o = Duplicate // committed by an earlier delivery, whose retry this is
-		}
-		if err == nil && (o == Handled || o == Duplicate || o == Skipped || o == EffectsPending) && !slices.Contains(done, doneKey(t)) {
-			done = append(done, doneKey(t))
+		o, tries, err := d.stepTarget(ctx, del, t, &st, info)
+		if err == nil && (o == Handled || o == Duplicate || o == Skipped || o == EffectsPending) && !slices.Contains(st.done, doneKey(t)) {
+			st.done = append(st.done, doneKey(t))
 		}
 		if o == EffectsPending {
-			pending = append(pending, t)
-			pendingErr = errors.Join(pendingErr, err)
-			outcome = EffectsPending
+			st.pending = append(st.pending, t)
+			st.pendingErr = errors.Join(st.pendingErr, err)
+			st.outcome = EffectsPending
 			continue
 		}
 		if err != nil {
-			if serr := d.flushLater(ctx, pending, identity); serr != nil {
-				_ = del.Abandon(ctx)
-				return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr), Conflicts: conflicts}
-			}
-			var res StepResult
-			if errors.Is(err, ErrDataVersionAhead) {
-				res = d.versionWait(ctx, del, identity, done, err, info)
-			} else {
-				res = d.fail(ctx, del, identity, done, err, tries)
-			}
-			res.Conflicts = conflicts
-			return res
+			st.outcome, st.err, st.tries = "", err, tries
+			return st
 		}
 		if o != Handled && o != Duplicate && o != Skipped {
-			inInbox = false
+			st.inInbox = false
 		}
-		if outcome != EffectsPending && outcome != Handled && (o == Handled || o == NotFoundHandled ||
-			(o == Dropped || o == Skipped) && outcome == Duplicate) {
-			outcome = o
+		if st.outcome != EffectsPending && st.outcome != Handled && (o == Handled || o == NotFoundHandled ||
+			(o == Dropped || o == Skipped) && st.outcome == Duplicate) {
+			st.outcome = o
 		}
 	}
+	if len(st.pending) > 0 {
+		st.err = fmt.Errorf("%w: %w", ErrEffectsPending, st.pendingErr)
+	}
+	return st
+}
+
+// stepTarget runs the message's step on the saga t, again at once after
+// a transient failure (RetryPolicy.Immediate times), unless an earlier
+// delivery committed it there (propDone). It returns the outcome and how
+// many times the step ran, and adds the conflicts met to st.
+func (d *Dispatcher) stepTarget(ctx context.Context, del *transport.Delivery, t *target, st *stepped, info *StepInfo) (Outcome, int, error) {
+	var o Outcome
 	var err error
-	if len(pending) > 0 {
-		err = fmt.Errorf("%w: %w", ErrEffectsPending, pendingErr)
-		if serr := d.flushLater(ctx, pending, identity); serr != nil {
-			d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: scheduling the retry of pending effects failed; abandoning the message, whose redelivery retries them",
-				slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", serr), slog.Any("cause", pendingErr))
-			_ = del.Abandon(ctx)
-			return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr), Conflicts: conflicts}
+	tries := 0
+	for t.err != nil || !slices.Contains(st.done, doneKey(t)) {
+		tries++
+		if tries > 1 && t.err != nil && !errors.Is(t.err, ErrPermanent) {
+			d.correlate(ctx, del, t) // a Finder's transient failure
+			info.ID = t.id
 		}
-		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: step committed; its effects could not all be carried out and will be retried",
-			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("saga.type", info.Saga),
-			slog.String("saga.id", info.ID), slog.Any("error", pendingErr))
+		if t.err != nil {
+			o, err = "", t.err
+		} else {
+			var n int
+			o, n, err = d.step(ctx, t, del, st.identity)
+			st.conflicts += n
+		}
+		if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || errors.Is(err, ErrDataVersionAhead) || tries > d.cfg.retry.Immediate {
+			break
+		}
 	}
-	if d.cfg.loseCompletion != nil && d.cfg.loseCompletion(del) {
-		return StepResult{Outcome: outcome, Err: errors.Join(err, errCompletionLost), Conflicts: conflicts}
+	if tries == 0 {
+		o = Duplicate // committed by an earlier delivery, whose retry this is
 	}
-	complete := del.Complete
-	if inInbox && len(pending) == 0 {
-		// Every instance the message went to has its identity in its
-		// inbox: a redelivery, should the completion be lost, is a
-		// duplicate and has no effect. No need to wait for the broker.
-		complete = del.CompleteNoWait
-	}
-	if cerr := complete(ctx); cerr != nil {
-		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: completing message failed; it will be redelivered and deduplicated",
-			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", cerr))
-		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr), Conflicts: conflicts}
-	}
-	return StepResult{Outcome: outcome, Err: err, Conflicts: conflicts}
+	return o, tries, err
 }
 
 // step runs one saga's handler for a message and commits the result,
@@ -175,9 +169,6 @@ const (
 )
 
 var errOutboxBusy = errors.New("saga: outbox being carried out")
-
-// errCompletionLost: a test made a step not complete its message.
-var errCompletionLost = errors.New("saga: completion lost (test)")
 
 // errStale asks for a step started from a record that may be stale to be
 // run again from the store: it came to a decision other than a commit,
