@@ -18,7 +18,7 @@ import (
 // deduplicated; effects that cannot go out yet are retried by a flush
 // message the dispatcher schedules on its own queue.
 
-// carryOutKept carries out an outbox of timeouts to schedule and cancel
+// carryOutInMemory carries out an outbox of timeouts to schedule and cancel
 // and empties rec.Outbox (with the refs of the scheduled timeouts in
 // rec.Timeouts) in memory only: the stored record keeps the outbox until
 // the next commit on the instance writes the record without it. That
@@ -32,7 +32,7 @@ import (
 // ErrAlreadyFired, which are ignored. A step that loads the record from
 // the store carries such an outbox out again before it runs, which also
 // finishes the work of a dispatcher that crashed before carrying it out.
-func (d *Dispatcher) carryOutKept(ctx context.Context, key string, rec *record) error {
+func (d *Dispatcher) carryOutInMemory(ctx context.Context, key string, rec *record) error {
 	for _, e := range rec.Outbox {
 		if err := d.carryOut(ctx, key, rec, e); err != nil {
 			return err
@@ -180,14 +180,14 @@ func (d *Dispatcher) flushMessage(ctx context.Context, del *transport.Delivery) 
 		f.outcome, f.err = Dropped, Permanent(fmt.Errorf("%w: pending-effects message for %.64q/%.64q", ErrMalformed, f.saga, f.id))
 		return f
 	}
-	f.outcome, f.err = d.flushStored(ctx, f.saga, f.id)
+	f.outcome, f.err = d.carryOutLeftover(ctx, f.saga, f.id)
 	return f
 }
 
-// flushStored carries out the outbox stored under key, if there is one:
-// Handled if it did, Duplicate if there was none (left), Dropped if the
-// instance is gone.
-func (d *Dispatcher) flushStored(ctx context.Context, sagaName, id string) (Outcome, error) {
+// carryOutLeftover carries out the outbox stored for the instance, if
+// there is one: Handled if it did, Duplicate if there was none (left),
+// Dropped if the instance is gone.
+func (d *Dispatcher) carryOutLeftover(ctx context.Context, sagaName, id string) (Outcome, error) {
 	u, err := d.update(ctx, update{saga: sagaName, id: id, change: func(*record) (bool, error) { return false, nil }})
 	switch {
 	case errors.Is(err, ErrNotFound) && u.rec == nil:

@@ -296,9 +296,9 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 func (d *Dispatcher) carryOutEarlier(ctx context.Context, key, identity string, rec *record, rev uint64, now time.Time, patient bool) (uint64, Outcome, error) {
 	if !rec.HasSends() {
 		// Timeouts to schedule or cancel only: carrying them out again is
-		// harmless at any time (see carryOutKept), and this step's
+		// harmless at any time (see carryOutInMemory), and this step's
 		// commit, if it makes one, stores the record without them.
-		if err := d.carryOutKept(ctx, key, rec); err != nil {
+		if err := d.carryOutInMemory(ctx, key, rec); err != nil {
 			if rec.Seen(identity) {
 				return rev, EffectsPending, err // this message's own step
 			}
@@ -347,9 +347,9 @@ func (d *Dispatcher) carryOutCommitted(ctx context.Context, key string, rec *rec
 		}
 	default:
 		// Timeouts only: the outbox may stay in the stored record until
-		// the next commit on the instance (see carryOutKept), if that
+		// the next commit on the instance (see carryOutInMemory), if that
 		// step starts from this record without it.
-		if err := d.carryOutKept(ctx, key, rec); err != nil {
+		if err := d.carryOutInMemory(ctx, key, rec); err != nil {
 			return err
 		}
 		if !d.records.keepOutbox(key, rev, rec) {
