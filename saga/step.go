@@ -185,13 +185,6 @@ var errStale = errors.New("saga: record may be stale; loading it again")
 func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient, mayBeStale bool) (Outcome, error) {
 	now := d.cfg.now()
 	rec, rev, stale, err := d.records.load(ctx, key, mayBeStale)
-	// fresh is the way out of every decision but a commit.
-	fresh := func(o Outcome, err error) (Outcome, error) {
-		if stale {
-			return "", errStale
-		}
-		return o, err
-	}
 	var tombstone *record
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -202,7 +195,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		// next commit would overwrite them.
 		if len(rec.Outbox) > 0 {
 			if stale {
-				return fresh("", nil)
+				return fresh(stale, "", nil)
 			}
 			var o Outcome
 			if rev, o, err = d.carryOutEarlier(ctx, key, identity, rec, rev, now, patient); err != nil {
@@ -210,23 +203,23 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			}
 		}
 		if rec.Seen(identity) {
-			return fresh(Duplicate, nil)
+			return fresh(stale, Duplicate, nil)
 		}
 		if rec.Completed {
 			if stale {
-				return fresh("", nil)
+				return fresh(stale, "", nil)
 			}
 			tombstone = rec
 			rec = rec.InboxOnly() // a finished instance: as if not found
 		} else if v := rec.DataVersion(); v > t.rt.dataVersion() {
 			// Written by a newer worker: never written by this one.
-			return fresh("", fmt.Errorf("%w: saga %s/%s: version %d, this worker's definition knows %d",
+			return fresh(stale, "", fmt.Errorf("%w: saga %s/%s: version %d, this worker's definition knows %d",
 				ErrDataVersionAhead, t.rt.Name(), t.id, v, t.rt.dataVersion()))
 		}
 	}
 	isNew := rec == nil || rec.Started.IsZero()
 	if isNew && stale {
-		return fresh("", nil)
+		return fresh(stale, "", nil)
 	}
 	if isNew && t.kind != routeTimeout && t.kind != routeStart {
 		return d.notFound(ctx, t, key, identity, del, tombstone)
@@ -246,11 +239,20 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 	if t.kind == routeTimeout {
 		var ok bool
 		if token, te, ok = takeTimeout(rec, del); !ok {
-			return fresh(Dropped, nil)
+			return fresh(stale, Dropped, nil)
 		}
 	}
 	s := &stepState{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
 		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token, timeoutDue: te.At}
+	return d.handleAndCommit(ctx, t, del, s, te, rev, stale)
+}
+
+// handleAndCommit runs the handler on the step's state s (or, for a
+// timeout te that its catch-up policy skips, no handler), commits the
+// record loaded at rev, and carries out the effects committed. With
+// stale, every decision but a commit is made again (see fresh).
+func (d *Dispatcher) handleAndCommit(ctx context.Context, t *target, del *transport.Delivery, s *stepState, te timeoutEntry, rev uint64, stale bool) (Outcome, error) {
+	rec, key, identity, now, token := s.rec, s.key, s.identity, s.now, s.timeout
 	typ := del.Properties[propType]
 	var late *LateTimeout
 	if t.kind == routeTimeout {
@@ -260,21 +262,22 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		rec.Updated = now
 	} else {
 		if err := callHandler(ctx, t.rt, s, typ, t.m); err != nil {
-			return fresh("", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
+			return fresh(stale, "", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
 		}
 	}
 	if err := rec.Remember(identity, now, d.inboxRetention()); err != nil {
-		return fresh("", fmt.Errorf("saga %s/%s: %d messages committed within the inbox retention (%v): %w",
+		return fresh(stale, "", fmt.Errorf("saga %s/%s: %d messages committed within the inbox retention (%v): %w",
 			t.rt.Name(), t.id, rec.InboxLen(), d.inboxRetention(), err))
 	}
 	if rec.Completed {
 		s.complete()
 	}
-	if rev, err = d.records.commit(ctx, key, rec, rev); err != nil {
+	rev, err := d.records.commit(ctx, key, rec, rev)
+	if err != nil {
 		if errors.Is(err, ErrConflict) {
 			return "", err
 		}
-		return fresh("", err)
+		return fresh(stale, "", err)
 	}
 	if late != nil {
 		d.reportLate(ctx, *late)
@@ -286,6 +289,16 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		return Skipped, nil
 	}
 	return Handled, nil
+}
+
+// fresh returns o and err, the way out of every decision of a step but
+// a commit, unless the step started from a record that may be stale:
+// then errStale, to make the decision again on a fresh load.
+func fresh(stale bool, o Outcome, err error) (Outcome, error) {
+	if stale {
+		return "", errStale
+	}
+	return o, err
 }
 
 // carryOutEarlier carries out the effects an earlier step committed and
