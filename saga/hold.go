@@ -149,11 +149,11 @@ func (d *Dispatcher) holdInPlace(ctx context.Context, del *transport.Delivery, d
 // such message again, raising its DeliveryCount once per worker.)
 func (r *runner) holdAside(del *transport.Delivery, h holdPlan) bool {
 	if h.until.IsZero() {
-		return false // Handle handles it now (or dead-letters it)
+		return false // handle handles it now (or dead-letters it)
 	}
 	if r.held.Add(1) > maxHeld {
 		r.held.Add(-1)
-		return false // Handle holds it in place
+		return false // handle holds it in place
 	}
 	r.wg.Go(func() {
 		defer r.held.Add(-1)

@@ -137,8 +137,8 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, h hold
 		res = d.settle(ctx, del, st, &info)
 	}
 	res.Duration = d.cfg.now().Sub(start)
-	if h := d.cfg.hooks.StepDone; h != nil {
-		h(ctx, info, res)
+	if done := d.cfg.hooks.StepDone; done != nil {
+		done(ctx, info, res)
 	}
 }
 

@@ -85,8 +85,9 @@ func (d *Dispatcher) settle(ctx context.Context, del *transport.Delivery, st ste
 
 // settleFailed settles a message whose step failed on an instance, after
 // scheduling the retry of what the others committed and could not carry
-// out: a version wait if the instance's record is newer than this
-// worker's saga, else a delayed retry or the dead-letter queue (fail).
+// out (or abandons it if that fails): a version wait if the instance's
+// record is newer than this worker's saga, else a delayed retry or the
+// dead-letter queue (fail).
 func (d *Dispatcher) settleFailed(ctx context.Context, del *transport.Delivery, st stepped, info *StepInfo) StepResult {
 	if serr := d.flushLater(ctx, st.pending, st.identity); serr != nil {
 		_ = del.Abandon(ctx)

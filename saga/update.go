@@ -38,7 +38,7 @@ type update struct {
 
 // updated is what an update did.
 type updated struct {
-	rec       *record // as last loaded, and changed if committed
+	rec       *record // as last loaded, then changed (nil if none was)
 	carried   bool    // it carried out an outbox an earlier step left
 	committed bool    // the change is committed
 }
@@ -52,7 +52,8 @@ type updated struct {
 //
 // An error from the load (ErrNotFound for a missing instance) or from
 // change is returned as it is; one from carrying out the earlier outbox or
-// from the commit means that nothing changed.
+// from the commit, which says that nothing changed, starts with
+// u.failed (as it is if u.failed is empty).
 func (d *Dispatcher) update(ctx context.Context, u update) (updated, error) {
 	key := storeKey(u.saga, u.id)
 	waits, conflicts := 0, 0
