@@ -155,12 +155,13 @@ func (r *runner) holdAside(del *transport.Delivery, h holdPlan) bool {
 		r.held.Add(-1)
 		return false // handle holds it in place
 	}
+	due := h.until
+	h.until = time.Time{} // for handle: held by then
 	r.wg.Go(func() {
 		defer r.held.Add(-1)
-		if !r.d.holdInPlace(r.work, del, h.until) {
+		if !r.d.holdInPlace(r.work, del, due) {
 			return
 		}
-		h.until = time.Time{} // held
 		r.dispatch(r.slots, del, h)
 	})
 	return true

@@ -33,8 +33,8 @@ type stepped struct {
 	// once: it was not run.
 	deadLetter string
 	identity   string   // the message's (see propOrigin)
-	done       []string // the instances it is committed on (see propDone)
-	tries      int      // runs of the failed step on this delivery
+	done       []string // of a failed step: the instances it is committed on (see propDone)
+	tries      int      // of a failed step: its runs on this delivery
 	// pending are the instances whose committed effects must wait: a
 	// flush message each retries them; pendingErr says why they wait.
 	pending    []*target
@@ -53,14 +53,15 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 	st := stepped{
 		outcome:  Duplicate,
 		identity: cmp.Or(del.Properties[propOrigin], del.MessageID, anonymousIdentity(d.queueName, del.Message)),
-		done:     doneList(del.Properties[propDone]), // instances an earlier delivery committed it on
 		inInbox:  true,
 	}
+	done := doneList(del.Properties[propDone]) // instances an earlier delivery committed it on
 	for _, t := range ts {
 		info.Saga, info.ID = t.rt.Name(), t.id
-		o, tries, err := d.stepTarget(ctx, del, t, &st, info)
-		if err == nil && (o == Handled || o == Duplicate || o == Skipped || o == EffectsPending) && !slices.Contains(st.done, doneKey(t)) {
-			st.done = append(st.done, doneKey(t))
+		o, tries, conflicts, err := d.stepTarget(ctx, del, t, st.identity, done, info)
+		st.conflicts += conflicts
+		if err == nil && (o == Handled || o == Duplicate || o == Skipped || o == EffectsPending) && !slices.Contains(done, doneKey(t)) {
+			done = append(done, doneKey(t))
 		}
 		if o == EffectsPending {
 			st.pending = append(st.pending, t)
@@ -69,7 +70,9 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 			continue
 		}
 		if err != nil {
-			st.outcome, st.err, st.tries = "", err, tries
+			// A copy, so that done, appended to above, does not escape
+			// to the heap.
+			st.outcome, st.err, st.tries, st.done = "", err, tries, slices.Clone(done)
 			return st
 		}
 		if o != Handled && o != Duplicate && o != Skipped {
@@ -88,13 +91,13 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 
 // stepTarget runs the message's step on the saga t, again at once after
 // a transient failure (RetryPolicy.Immediate times), unless an earlier
-// delivery committed it there (propDone). It returns the outcome and how
-// many times the step ran, and adds the conflicts met to st.
-func (d *Dispatcher) stepTarget(ctx context.Context, del *transport.Delivery, t *target, st *stepped, info *StepInfo) (Outcome, int, error) {
+// delivery committed it there (done). It returns the outcome, how many
+// times the step ran and the conflicts it met.
+func (d *Dispatcher) stepTarget(ctx context.Context, del *transport.Delivery, t *target, identity string, done []string, info *StepInfo) (Outcome, int, int, error) {
 	var o Outcome
 	var err error
-	tries := 0
-	for t.err != nil || !slices.Contains(st.done, doneKey(t)) {
+	tries, conflicts := 0, 0
+	for t.err != nil || !slices.Contains(done, doneKey(t)) {
 		tries++
 		if tries > 1 && t.err != nil && !errors.Is(t.err, ErrPermanent) {
 			d.correlate(ctx, del, t) // a Finder's transient failure
@@ -104,8 +107,8 @@ func (d *Dispatcher) stepTarget(ctx context.Context, del *transport.Delivery, t 
 			o, err = "", t.err
 		} else {
 			var n int
-			o, n, err = d.step(ctx, t, del, st.identity)
-			st.conflicts += n
+			o, n, err = d.step(ctx, t, del, identity)
+			conflicts += n
 		}
 		if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || errors.Is(err, ErrDataVersionAhead) || tries > d.cfg.retry.Immediate {
 			break
@@ -114,7 +117,7 @@ func (d *Dispatcher) stepTarget(ctx context.Context, del *transport.Delivery, t 
 	if tries == 0 {
 		o = Duplicate // committed by an earlier delivery, whose retry this is
 	}
-	return o, tries, err
+	return o, tries, conflicts, err
 }
 
 // step runs one saga's handler for a message and commits the result,
