@@ -32,7 +32,7 @@ const holdSlack = time.Second
 // loses nothing.
 const maxHeld = 4096
 
-// A holdPlan is what a delivery's early activation asks of Handle,
+// A holdPlan is what a delivery's early activation asks of handle,
 // decided once, when it arrives (planHold).
 type holdPlan struct {
 	timeout bool      // the message is a timeout's
@@ -48,7 +48,7 @@ type holdPlan struct {
 // Only a timeout activated early is held: one with a readable
 // timeout.PropertyDue after its ScheduledAt. Others are handled on
 // arrival as they always were, among them a timeout whose PropertyDue is
-// missing or unreadable (engines always write it; Handle logs such a
+// missing or unreadable (engines always write it; handle logs such a
 // timeout). One held may be held for at most its lead (at most
 // timeout.MaxEarlyActivation) plus holdSlack: one that arrives further
 // ahead of its due time, by the dispatcher's clock, is not held (nor
@@ -124,7 +124,7 @@ func (d *Dispatcher) hold(ctx context.Context, del *transport.Delivery, due time
 	}
 }
 
-// holdInPlace holds del until due in Handle, for a caller that does not
+// holdInPlace holds del until due in handle, for a caller that does not
 // hand it over (a custom receive loop, or Run beyond maxHeld). It reports
 // whether del is to be handled; if not, it has been abandoned for
 // redelivery.

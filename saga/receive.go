@@ -14,11 +14,12 @@ import (
 
 // The receive stage: Run's workers receive batches from the queue (and a
 // subscription's workers from the subscription), renew the locks of what a
-// batch still holds behind slow steps, and hand each delivery to Handle in
-// a concurrency slot — or, a timeout activated early, to a goroutine that
-// holds it first (hold.go). Handle runs one delivery through the stages:
-// hold, resolve (resolve.go), step (step.go, commit.go), outbox
-// (outbox.go) and settle (settle.go).
+// batch still holds behind slow steps, plan each delivery's hold once
+// (hold.go) and hand it to handle in a concurrency slot — or, a timeout
+// activated early, to a goroutine that holds it first. handle runs one
+// delivery through the stages: hold, resolve (resolve.go), step (step.go,
+// commit.go), outbox (outbox.go), and settle (settle.go), which ends
+// every delivery.
 
 // runner is what one Run shares among its workers: the concurrency slots
 // and the timeouts held until their due time.
