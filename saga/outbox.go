@@ -42,11 +42,11 @@ func (d *Dispatcher) carryOutInMemory(ctx context.Context, key string, rec *reco
 	return nil
 }
 
-// carryOutAndClear carries out the effects in rec.Outbox, whose IDs the committed
-// record fixes, then stores rec without them (and with the refs of the
-// timeouts it scheduled). Carrying out effects twice is harmless: sends
-// and schedules are deduplicated by MessageID within the queue's duplicate
-// window, and cancels are idempotent.
+// carryOutAndClear carries out the effects in rec.Outbox, whose IDs the
+// committed record fixes, then stores rec without them (and with the refs
+// of the timeouts it scheduled). Carrying out effects twice is harmless:
+// sends and schedules are deduplicated by MessageID within the queue's
+// duplicate window, and cancels are idempotent.
 func (d *Dispatcher) carryOutAndClear(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
 	for _, e := range rec.Outbox {
 		if err := d.carryOut(ctx, key, rec, e); err != nil {
