@@ -158,55 +158,26 @@ func (d *Dispatcher) CancelTimeouts(ctx context.Context, sagaName, id string) (C
 	if _, err := d.open(ctx); err != nil {
 		return res, err
 	}
-	key := storeKey(sagaName, id)
-	identity := "cancel:" + strconv.FormatInt(d.cfg.now().UnixNano(), 10)
-	waits, conflicts := 0, 0
-	for {
-		now := d.cfg.now()
-		rec, rev, err := d.load(ctx, key)
-		if err != nil {
-			return res, err
-		}
-		if len(rec.Outbox) > 0 {
-			if rec.HasSends() && waits < outboxWaits && now.Sub(rec.Updated) < outboxGrace {
-				waits++
-				if err := sleep(ctx, time.Millisecond<<waits); err != nil {
-					return res, err
-				}
-				continue
+	var cancelled []PendingTimeout
+	u, err := d.update(ctx, update{
+		saga: sagaName, id: id, identity: "cancel:" + strconv.FormatInt(d.cfg.now().UnixNano(), 10),
+		patient: true, failed: "no timeout cancelled",
+		change: func(rec *record) (bool, error) {
+			s := &stepState{d: d, sagaName: sagaName, id: id, key: storeKey(sagaName, id), rec: rec}
+			cancelled = s.pending()
+			for _, pt := range cancelled {
+				s.cancelTimeout(string(pt.Handle))
 			}
-			if rev, err = d.flush(ctx, key, rec, rev); errors.Is(err, ErrConflict) && conflicts < d.cfg.conflicts {
-				conflicts++
-				continue
-			} else if err != nil {
-				return res, fmt.Errorf("saga %s/%s: no timeout cancelled: an earlier step's effects cannot be carried out: %w", sagaName, id, err)
-			}
-		}
-		s := &stepState{d: d, sagaName: sagaName, id: id, key: key, rec: rec}
-		cancelled := s.pending()
-		if len(cancelled) == 0 {
-			return res, nil
-		}
-		for _, pt := range cancelled {
-			s.cancelTimeout(string(pt.Handle))
-		}
-		rec.Updated = now
-		rev, err = d.records.commit(ctx, key, rec, rev)
-		if errors.Is(err, ErrConflict) && conflicts < d.cfg.conflicts {
-			conflicts++
-			continue
-		}
-		if err != nil {
-			return res, fmt.Errorf("saga %s/%s: no timeout cancelled: %w", sagaName, id, err)
-		}
+			return len(cancelled) > 0, nil
+		},
+		pending: func() string {
+			return fmt.Sprintf("%d timeouts cancelled in its state; cancelling their messages failed", len(cancelled))
+		},
+	})
+	if u.committed {
 		res.Cancelled = cancelled
-		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
-			serr := d.scheduleFlush(ctx, sagaName, id, identity, 1)
-			return res, fmt.Errorf("%w: saga %s/%s: %d timeouts cancelled in its state; cancelling their messages failed and will be retried: %w",
-				ErrEffectsPending, sagaName, id, len(cancelled), errors.Join(err, serr))
-		}
-		return res, nil
 	}
+	return res, err
 }
 
 // CancelAllTimeouts cancels the pending timeouts of every instance of

@@ -33,7 +33,7 @@ func (c *cachedRecords) load(ctx context.Context, key string, mayBeStale bool) (
 		// A step's first load tells whether the cache would have held
 		// the record as stored, so that the dispatcher returns to the
 		// cache when the turns on the instances come back to it.
-		c.hits.note(c.cache.holds(key, rev))
+		c.hits.note(c.cache.has(key, rev))
 	}
 	return rec, rev, false, err
 }
@@ -129,7 +129,7 @@ func (c *recordCache) set(key string, rec *record, rev uint64) {
 
 // carried notes that the outbox of the record cached under key at rev has
 // been carried out: rec is that record without it, with the refs of the
-// timeouts it scheduled (see carryOutKept).
+// timeouts it scheduled (see carryOutInMemory).
 func (c *recordCache) carried(key string, rev uint64, rec *record) {
 	if c == nil {
 		return
@@ -142,9 +142,9 @@ func (c *recordCache) carried(key string, rev uint64, rec *record) {
 	}
 }
 
-// holds reports whether the record cached under key is the one stored at
+// has reports whether the record cached under key is the one stored at
 // rev.
-func (c *recordCache) holds(key string, rev uint64) bool {
+func (c *recordCache) has(key string, rev uint64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.m[key]
@@ -187,7 +187,7 @@ func (c *recordCache) len() int {
 // the share for which this dispatcher's cache held the record as stored.
 // While at least half did (or too few steps tell), steps start from the
 // cache, and a step leaves an outbox of timeouts in the stored record
-// (see carryOutKept), which saves the Put that clears it when the next
+// (see carryOutInMemory), which saves the Put that clears it when the next
 // step on the instance starts from the cache. When other dispatchers take
 // most of the turns on the instances, a cached record is mostly stale (a
 // wasted conditional write each) and a kept outbox would cost the next

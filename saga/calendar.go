@@ -391,46 +391,25 @@ func (d *Dispatcher) ReplanInstance(ctx context.Context, sagaName, id string, to
 	if _, err := d.open(ctx); err != nil {
 		return nil, err
 	}
-	key := storeKey(sagaName, id)
-	identity := "replan:" + strconv.FormatInt(d.cfg.now().UnixNano(), 10)
-	conflicts := 0
-	for {
-		rec, rev, err := d.load(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		if len(rec.Outbox) > 0 {
-			if rev, err = d.flush(ctx, key, rec, rev); errors.Is(err, ErrConflict) && conflicts < d.cfg.conflicts {
-				conflicts++
-				continue
-			} else if err != nil {
-				return nil, fmt.Errorf("saga %s/%s: nothing re-planned: an earlier step's effects cannot be carried out: %w", sagaName, id, err)
+	var out []Replanned
+	u, err := d.update(ctx, update{
+		saga: sagaName, id: id, identity: "replan:" + strconv.FormatInt(d.cfg.now().UnixNano(), 10),
+		failed: "nothing re-planned",
+		change: func(rec *record) (changed bool, _ error) {
+			if rec.Completed {
+				out = nil
+				return false, nil
 			}
-		}
-		if rec.Completed {
-			return nil, nil
-		}
-		s := &stepState{d: d, sagaName: sagaName, id: id, key: key, rec: rec}
-		out, changed := s.replan(to, cal)
-		if !changed {
-			return out, nil
-		}
-		rec.Updated = d.cfg.now()
-		rev, err = d.records.commit(ctx, key, rec, rev)
-		if errors.Is(err, ErrConflict) && conflicts < d.cfg.conflicts {
-			conflicts++
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("saga %s/%s: nothing re-planned: %w", sagaName, id, err)
-		}
-		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
-			serr := d.scheduleFlush(ctx, sagaName, id, identity, 1)
-			return out, fmt.Errorf("%w: saga %s/%s: re-planned in its state; rescheduling on the engines failed and will be retried: %w",
-				ErrEffectsPending, sagaName, id, errors.Join(err, serr))
-		}
-		return out, nil
+			s := &stepState{d: d, sagaName: sagaName, id: id, key: storeKey(sagaName, id), rec: rec}
+			out, changed = s.replan(to, cal)
+			return changed, nil
+		},
+		pending: func() string { return "re-planned in its state; rescheduling on the engines failed" },
+	})
+	if err != nil && !u.committed {
+		return nil, err
 	}
+	return out, err
 }
 
 // replan re-plans the instance's timeouts on to's calendar name in the

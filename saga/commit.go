@@ -89,7 +89,7 @@ func (d *Dispatcher) load(ctx context.Context, key string) (*record, uint64, err
 // engine exactly as its Schedule makes them. Once committed they are
 // carried out, so they leave the outbox in memory, with their refs in
 // rec.Timeouts; the stored record keeps them in its outbox until the next
-// commit, which is what carryOutKept does with an outbox of timeouts, and
+// commit, which is what carryOutInMemory does with an outbox of timeouts, and
 // safe for the same reason: a step that loads the record schedules them
 // again, and the queue's duplicate detection answers with their refs.
 type scheduledRecords struct {

@@ -35,7 +35,7 @@ type Dispatcher struct {
 	zones calendar.Zones // the zones of rules (RequestTimeoutBy), loaded once
 
 	// mayKeepOutbox: outboxes of timeouts may stay in the stored record
-	// (see carryOutKept). Not with several timeout engines: another
+	// (see carryOutInMemory). Not with several timeout engines: another
 	// process (the jetsaga command, a dispatcher configured otherwise)
 	// that loads the record carries such an outbox out again with its own
 	// scheduler, which might route a timeout to another engine; there the

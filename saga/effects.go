@@ -92,8 +92,8 @@ func (s *stepState) envelope(m any, opts []SendOption) (*envelope, error) {
 	return e, nil
 }
 
-// check refuses an effect the transport would refuse at flush time, after
-// the step committed: such an outbox could never be carried out.
+// check refuses an effect the transport would refuse once the step
+// committed: such an outbox could never be carried out.
 func (s *stepState) check(e *envelope) error {
 	if err := s.d.broker.Validate(transportMessage(e)); err != nil {
 		return Permanent(fmt.Errorf("saga %s/%s: outgoing %s: %w", s.sagaName, s.id, e.Type, err))

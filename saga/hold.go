@@ -3,7 +3,6 @@ package saga
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/jetsaga/jetsaga/timeout"
@@ -33,27 +32,47 @@ const holdSlack = time.Second
 // loses nothing.
 const maxHeld = 4096
 
-// holdUntil returns the due time until which del must be held before it is
-// handled: zero to handle it now. It returns an error matching
-// ErrTimeoutNotDue for a timeout activated early that arrived too far
-// ahead of its due time to be held.
+// A holdPlan is what a delivery's early activation asks of handle,
+// decided once, when it arrives (planHold).
+type holdPlan struct {
+	timeout bool      // the message is a timeout's
+	due     time.Time // a timeout's due time (see timeoutDue)
+	dueErr  error     // why its timeout.PropertyDue could not be read
+	until   time.Time // hold it until then before handling it; zero: handle it now
+	notDue  error     // it arrived too far ahead of due to be held (ErrTimeoutNotDue)
+}
+
+// planHold decides whether del must be held before it is handled, and
+// until when.
 //
 // Only a timeout activated early is held: one with a readable
 // timeout.PropertyDue after its ScheduledAt. Others are handled on
 // arrival as they always were, among them a timeout whose PropertyDue is
-// missing or unreadable (engines always write it; Handle logs such a
+// missing or unreadable (engines always write it; handle logs such a
 // timeout). One held may be held for at most its lead (at most
 // timeout.MaxEarlyActivation) plus holdSlack: one that arrives further
 // ahead of its due time, by the dispatcher's clock, is not held (nor
-// handled early) but dead-lettered, since either the clocks of the
-// dispatcher and the server disagree by more than holdSlack or its due
-// property is not the one its engine wrote.
-func (d *Dispatcher) holdUntil(del *transport.Delivery) (time.Time, error) {
-	due, ok, _ := timeoutDue(del)
-	if !ok {
-		return time.Time{}, nil
+// handled early) but dead-lettered (notDue, matching ErrTimeoutNotDue),
+// since either the clocks of the dispatcher and the server disagree by
+// more than holdSlack or its due property is not the one its engine
+// wrote.
+func (d *Dispatcher) planHold(del *transport.Delivery) holdPlan {
+	var h holdPlan
+	if h.due, h.timeout, h.dueErr = timeoutDue(del); !h.timeout || del.ScheduledAt.IsZero() {
+		return h
 	}
-	return d.holdFor(del, due)
+	lead := h.due.Sub(del.ScheduledAt)
+	wait := h.due.Sub(d.cfg.now())
+	if lead <= 0 || wait <= 0 {
+		return h
+	}
+	if bound := min(lead, timeout.MaxEarlyActivation) + holdSlack; wait > bound {
+		h.notDue = Permanent(fmt.Errorf("%w: due at %s, %v ahead of the dispatcher's clock; scheduled %v before its due time, so at most %v was expected",
+			ErrTimeoutNotDue, h.due.UTC().Format(time.RFC3339Nano), wait, lead, bound))
+		return h
+	}
+	h.until = h.due
+	return h
 }
 
 // timeoutDue returns the due time of a timeout's message: its
@@ -71,23 +90,6 @@ func timeoutDue(del *transport.Delivery) (due time.Time, ok bool, err error) {
 		return del.ScheduledAt, true, err
 	}
 	return due, true, nil
-}
-
-// holdFor is holdUntil for a timeout due at due (see timeoutDue).
-func (d *Dispatcher) holdFor(del *transport.Delivery, due time.Time) (time.Time, error) {
-	if del.ScheduledAt.IsZero() {
-		return time.Time{}, nil
-	}
-	lead := due.Sub(del.ScheduledAt)
-	wait := due.Sub(d.cfg.now())
-	if lead <= 0 || wait <= 0 {
-		return time.Time{}, nil
-	}
-	if bound := min(lead, timeout.MaxEarlyActivation) + holdSlack; wait > bound {
-		return time.Time{}, Permanent(fmt.Errorf("%w: due at %s, %v ahead of the dispatcher's clock; scheduled %v before its due time, so at most %v was expected",
-			ErrTimeoutNotDue, due.UTC().Format(time.RFC3339Nano), wait, lead, bound))
-	}
-	return due, nil
 }
 
 // hold waits until due by the dispatcher's clock, renewing del's lock
@@ -122,7 +124,7 @@ func (d *Dispatcher) hold(ctx context.Context, del *transport.Delivery, due time
 	}
 }
 
-// holdInPlace holds del until due in Handle, for a caller that does not
+// holdInPlace holds del until due in handle, for a caller that does not
 // hand it over (a custom receive loop, or Run beyond maxHeld). It reports
 // whether del is to be handled; if not, it has been abandoned for
 // redelivery.
@@ -131,18 +133,13 @@ func (d *Dispatcher) holdInPlace(ctx context.Context, del *transport.Delivery, d
 	if err == nil {
 		return true
 	}
-	d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: stopped holding a timeout activated early; it will be redelivered",
-		slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Time("due", due), slog.Any("error", err))
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = del.Abandon(actx)
+	d.abandonHeld(ctx, del, due, err)
 	return false
 }
 
-// holdLater takes del over if it is a timeout activated early to be held
-// and fewer than maxHeld are held: a goroutine holds it until its due
-// time, then handles it in a concurrency slot. It reports whether it took
-// del.
+// holdAside takes del over if its plan h is to hold it and fewer than
+// maxHeld are held: a goroutine holds it until its due time, then
+// handles it in a concurrency slot. It reports whether it took del.
 //
 // Run's context ending does not end a hold: Run waits for its held
 // timeouts to come due and handles them, as it lets the steps in flight
@@ -150,21 +147,22 @@ func (d *Dispatcher) holdInPlace(ctx context.Context, del *transport.Delivery, d
 // them back at once would not be quicker for the timeout, and on
 // JetStream the pulls of the workers that are stopping would release each
 // such message again, raising its DeliveryCount once per worker.)
-func (r *runner) holdLater(del *transport.Delivery) bool {
-	due, err := r.d.holdUntil(del)
-	if err != nil || due.IsZero() {
-		return false // Handle handles it now (or dead-letters it)
+func (r *runner) holdAside(del *transport.Delivery, h holdPlan) bool {
+	if h.until.IsZero() {
+		return false // handle handles it now (or dead-letters it)
 	}
 	if r.held.Add(1) > maxHeld {
 		r.held.Add(-1)
-		return false // Handle holds it in place
+		return false // handle holds it in place
 	}
+	due := h.until
+	h.until = time.Time{} // for handle: held by then
 	r.wg.Go(func() {
 		defer r.held.Add(-1)
 		if !r.d.holdInPlace(r.work, del, due) {
 			return
 		}
-		r.dispatch(r.slots, del)
+		r.dispatch(r.slots, del, h)
 	})
 	return true
 }

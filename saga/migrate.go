@@ -233,85 +233,76 @@ func (d *Dispatcher) migrateOne(ctx context.Context, p listedTimeout, to string)
 		return res, fmt.Errorf("%w: %s/%.64q: %w", ErrNotFound, sagaName, id, err)
 	}
 	key := storeKey(sagaName, id)
-	identity := "migrate:" + strconv.FormatInt(d.cfg.now().UnixNano(), 10)
-	for conflicts := 0; ; {
-		rec, rev, err := d.load(ctx, key)
-		if errors.Is(err, ErrNotFound) {
-			res.Outcome = MigrateCancelled // the instance is gone
-			return res, nil
-		}
-		if err != nil {
-			return res, err
-		}
-		if len(rec.Outbox) > 0 {
-			if rev, err = d.flush(ctx, key, rec, rev); errors.Is(err, ErrConflict) && conflicts < d.cfg.conflicts {
-				conflicts++
-				continue
-			} else if err != nil {
-				return res, fmt.Errorf("saga %s/%s: timeout %s not moved: an earlier step's effects cannot be carried out: %w", sagaName, id, tok, err)
-			}
-		}
-		te, ok := rec.Timeouts[tok]
-		if !ok || rec.Completed {
-			res.Outcome = MigrateCancelled
-			// Handled: this copy, or the one an earlier migration moved
-			// it to (the listed copy is then that move's stale one, left
-			// to activate within the cancel margin, say).
-			if rec.Seen(p.engineID) || rec.Seen(tok) || rec.Seen(migratedID(key, tok, p.engineID, to)) {
-				res.Outcome = MigrateFired
-			}
-			return res, nil
-		}
-		res.Type, res.At, res.From = te.Type, te.At, te.Ref
-		if te.Ref.Engine() == to {
-			res.From, res.To, res.Outcome = p.st.Ref, te.Ref, MigrateMoved // by an earlier migration
-			return res, nil
-		}
-		if te.Ref == "" {
-			return res, fmt.Errorf("saga %s/%s: timeout %s not moved: it has no ref after its outbox was carried out", sagaName, id, tok)
-		}
-		msg, err := d.timeoutMessage(ctx, te, tok)
-		if errors.Is(err, timeout.ErrAlreadyFired) {
-			res.Outcome = MigrateFired
-			return res, nil
-		}
-		if errors.Is(err, timeout.ErrNotFound) {
-			return res, fmt.Errorf("saga %s/%s: timeout %s not moved: its engine no longer holds it and it did not fire "+
-				"(cancelled on the engine only?); the instance still waits for it: %w", sagaName, id, tok, err)
-		}
-		if err != nil {
-			return res, fmt.Errorf("saga %s/%s: timeout %s not moved: %w", sagaName, id, tok, err)
-		}
-		// A new ID: the engines deduplicate a schedule by ID, and a copy
-		// that fires from the old engine must be told apart (and dropped).
-		// The old copy's ID is cmp.Or(te.ID, tok): a timeout's first ID is
-		// its token.
-		msg.ID = migratedID(key, tok, cmp.Or(te.ID, tok), to)
-		old := te.Ref
-		te.ID, te.Ref, te.Msg = msg.ID, "", msg
-		rec.Timeouts[tok] = te
-		rec.Outbox = append(rec.Outbox,
-			effect{Kind: effectSchedule, Queue: d.queueName, Msg: msg, At: te.At, Token: tok, ID: msg.ID, Engine: to},
-			effect{Kind: effectCancel, Ref: old, Token: tok})
-		rec.Updated = d.cfg.now()
-		rev, err = d.records.commit(ctx, key, rec, rev)
-		if errors.Is(err, ErrConflict) && conflicts < d.cfg.conflicts {
-			conflicts++
-			continue
-		}
-		if err != nil {
-			return res, fmt.Errorf("saga %s/%s: timeout %s not moved: %w", sagaName, id, tok, err)
-		}
-		// Committed: the timeout is the new ID's, on to.
-		res.Outcome = MigrateMoved
-		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
-			serr := d.scheduleFlush(ctx, sagaName, id, identity, 1)
-			return res, fmt.Errorf("%w: saga %s/%s: timeout %s moved to %s in its state; carrying the move out on the engines failed and will be retried: %w",
-				ErrEffectsPending, sagaName, id, tok, to, errors.Join(err, serr))
-		}
-		res.To = rec.Timeouts[tok].Ref
+	u, err := d.update(ctx, update{
+		saga: sagaName, id: id, identity: "migrate:" + strconv.FormatInt(d.cfg.now().UnixNano(), 10),
+		failed: "timeout " + tok + " not moved",
+		change: func(rec *record) (bool, error) { return d.moveTimeout(ctx, rec, key, p, to, &res) },
+		pending: func() string {
+			return "timeout " + tok + " moved to " + to + " in its state; carrying the move out on the engines failed"
+		},
+	})
+	switch {
+	case errors.Is(err, ErrNotFound) && u.rec == nil:
+		res.Outcome = MigrateCancelled // the instance is gone
 		return res, nil
+	case !u.committed:
+		return res, err
 	}
+	// Committed: the timeout is the new ID's, on to.
+	res.Outcome = MigrateMoved
+	if err == nil {
+		res.To = u.rec.Timeouts[tok].Ref
+	}
+	return res, err
+}
+
+// moveTimeout changes rec to move the listed timeout p to the engine to,
+// and reports whether it did; if not, res says why.
+func (d *Dispatcher) moveTimeout(ctx context.Context, rec *record, key string, p listedTimeout, to string, res *Migrated) (bool, error) {
+	sagaName, id, tok := p.st.Saga, p.st.ID, string(p.st.Handle)
+	te, ok := rec.Timeouts[tok]
+	if !ok || rec.Completed {
+		res.Outcome = MigrateCancelled
+		// Handled: this copy, or the one an earlier migration moved
+		// it to (the listed copy is then that move's stale one, left
+		// to activate within the cancel margin, say).
+		if rec.Seen(p.engineID) || rec.Seen(tok) || rec.Seen(migratedID(key, tok, p.engineID, to)) {
+			res.Outcome = MigrateFired
+		}
+		return false, nil
+	}
+	res.Type, res.At, res.From = te.Type, te.At, te.Ref
+	if te.Ref.Engine() == to {
+		res.From, res.To, res.Outcome = p.st.Ref, te.Ref, MigrateMoved // by an earlier migration
+		return false, nil
+	}
+	if te.Ref == "" {
+		return false, fmt.Errorf("saga %s/%s: timeout %s not moved: it has no ref after its outbox was carried out", sagaName, id, tok)
+	}
+	msg, err := d.timeoutMessage(ctx, te, tok)
+	if errors.Is(err, timeout.ErrAlreadyFired) {
+		res.Outcome = MigrateFired
+		return false, nil
+	}
+	if errors.Is(err, timeout.ErrNotFound) {
+		return false, fmt.Errorf("saga %s/%s: timeout %s not moved: its engine no longer holds it and it did not fire "+
+			"(cancelled on the engine only?); the instance still waits for it: %w", sagaName, id, tok, err)
+	}
+	if err != nil {
+		return false, fmt.Errorf("saga %s/%s: timeout %s not moved: %w", sagaName, id, tok, err)
+	}
+	// A new ID: the engines deduplicate a schedule by ID, and a copy
+	// that fires from the old engine must be told apart (and dropped).
+	// The old copy's ID is cmp.Or(te.ID, tok): a timeout's first ID is
+	// its token.
+	msg.ID = migratedID(key, tok, cmp.Or(te.ID, tok), to)
+	old := te.Ref
+	te.ID, te.Ref, te.Msg = msg.ID, "", msg
+	rec.Timeouts[tok] = te
+	rec.Outbox = append(rec.Outbox,
+		effect{Kind: effectSchedule, Queue: d.queueName, Msg: msg, At: te.At, Token: tok, ID: msg.ID, Engine: to},
+		effect{Kind: effectCancel, Ref: old, Token: tok})
+	return true, nil
 }
 
 // migratedID is the ID a migration to the engine to gives the timeout

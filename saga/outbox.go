@@ -18,7 +18,7 @@ import (
 // deduplicated; effects that cannot go out yet are retried by a flush
 // message the dispatcher schedules on its own queue.
 
-// carryOutKept carries out an outbox of timeouts to schedule and cancel
+// carryOutInMemory carries out an outbox of timeouts to schedule and cancel
 // and empties rec.Outbox (with the refs of the scheduled timeouts in
 // rec.Timeouts) in memory only: the stored record keeps the outbox until
 // the next commit on the instance writes the record without it. That
@@ -32,7 +32,7 @@ import (
 // ErrAlreadyFired, which are ignored. A step that loads the record from
 // the store carries such an outbox out again before it runs, which also
 // finishes the work of a dispatcher that crashed before carrying it out.
-func (d *Dispatcher) carryOutKept(ctx context.Context, key string, rec *record) error {
+func (d *Dispatcher) carryOutInMemory(ctx context.Context, key string, rec *record) error {
 	for _, e := range rec.Outbox {
 		if err := d.carryOut(ctx, key, rec, e); err != nil {
 			return err
@@ -42,12 +42,12 @@ func (d *Dispatcher) carryOutKept(ctx context.Context, key string, rec *record) 
 	return nil
 }
 
-// flush carries out the effects in rec.Outbox, whose IDs the committed
-// record fixes, then stores rec without them (and with the refs of the
-// timeouts it scheduled). Carrying out effects twice is harmless: sends
-// and schedules are deduplicated by MessageID within the queue's duplicate
-// window, and cancels are idempotent.
-func (d *Dispatcher) flush(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
+// carryOutAndClear carries out the effects in rec.Outbox, whose IDs the
+// committed record fixes, then stores rec without them (and with the refs
+// of the timeouts it scheduled). Carrying out effects twice is harmless:
+// sends and schedules are deduplicated by MessageID within the queue's
+// duplicate window, and cancels are idempotent.
+func (d *Dispatcher) carryOutAndClear(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
 	for _, e := range rec.Outbox {
 		if err := d.carryOut(ctx, key, rec, e); err != nil {
 			return 0, err
@@ -162,62 +162,40 @@ func (d *Dispatcher) scheduleFlush(ctx context.Context, sagaName, id, origin str
 	return err
 }
 
-// flushMessage handles a message of flushType: it carries out the pending
-// effects of one instance, and schedules itself again if they still
-// cannot be. It gives up only on a record it cannot read.
-func (d *Dispatcher) flushMessage(ctx context.Context, del *transport.Delivery) StepResult {
-	name, id, origin := del.Properties[propSaga], del.Properties[propSagaID], del.Properties[propOrigin]
-	n, _ := strconv.Atoi(del.Properties[propAttempt])
-	var outcome Outcome
-	var err error
-	if transport.ValidateQueueName(name) != nil || validateID(id) != nil {
-		outcome, err = Dropped, Permanent(fmt.Errorf("%w: pending-effects message for %.64q/%.64q", ErrMalformed, name, id))
-	} else {
-		outcome, err = d.flushStored(ctx, storeKey(name, id))
-	}
-	if err != nil && !errors.Is(err, ErrPermanent) {
-		err = fmt.Errorf("%w: saga %s/%s: %w", ErrEffectsPending, name, id, err)
-		if serr := d.scheduleFlush(ctx, name, id, origin, n+1); serr != nil {
-			_ = del.Abandon(ctx)
-			return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr)}
-		}
-		outcome = EffectsPending
-		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: pending effects still cannot be carried out; retrying later",
-			slog.String("saga.type", name), slog.String("saga.id", id), slog.Int("attempt", n), slog.Any("error", err))
-	} else if err != nil {
-		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: pending effects cannot be carried out; giving up",
-			slog.String("saga.type", name), slog.String("saga.id", id), slog.Any("error", err))
-	}
-	if cerr := del.Complete(ctx); cerr != nil {
-		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr)}
-	}
-	return StepResult{Outcome: outcome, Err: err}
+// A flushed message is what a message of flushType did.
+type flushed struct {
+	saga, id, origin string
+	attempt          int // the message's: 1 for the first
+	outcome          Outcome
+	err              error
 }
 
-// flushStored carries out the outbox stored under key, if there is one:
-// Handled if it did, Duplicate if there was none (left), Dropped if the
-// instance is gone.
-func (d *Dispatcher) flushStored(ctx context.Context, key string) (Outcome, error) {
-	for conflicts := 0; ; conflicts++ {
-		rec, rev, err := d.load(ctx, key)
-		if errors.Is(err, ErrNotFound) {
-			return Dropped, nil
-		}
-		if err != nil {
-			return "", err
-		}
-		if len(rec.Outbox) == 0 {
-			return Duplicate, nil
-		}
-		_, err = d.flush(ctx, key, rec, rev)
-		if !errors.Is(err, ErrConflict) {
-			if err != nil {
-				return "", err
-			}
-			return Handled, nil
-		}
-		if conflicts >= d.cfg.conflicts {
-			return "", err
-		}
+// flushMessage handles a message of flushType: it carries out the pending
+// effects of one instance. It gives up only on a record it cannot read;
+// settleFlush schedules it again if they still cannot be carried out.
+func (d *Dispatcher) flushMessage(ctx context.Context, del *transport.Delivery) flushed {
+	f := flushed{saga: del.Properties[propSaga], id: del.Properties[propSagaID], origin: del.Properties[propOrigin]}
+	f.attempt, _ = strconv.Atoi(del.Properties[propAttempt])
+	if transport.ValidateQueueName(f.saga) != nil || validateID(f.id) != nil {
+		f.outcome, f.err = Dropped, Permanent(fmt.Errorf("%w: pending-effects message for %.64q/%.64q", ErrMalformed, f.saga, f.id))
+		return f
 	}
+	f.outcome, f.err = d.carryOutLeftover(ctx, f.saga, f.id)
+	return f
+}
+
+// carryOutLeftover carries out the outbox stored for the instance, if
+// there is one: Handled if it did, Duplicate if there was none (left),
+// Dropped if the instance is gone.
+func (d *Dispatcher) carryOutLeftover(ctx context.Context, sagaName, id string) (Outcome, error) {
+	u, err := d.update(ctx, update{saga: sagaName, id: id, change: func(*record) (bool, error) { return false, nil }})
+	switch {
+	case errors.Is(err, ErrNotFound) && u.rec == nil:
+		return Dropped, nil
+	case err != nil:
+		return "", err
+	case u.carried:
+		return Handled, nil
+	}
+	return Duplicate, nil
 }

@@ -14,11 +14,12 @@ import (
 
 // The receive stage: Run's workers receive batches from the queue (and a
 // subscription's workers from the subscription), renew the locks of what a
-// batch still holds behind slow steps, and hand each delivery to Handle in
-// a concurrency slot — or, a timeout activated early, to a goroutine that
-// holds it first (hold.go). Handle runs one delivery through the stages:
-// hold, resolve (resolve.go), step (step.go, commit.go), outbox
-// (outbox.go) and settle (settle.go).
+// batch still holds behind slow steps, plan each delivery's hold once
+// (hold.go) and hand it to handle in a concurrency slot — or, a timeout
+// activated early, to a goroutine that holds it first. handle runs one
+// delivery through the stages: hold, resolve (resolve.go), step (step.go,
+// commit.go), outbox (outbox.go), and settle (settle.go), which ends
+// every delivery.
 
 // runner is what one Run shares among its workers: the concurrency slots
 // and the timeouts held until their due time.
@@ -34,16 +35,17 @@ func newRunner(d *Dispatcher, work context.Context) *runner {
 	return &runner{d: d, work: work, slots: make(chan struct{}, d.cfg.concurrency)}
 }
 
-// dispatch runs del through the dispatcher in a concurrency slot, if slots
-// (nil for a subscription's workers, which have their own).
-func (r *runner) dispatch(slots chan struct{}, del *transport.Delivery) {
+// dispatch runs del, whose hold is planned (h), through the dispatcher in
+// a concurrency slot, if slots (nil for a subscription's workers, which
+// have their own).
+func (r *runner) dispatch(slots chan struct{}, del *transport.Delivery, h holdPlan) {
 	if slots != nil {
 		slots <- struct{}{}
 		defer func() { <-slots }()
 	}
 	wctx, cancel := context.WithTimeout(r.work, r.d.cfg.drain)
 	defer cancel()
-	r.d.Handle(wctx, del)
+	r.d.handle(wctx, del, h)
 }
 
 // receiver is a queue or a subscription.
@@ -75,13 +77,11 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 		backoff = 10 * time.Millisecond
 		for i, del := range ds {
 			if i > 0 && ctx.Err() != nil {
-				// Stopping: the rest of the batch was not started, so it
-				// goes back to the queue at once rather than when its lock
-				// expires.
-				_ = del.Abandon(work)
+				d.abandonUnstarted(work, del)
 				continue
 			}
-			if r.holdLater(del) {
+			h := d.planHold(del)
+			if r.holdAside(del, h) {
 				continue
 			}
 			if i > 0 && lock > 0 {
@@ -94,7 +94,7 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 					}
 				}
 			}
-			r.dispatch(slots, del)
+			r.dispatch(slots, del, h)
 		}
 	}
 }
@@ -111,54 +111,70 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 // message's lock as needed. If ctx ends meanwhile, the message is
 // abandoned for redelivery.
 func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
-	due, isTimeout, dueErr := timeoutDue(del)
-	var hold time.Time
-	var notDue error
-	if isTimeout {
-		hold, notDue = d.holdFor(del, due)
-	}
-	if !hold.IsZero() && !d.holdInPlace(ctx, del, hold) {
+	d.handle(ctx, del, d.planHold(del))
+}
+
+// handle is Handle for a delivery whose hold is planned (h.until is zero
+// once it has been held). It holds, resolves and steps the delivery, and
+// settles it (settle.go) by what the step made of it.
+func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, h holdPlan) {
+	if !h.until.IsZero() && !d.holdInPlace(ctx, del, h.until) {
 		return
 	}
 	start := d.cfg.now()
 	if _, err := d.open(ctx); err != nil {
-		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: cannot open queue; abandoning message", slog.String("queue", d.queueName), slog.Any("error", err))
-		_ = del.Abandon(ctx)
+		d.abandonUnopened(ctx, del, err)
 		return
 	}
-	info := StepInfo{Queue: d.queueName, MessageType: del.Properties[propType], Seq: del.Seq, DeliveryCount: del.DeliveryCount,
-		MessageID: del.MessageID, EnqueuedAt: del.EnqueuedAt, StartedAt: start, Properties: del.Properties}
-	if isTimeout {
-		info.TimeoutDue = due
-		if dueErr != nil {
-			d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: timeout with an unreadable due time; handling it on arrival",
-				slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq),
-				slog.String("due", truncate(del.Properties[timeout.PropertyDue], 64)), slog.Any("error", dueErr))
-		}
-	}
+	info := d.stepInfo(ctx, del, h, start)
 	var res StepResult
 	if info.MessageType == flushType {
 		info.Saga, info.ID = del.Properties[propSaga], del.Properties[propSagaID]
 		ctx = d.stepStarted(ctx, info)
-		res = d.flushMessage(ctx, del)
+		res = d.settleFlush(ctx, del, d.flushMessage(ctx, del))
 	} else {
-		// Decode and correlate first, so that StepStarted knows the
-		// instance when there is one.
-		ts, err := d.resolve(ctx, del, &info)
-		ctx = d.stepStarted(ctx, info)
-		switch {
-		case err != nil:
-			res = d.deadLetter(ctx, del, ReasonUnknownType, err, nil)
-		case notDue != nil:
-			res = d.deadLetter(ctx, del, ReasonTimeoutNotDue, notDue, nil)
-		default:
-			res = d.runTargets(ctx, del, ts, &info)
-		}
+		var st stepped
+		ctx, st = d.run(ctx, del, h, &info)
+		res = d.settle(ctx, del, st, &info)
 	}
 	res.Duration = d.cfg.now().Sub(start)
-	if h := d.cfg.hooks.StepDone; h != nil {
-		h(ctx, info, res)
+	if done := d.cfg.hooks.StepDone; done != nil {
+		done(ctx, info, res)
 	}
+}
+
+// stepInfo describes del for the hooks; it logs a timeout whose due time
+// cannot be read.
+func (d *Dispatcher) stepInfo(ctx context.Context, del *transport.Delivery, h holdPlan, start time.Time) StepInfo {
+	info := StepInfo{Queue: d.queueName, MessageType: del.Properties[propType], Seq: del.Seq, DeliveryCount: del.DeliveryCount,
+		MessageID: del.MessageID, EnqueuedAt: del.EnqueuedAt, StartedAt: start, Properties: del.Properties}
+	if h.timeout {
+		info.TimeoutDue = h.due
+		if h.dueErr != nil {
+			d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: timeout with an unreadable due time; handling it on arrival",
+				slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq),
+				slog.String("due", truncate(del.Properties[timeout.PropertyDue], 64)), slog.Any("error", h.dueErr))
+		}
+	}
+	return info
+}
+
+// run resolves a saga's message and runs its step on each saga it goes
+// to, unless it is to be dead-lettered at once: no saga of the
+// dispatcher takes it, or it is a timeout that arrived too far ahead of
+// its due time. It returns the context StepStarted gave.
+func (d *Dispatcher) run(ctx context.Context, del *transport.Delivery, h holdPlan, info *StepInfo) (context.Context, stepped) {
+	// Decode and correlate first, so that StepStarted knows the instance
+	// when there is one.
+	ts, err := d.resolve(ctx, del, info)
+	ctx = d.stepStarted(ctx, *info)
+	switch {
+	case err != nil:
+		return ctx, stepped{deadLetter: ReasonUnknownType, err: err}
+	case h.notDue != nil:
+		return ctx, stepped{deadLetter: ReasonTimeoutNotDue, err: h.notDue}
+	}
+	return ctx, d.runTargets(ctx, del, ts, info)
 }
 
 func (d *Dispatcher) stepStarted(ctx context.Context, info StepInfo) context.Context {

@@ -3,6 +3,7 @@ package saga
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -12,9 +13,13 @@ import (
 	"github.com/jetsaga/jetsaga/transport"
 )
 
-// The settle stage for a step that failed: a delayed retry while the
-// retry policy allows, else the dead-letter queue with the reason and the
-// retry history. (A step that succeeded is completed in step.go.)
+// The settle stage: every delivery Handle runs ends here, completed,
+// abandoned for redelivery, retried later or dead-lettered. A step that
+// committed completes its message (without waiting for the broker when
+// the message is in every instance's inbox) after scheduling the retry of
+// effects that must wait; a step that failed is retried later while the
+// retry policy allows, else dead-lettered with the reason and the retry
+// history; a message for a newer worker waits for one (version wait).
 
 // Dead-letter reasons the dispatcher gives.
 const (
@@ -63,6 +68,122 @@ const (
 	PropertyLastError = "jetsaga-last-error"
 )
 
+// settle settles del as the step stage left it (see stepped).
+func (d *Dispatcher) settle(ctx context.Context, del *transport.Delivery, st stepped, info *StepInfo) StepResult {
+	var res StepResult
+	switch {
+	case st.deadLetter != "":
+		res = d.deadLetter(ctx, del, st.deadLetter, st.err, nil)
+	case st.err != nil && st.outcome != EffectsPending:
+		res = d.settleFailed(ctx, del, st, info)
+	default:
+		res = d.settleCommitted(ctx, del, st, info)
+	}
+	res.Conflicts = st.conflicts
+	return res
+}
+
+// settleFailed settles a message whose step failed on an instance, after
+// scheduling the retry of what the others committed and could not carry
+// out (or abandons it if that fails): a version wait if the instance's
+// record is newer than this worker's saga, else a delayed retry or the
+// dead-letter queue (fail).
+func (d *Dispatcher) settleFailed(ctx context.Context, del *transport.Delivery, st stepped, info *StepInfo) StepResult {
+	if serr := d.flushLater(ctx, st.pending, st.identity); serr != nil {
+		_ = del.Abandon(ctx)
+		return StepResult{Outcome: Abandoned, Err: errors.Join(st.err, serr)}
+	}
+	if errors.Is(st.err, ErrDataVersionAhead) {
+		return d.versionWait(ctx, del, st.identity, st.done, st.err, info)
+	}
+	return d.fail(ctx, del, st.identity, st.done, st.err, st.tries)
+}
+
+// settleCommitted completes a message every step committed, found a
+// duplicate or had no use for, after scheduling the retry of committed
+// effects that must wait (st.err then matches ErrEffectsPending); it
+// abandons the message if that retry cannot be scheduled, so that its
+// redelivery retries them.
+func (d *Dispatcher) settleCommitted(ctx context.Context, del *transport.Delivery, st stepped, info *StepInfo) StepResult {
+	if len(st.pending) > 0 {
+		if serr := d.flushLater(ctx, st.pending, st.identity); serr != nil {
+			d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: scheduling the retry of pending effects failed; abandoning the message, whose redelivery retries them",
+				slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", serr), slog.Any("cause", st.pendingErr))
+			_ = del.Abandon(ctx)
+			return StepResult{Outcome: Abandoned, Err: errors.Join(st.err, serr)}
+		}
+		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: step committed; its effects could not all be carried out and will be retried",
+			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("saga.type", info.Saga),
+			slog.String("saga.id", info.ID), slog.Any("error", st.pendingErr))
+	}
+	if d.cfg.loseCompletion != nil && d.cfg.loseCompletion(del) {
+		return StepResult{Outcome: st.outcome, Err: errors.Join(st.err, errCompletionLost)}
+	}
+	complete := del.Complete
+	if st.inInbox && len(st.pending) == 0 {
+		// Every instance the message went to has its identity in its
+		// inbox: a redelivery, should the completion be lost, is a
+		// duplicate and has no effect. No need to wait for the broker.
+		complete = del.CompleteNoWait
+	}
+	if cerr := complete(ctx); cerr != nil {
+		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: completing message failed; it will be redelivered and deduplicated",
+			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", cerr))
+		return StepResult{Outcome: Abandoned, Err: errors.Join(st.err, cerr)}
+	}
+	return StepResult{Outcome: st.outcome, Err: st.err}
+}
+
+// settleFlush completes a message of flushType, after scheduling it
+// again (the next attempt) if the effects it carries out still cannot be.
+func (d *Dispatcher) settleFlush(ctx context.Context, del *transport.Delivery, f flushed) StepResult {
+	outcome, err := f.outcome, f.err
+	if err != nil && !errors.Is(err, ErrPermanent) {
+		err = fmt.Errorf("%w: saga %s/%s: %w", ErrEffectsPending, f.saga, f.id, err)
+		if serr := d.scheduleFlush(ctx, f.saga, f.id, f.origin, f.attempt+1); serr != nil {
+			_ = del.Abandon(ctx)
+			return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr)}
+		}
+		outcome = EffectsPending
+		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: pending effects still cannot be carried out; retrying later",
+			slog.String("saga.type", f.saga), slog.String("saga.id", f.id), slog.Int("attempt", f.attempt), slog.Any("error", err))
+	} else if err != nil {
+		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: pending effects cannot be carried out; giving up",
+			slog.String("saga.type", f.saga), slog.String("saga.id", f.id), slog.Any("error", err))
+	}
+	if cerr := del.Complete(ctx); cerr != nil {
+		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr)}
+	}
+	return StepResult{Outcome: outcome, Err: err}
+}
+
+// abandonHeld hands back for redelivery a timeout whose hold ended before
+// its due time (err says why).
+func (d *Dispatcher) abandonHeld(ctx context.Context, del *transport.Delivery, due time.Time, err error) {
+	d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: stopped holding a timeout activated early; it will be redelivered",
+		slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Time("due", due), slog.Any("error", err))
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = del.Abandon(actx)
+}
+
+// abandonUnopened hands back for redelivery a message that cannot be
+// handled because the dispatcher's queue cannot be opened (err).
+func (d *Dispatcher) abandonUnopened(ctx context.Context, del *transport.Delivery, err error) {
+	d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: cannot open queue; abandoning message", slog.String("queue", d.queueName), slog.Any("error", err))
+	_ = del.Abandon(ctx)
+}
+
+// abandonUnstarted hands back a message of a batch that Run, stopping,
+// did not start: it goes back to the queue at once rather than when its
+// lock expires.
+func (d *Dispatcher) abandonUnstarted(ctx context.Context, del *transport.Delivery) {
+	_ = del.Abandon(ctx)
+}
+
+// errCompletionLost: a test made a step not complete its message.
+var errCompletionLost = errors.New("saga: completion lost (test)")
+
 // fail settles a message whose handling failed: a delayed retry while the
 // policy allows, else the dead-letter queue with the error. tries is how
 // many times the step ran on this delivery.
@@ -108,6 +229,40 @@ func (d *Dispatcher) fail(ctx context.Context, del *transport.Delivery, identity
 		return StepResult{Outcome: Abandoned, Err: err}
 	}
 	return StepResult{Outcome: Retried, Err: err}
+}
+
+// versionWait leaves a message whose instance's record is newer than its
+// saga's definition for a newer worker: a copy of it is scheduled on the
+// queue after WithVersionWait, keeping its identity (as a delayed retry's
+// copy does, without counting as one), and the message is completed.
+func (d *Dispatcher) versionWait(ctx context.Context, del *transport.Delivery, identity string, done []string, err error, info *StepInfo) StepResult {
+	n, _ := strconv.Atoi(del.Properties[propVersionWaits])
+	n++
+	again := del.Message.Clone()
+	if _, isRetry := del.Properties[propOrigin]; !isRetry {
+		delete(again.Properties, propMessageID)
+		if del.MessageID != "" {
+			again.Properties[propMessageID] = del.MessageID
+		}
+	}
+	again.MessageID = effectID(identity, "version-wait", n)
+	again.Properties[propOrigin] = identity
+	again.Properties[propVersionWaits] = strconv.Itoa(n)
+	setDone(again, done)
+	again.ScheduledAt = time.Time{}
+	if _, serr := d.q.Schedule(ctx, again, d.cfg.now().Add(d.cfg.versionWait)); serr != nil {
+		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: scheduling a version wait failed; abandoning",
+			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", serr), slog.Any("cause", err))
+		_ = del.Abandon(ctx)
+		return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr)}
+	}
+	d.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "saga: version wait: the instance's record is newer than this worker's saga; leaving the message for a newer worker",
+		slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("saga.type", info.Saga),
+		slog.String("saga.id", info.ID), slog.Int("waits", n), slog.Duration("delay", d.cfg.versionWait), slog.Any("error", err))
+	if cerr := del.Complete(ctx); cerr != nil {
+		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr)}
+	}
+	return StepResult{Outcome: VersionWait, Err: err}
 }
 
 // history is a failing message's retry history, as its dead letter

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -23,104 +22,102 @@ import (
 // from it and comes to any decision other than a commit runs again on a
 // fresh load.
 
+// A stepped delivery is what the step stage made of it, for the settle
+// stage (settle.go) to act on.
+type stepped struct {
+	outcome Outcome
+	// err: the step failed, or, with outcome EffectsPending, committed
+	// with effects that must wait.
+	err error
+	// deadLetter, if set, is the reason to dead-letter the message at
+	// once: it was not run.
+	deadLetter string
+	identity   string   // the message's (see propOrigin)
+	done       []string // of a failed step: the instances it is committed on (see propDone)
+	tries      int      // of a failed step: its runs on this delivery
+	// pending are the instances whose committed effects must wait: a
+	// flush message each retries them; pendingErr says why they wait.
+	pending    []*target
+	pendingErr error
+	// inInbox: every instance the message went to has it in its inbox.
+	inInbox   bool
+	conflicts int
+}
+
 // runTargets runs the message's step on each saga it goes to, retrying a
-// transient failure at once (RetryPolicy.Immediate times), and settles
-// it: completed when every step committed or found it a duplicate (without
-// waiting for the broker when it is in every instance's inbox), a delayed
-// retry or a dead letter when a step failed (settle.go), completed with
-// EffectsPending when a committed step's effects must wait (outbox.go).
-func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts []*target, info *StepInfo) StepResult {
-	identity := cmp.Or(del.Properties[propOrigin], del.MessageID, anonymousIdentity(d.queueName, del.Message))
-	outcome, conflicts := Duplicate, 0
-	inInbox := true // every target has the message in its instance's inbox
-	var pending []*target
-	var pendingErr error
+// transient failure at once (RetryPolicy.Immediate times), until one
+// fails. The outcome is the most telling of the steps': Handled over
+// NotFoundHandled over Dropped or Skipped over Duplicate, and
+// EffectsPending over all when a committed step's effects must wait.
+func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts []*target, info *StepInfo) stepped {
+	st := stepped{
+		outcome:  Duplicate,
+		identity: cmp.Or(del.Properties[propOrigin], del.MessageID, anonymousIdentity(d.queueName, del.Message)),
+		inInbox:  true,
+	}
 	done := doneList(del.Properties[propDone]) // instances an earlier delivery committed it on
 	for _, t := range ts {
 		info.Saga, info.ID = t.rt.Name(), t.id
-		var o Outcome
-		var err error
-		tries := 0
-		for t.err != nil || !slices.Contains(done, doneKey(t)) {
-			tries++
-			if tries > 1 && t.err != nil && !errors.Is(t.err, ErrPermanent) {
-				d.correlate(ctx, del, t) // a Finder's transient failure
-				info.ID = t.id
-			}
-			if t.err != nil {
-				o, err = "", t.err
-			} else {
-				var n int
-				o, n, err = d.step(ctx, t, del, identity)
-				conflicts += n
-			}
-			if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || errors.Is(err, ErrDataVersionAhead) || tries > d.cfg.retry.Immediate {
-				break
-			}
-		}
-		if tries == 0 {
-			o = Duplicate // committed by an earlier delivery, whose retry this is
-		}
+		o, tries, conflicts, err := d.stepTarget(ctx, del, t, st.identity, done, info)
+		st.conflicts += conflicts
 		if err == nil && (o == Handled || o == Duplicate || o == Skipped || o == EffectsPending) && !slices.Contains(done, doneKey(t)) {
 			done = append(done, doneKey(t))
 		}
 		if o == EffectsPending {
-			pending = append(pending, t)
-			pendingErr = errors.Join(pendingErr, err)
-			outcome = EffectsPending
+			st.pending = append(st.pending, t)
+			st.pendingErr = errors.Join(st.pendingErr, err)
+			st.outcome = EffectsPending
 			continue
 		}
 		if err != nil {
-			if serr := d.flushLater(ctx, pending, identity); serr != nil {
-				_ = del.Abandon(ctx)
-				return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr), Conflicts: conflicts}
-			}
-			var res StepResult
-			if errors.Is(err, ErrDataVersionAhead) {
-				res = d.versionWait(ctx, del, identity, done, err, info)
-			} else {
-				res = d.fail(ctx, del, identity, done, err, tries)
-			}
-			res.Conflicts = conflicts
-			return res
+			// A copy, so that done, appended to above, does not escape
+			// to the heap.
+			st.outcome, st.err, st.tries, st.done = "", err, tries, slices.Clone(done)
+			return st
 		}
 		if o != Handled && o != Duplicate && o != Skipped {
-			inInbox = false
+			st.inInbox = false
 		}
-		if outcome != EffectsPending && outcome != Handled && (o == Handled || o == NotFoundHandled ||
-			(o == Dropped || o == Skipped) && outcome == Duplicate) {
-			outcome = o
+		if st.outcome != EffectsPending && st.outcome != Handled && (o == Handled || o == NotFoundHandled ||
+			(o == Dropped || o == Skipped) && st.outcome == Duplicate) {
+			st.outcome = o
 		}
 	}
+	if len(st.pending) > 0 {
+		st.err = fmt.Errorf("%w: %w", ErrEffectsPending, st.pendingErr)
+	}
+	return st
+}
+
+// stepTarget runs the message's step on the saga t, again at once after
+// a transient failure (RetryPolicy.Immediate times), unless an earlier
+// delivery committed it there (done). It returns the outcome, how many
+// times the step ran and the conflicts it met.
+func (d *Dispatcher) stepTarget(ctx context.Context, del *transport.Delivery, t *target, identity string, done []string, info *StepInfo) (Outcome, int, int, error) {
+	var o Outcome
 	var err error
-	if len(pending) > 0 {
-		err = fmt.Errorf("%w: %w", ErrEffectsPending, pendingErr)
-		if serr := d.flushLater(ctx, pending, identity); serr != nil {
-			d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: scheduling the retry of pending effects failed; abandoning the message, whose redelivery retries them",
-				slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", serr), slog.Any("cause", pendingErr))
-			_ = del.Abandon(ctx)
-			return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr), Conflicts: conflicts}
+	tries, conflicts := 0, 0
+	for t.err != nil || !slices.Contains(done, doneKey(t)) {
+		tries++
+		if tries > 1 && t.err != nil && !errors.Is(t.err, ErrPermanent) {
+			d.correlate(ctx, del, t) // a Finder's transient failure
+			info.ID = t.id
 		}
-		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: step committed; its effects could not all be carried out and will be retried",
-			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("saga.type", info.Saga),
-			slog.String("saga.id", info.ID), slog.Any("error", pendingErr))
+		if t.err != nil {
+			o, err = "", t.err
+		} else {
+			var n int
+			o, n, err = d.step(ctx, t, del, identity)
+			conflicts += n
+		}
+		if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || errors.Is(err, ErrDataVersionAhead) || tries > d.cfg.retry.Immediate {
+			break
+		}
 	}
-	if d.cfg.loseCompletion != nil && d.cfg.loseCompletion(del) {
-		return StepResult{Outcome: outcome, Err: errors.Join(err, errCompletionLost), Conflicts: conflicts}
+	if tries == 0 {
+		o = Duplicate // committed by an earlier delivery, whose retry this is
 	}
-	complete := del.Complete
-	if inInbox && len(pending) == 0 {
-		// Every instance the message went to has its identity in its
-		// inbox: a redelivery, should the completion be lost, is a
-		// duplicate and has no effect. No need to wait for the broker.
-		complete = del.CompleteNoWait
-	}
-	if cerr := complete(ctx); cerr != nil {
-		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: completing message failed; it will be redelivered and deduplicated",
-			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", cerr))
-		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr), Conflicts: conflicts}
-	}
-	return StepResult{Outcome: outcome, Err: err, Conflicts: conflicts}
+	return o, tries, conflicts, err
 }
 
 // step runs one saga's handler for a message and commits the result,
@@ -176,9 +173,6 @@ const (
 
 var errOutboxBusy = errors.New("saga: outbox being carried out")
 
-// errCompletionLost: a test made a step not complete its message.
-var errCompletionLost = errors.New("saga: completion lost (test)")
-
 // errStale asks for a step started from a record that may be stale to be
 // run again from the store: it came to a decision other than a commit,
 // which only a commit (conditional on the revision) would have checked.
@@ -194,13 +188,6 @@ var errStale = errors.New("saga: record may be stale; loading it again")
 func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient, mayBeStale bool) (Outcome, error) {
 	now := d.cfg.now()
 	rec, rev, stale, err := d.records.load(ctx, key, mayBeStale)
-	// fresh is the way out of every decision but a commit.
-	fresh := func(o Outcome, err error) (Outcome, error) {
-		if stale {
-			return "", errStale
-		}
-		return o, err
-	}
 	var tombstone *record
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -211,7 +198,7 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		// next commit would overwrite them.
 		if len(rec.Outbox) > 0 {
 			if stale {
-				return fresh("", nil)
+				return fresh(stale, "", nil)
 			}
 			var o Outcome
 			if rev, o, err = d.carryOutEarlier(ctx, key, identity, rec, rev, now, patient); err != nil {
@@ -219,23 +206,23 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 			}
 		}
 		if rec.Seen(identity) {
-			return fresh(Duplicate, nil)
+			return fresh(stale, Duplicate, nil)
 		}
 		if rec.Completed {
 			if stale {
-				return fresh("", nil)
+				return fresh(stale, "", nil)
 			}
 			tombstone = rec
 			rec = rec.InboxOnly() // a finished instance: as if not found
 		} else if v := rec.DataVersion(); v > t.rt.dataVersion() {
 			// Written by a newer worker: never written by this one.
-			return fresh("", fmt.Errorf("%w: saga %s/%s: version %d, this worker's definition knows %d",
+			return fresh(stale, "", fmt.Errorf("%w: saga %s/%s: version %d, this worker's definition knows %d",
 				ErrDataVersionAhead, t.rt.Name(), t.id, v, t.rt.dataVersion()))
 		}
 	}
 	isNew := rec == nil || rec.Started.IsZero()
 	if isNew && stale {
-		return fresh("", nil)
+		return fresh(stale, "", nil)
 	}
 	if isNew && t.kind != routeTimeout && t.kind != routeStart {
 		return d.notFound(ctx, t, key, identity, del, tombstone)
@@ -255,11 +242,20 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 	if t.kind == routeTimeout {
 		var ok bool
 		if token, te, ok = takeTimeout(rec, del); !ok {
-			return fresh(Dropped, nil)
+			return fresh(stale, Dropped, nil)
 		}
 	}
 	s := &stepState{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
 		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token, timeoutDue: te.At}
+	return d.handleAndCommit(ctx, t, del, s, te, rev, stale)
+}
+
+// handleAndCommit runs the handler on the step's state s (or, for a
+// timeout te that its catch-up policy skips, no handler), commits the
+// record loaded at rev, and carries out the effects committed. With
+// stale, every decision but a commit is made again (see fresh).
+func (d *Dispatcher) handleAndCommit(ctx context.Context, t *target, del *transport.Delivery, s *stepState, te timeoutEntry, rev uint64, stale bool) (Outcome, error) {
+	rec, key, identity, now, token := s.rec, s.key, s.identity, s.now, s.timeout
 	typ := del.Properties[propType]
 	var late *LateTimeout
 	if t.kind == routeTimeout {
@@ -269,21 +265,22 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 		rec.Updated = now
 	} else {
 		if err := callHandler(ctx, t.rt, s, typ, t.m); err != nil {
-			return fresh("", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
+			return fresh(stale, "", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
 		}
 	}
 	if err := rec.Remember(identity, now, d.inboxRetention()); err != nil {
-		return fresh("", fmt.Errorf("saga %s/%s: %d messages committed within the inbox retention (%v): %w",
+		return fresh(stale, "", fmt.Errorf("saga %s/%s: %d messages committed within the inbox retention (%v): %w",
 			t.rt.Name(), t.id, rec.InboxLen(), d.inboxRetention(), err))
 	}
 	if rec.Completed {
 		s.complete()
 	}
-	if rev, err = d.records.commit(ctx, key, rec, rev); err != nil {
+	rev, err := d.records.commit(ctx, key, rec, rev)
+	if err != nil {
 		if errors.Is(err, ErrConflict) {
 			return "", err
 		}
-		return fresh("", err)
+		return fresh(stale, "", err)
 	}
 	if late != nil {
 		d.reportLate(ctx, *late)
@@ -297,6 +294,16 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 	return Handled, nil
 }
 
+// fresh returns o and err, the way out of every decision of a step but
+// a commit, unless the step started from a record that may be stale:
+// then errStale, to make the decision again on a fresh load.
+func fresh(stale bool, o Outcome, err error) (Outcome, error) {
+	if stale {
+		return "", errStale
+	}
+	return o, err
+}
+
 // carryOutEarlier carries out the effects an earlier step committed and
 // did not carry out, before this step may commit over them, and returns
 // the record's revision after. An error ends the attempt with the
@@ -305,9 +312,9 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 func (d *Dispatcher) carryOutEarlier(ctx context.Context, key, identity string, rec *record, rev uint64, now time.Time, patient bool) (uint64, Outcome, error) {
 	if !rec.HasSends() {
 		// Timeouts to schedule or cancel only: carrying them out again is
-		// harmless at any time (see carryOutKept), and this step's
+		// harmless at any time (see carryOutInMemory), and this step's
 		// commit, if it makes one, stores the record without them.
-		if err := d.carryOutKept(ctx, key, rec); err != nil {
+		if err := d.carryOutInMemory(ctx, key, rec); err != nil {
 			if rec.Seen(identity) {
 				return rev, EffectsPending, err // this message's own step
 			}
@@ -318,7 +325,7 @@ func (d *Dispatcher) carryOutEarlier(ctx context.Context, key, identity string, 
 	if patient && now.Sub(rec.Updated) < outboxGrace {
 		return rev, "", errOutboxBusy
 	}
-	rev, err := d.flush(ctx, key, rec, rev)
+	rev, err := d.carryOutAndClear(ctx, key, rec, rev)
 	if err != nil {
 		if rec.Seen(identity) && !errors.Is(err, ErrConflict) {
 			return rev, EffectsPending, err // this message's own step
@@ -351,14 +358,14 @@ func (d *Dispatcher) carryOutCommitted(ctx context.Context, key string, rec *rec
 	switch {
 	case len(rec.Outbox) == 0:
 	case rec.HasSends() || !d.mayKeepOutbox:
-		if _, err := d.flush(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
+		if _, err := d.carryOutAndClear(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
 			return err
 		}
 	default:
 		// Timeouts only: the outbox may stay in the stored record until
-		// the next commit on the instance (see carryOutKept), if that
+		// the next commit on the instance (see carryOutInMemory), if that
 		// step starts from this record without it.
-		if err := d.carryOutKept(ctx, key, rec); err != nil {
+		if err := d.carryOutInMemory(ctx, key, rec); err != nil {
 			return err
 		}
 		if !d.records.keepOutbox(key, rev, rec) {

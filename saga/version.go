@@ -4,11 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"strconv"
 	"time"
-
-	"github.com/jetsaga/jetsaga/transport"
 )
 
 // Versions of saga data, and the names and shapes messages had before.
@@ -134,40 +130,6 @@ func InstanceOf[S any](ctx context.Context, d *Dispatcher, s *Definition[S], id 
 		return zero, inst, err
 	}
 	return data, inst, nil
-}
-
-// versionWait leaves a message whose instance's record is newer than its
-// saga's definition for a newer worker: a copy of it is scheduled on the
-// queue after WithVersionWait, keeping its identity (as a delayed retry's
-// copy does, without counting as one), and the message is completed.
-func (d *Dispatcher) versionWait(ctx context.Context, del *transport.Delivery, identity string, done []string, err error, info *StepInfo) StepResult {
-	n, _ := strconv.Atoi(del.Properties[propVersionWaits])
-	n++
-	again := del.Message.Clone()
-	if _, isRetry := del.Properties[propOrigin]; !isRetry {
-		delete(again.Properties, propMessageID)
-		if del.MessageID != "" {
-			again.Properties[propMessageID] = del.MessageID
-		}
-	}
-	again.MessageID = effectID(identity, "version-wait", n)
-	again.Properties[propOrigin] = identity
-	again.Properties[propVersionWaits] = strconv.Itoa(n)
-	setDone(again, done)
-	again.ScheduledAt = time.Time{}
-	if _, serr := d.q.Schedule(ctx, again, d.cfg.now().Add(d.cfg.versionWait)); serr != nil {
-		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: scheduling a version wait failed; abandoning",
-			slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.Any("error", serr), slog.Any("cause", err))
-		_ = del.Abandon(ctx)
-		return StepResult{Outcome: Abandoned, Err: errors.Join(err, serr)}
-	}
-	d.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "saga: version wait: the instance's record is newer than this worker's saga; leaving the message for a newer worker",
-		slog.String("queue", d.queueName), slog.Uint64("seq", del.Seq), slog.String("saga.type", info.Saga),
-		slog.String("saga.id", info.ID), slog.Int("waits", n), slog.Duration("delay", d.cfg.versionWait), slog.Any("error", err))
-	if cerr := del.Complete(ctx); cerr != nil {
-		return StepResult{Outcome: Abandoned, Err: errors.Join(err, cerr)}
-	}
-	return StepResult{Outcome: VersionWait, Err: err}
 }
 
 // DefaultVersionWait is how long a dispatcher leaves a message for a

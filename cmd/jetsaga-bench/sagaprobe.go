@@ -42,7 +42,7 @@ import (
 //     without waiting; the next step on the key waits for its ack;
 //   - noClear: no second Update: an outbox of timeouts only stays in the
 //     stored record until the next commit (what the dispatcher does; see
-//     saga's carryOutKept for why that is safe);
+//     saga's carryOutInMemory for why that is safe);
 //   - atomic: state and schedule in ONE stream, committed as one ADR-50
 //     atomic batch (record with Nats-Expected-Last-Subject-Sequence +
 //     schedule), no outbox, so neither the separate schedule publish nor

@@ -25,7 +25,7 @@ import (
 // Only then are the effects carried out, with IDs fixed in the record, so
 // that carrying them out again after a crash is deduplicated downstream;
 // if the Outbox sends messages, a second Put clears it and records timeout
-// refs, else it stays until the next commit (see carryOutKept). A
+// refs, else it stays until the next commit (see carryOutInMemory). A
 // redelivered message whose identity is in the Inbox has no second
 // effect: its Outbox, if still there, is carried out, and it is
 // acknowledged.
