@@ -295,3 +295,7 @@ func isNotFound(err error) bool {
 	return errors.Is(err, jetstream.ErrMsgNotFound) ||
 		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound
 }
+
+// activationTick is nats-server's: it activates due message schedules on
+// a 250 ms tick (more under load).
+func (d *jsDriver) activationTick() time.Duration { return 250 * time.Millisecond }

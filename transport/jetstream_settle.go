@@ -40,6 +40,15 @@ func (s *jsSettler) complete(ctx context.Context) error {
 	return s.acked(ctx, s.ack(ctx))
 }
 
+// completeNoWait acknowledges without a reply (see
+// Delivery.CompleteNoWait).
+func (s *jsSettler) completeNoWait(context.Context) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	return s.q.d.mapErr(s.msg.Ack())
+}
+
 // removalWait bounds how long a settle on a replicated stream waits for
 // the stream leader to remove the acknowledged message.
 const removalWait = 5 * time.Second
