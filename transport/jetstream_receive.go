@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/transport/internal/lookup"
 )
 
 // pollWait bounds one pull request, so that a receive spread over several
@@ -392,10 +394,10 @@ func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, h
 
 // lookupCancelRecords returns the subjects of the last cancel records on
 // filters in part's schedule stream (see lastBySubjects), in a lookup it
-// may share with the partition's other receivers (see lookupGroup).
+// may share with the partition's other receivers (see lookup.Group).
 func (q *jsQueue) lookupCancelRecords(ctx context.Context, part *jsPartition, filters []string) ([]string, error) {
 	// Not the receive's context: it may end during the lookup.
-	return part.lookups.lookup(context.WithoutCancel(ctx), filters, func(ctx context.Context, filters []string) ([]string, error) {
+	return part.lookups.Lookup(context.WithoutCancel(ctx), filters, func(ctx context.Context, filters []string) ([]string, error) {
 		if q.lookupFault != nil {
 			if err := q.lookupFault(); err != nil {
 				return nil, err
@@ -415,9 +417,8 @@ func (q *jsQueue) lookupFailed(ctx context.Context, err error) {
 	}
 }
 
-// multiLastMax bounds the subjects of one multi_last direct get (the
-// server answers at most 1024 messages).
-const multiLastMax = 256
+// multiLastMax bounds the subjects of one multi_last direct get.
+const multiLastMax = lookup.MaxFilters
 
 // lastBySubjects returns the subjects of the last messages on the filters
 // (wildcards allowed) that stream holds, with one direct get (multi_last):
