@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/transport/internal/tries"
 )
 
 // NewJetStream returns a Broker whose queues live in JetStream on the
@@ -44,7 +46,7 @@ type jsDriver struct {
 	life   context.Context // ends on close, waking blocked receives
 	stop   context.CancelFunc
 
-	answerTime atomic.Int64 // recent answer time of a try, in ns (see tries)
+	runner tries.Runner // bounded tries of requests (see tries)
 
 	keepMu sync.Mutex
 	keeps  map[string]*partKeep // by stream name (see keepOf)

@@ -68,7 +68,7 @@ func (s *jsSettler) acked(ctx context.Context, err error) error {
 	deadline := time.Now().Add(removalWait)
 	backoff := time.Millisecond
 	for {
-		gctx, cancel := context.WithTimeout(ctx, s.q.d.firstTryLimit()) // see tries
+		gctx, cancel := context.WithTimeout(ctx, s.q.d.runner.FirstLimit()) // see tries
 		_, err := s.part.queue.GetMsg(gctx, LocalSeq(s.m.Seq))
 		cancel()
 		if isNotFound(err) || time.Now().After(deadline) || ctx.Err() != nil {
