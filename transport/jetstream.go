@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsaga/jetsaga/transport/internal/pull"
 	"github.com/jetsaga/jetsaga/transport/internal/tries"
 )
 
@@ -75,7 +76,7 @@ func (d *jsDriver) mapErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, nats.ErrConnectionClosed), d.check() != nil:
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, pull.ErrClosed), d.check() != nil:
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
@@ -85,6 +86,11 @@ func (d *jsDriver) mapErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrQueueFull, err)
 	}
 	return fmt.Errorf("transport: %w", err)
+}
+
+// pullConn returns what a puller needs of d (see pull.Conn).
+func (d *jsDriver) pullConn() *pull.Conn {
+	return &pull.Conn{NC: d.nc, Check: d.check, Done: d.life.Done(), APIContext: d.apiContext}
 }
 
 // apiContext bounds ctx by the API timeout if it has no deadline.
@@ -125,7 +131,7 @@ type jsQueue struct {
 
 	mu       sync.Mutex
 	sessions map[string]jetstream.Consumer
-	pullers  map[*jsPartition]*puller // see puller
+	pullers  map[*jsPartition]*pull.Puller // see pull.Puller
 
 	lastPullWarn   atomic.Int64 // unix nanos of the last "pull failed" log
 	lastLookupWarn atomic.Int64 // unix nanos of the last "cancel record lookup failed" log

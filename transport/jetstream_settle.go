@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/transport/internal/pull"
 )
 
 // jsSettler settles one JetStream delivery. The lock is tracked on the
@@ -17,7 +19,7 @@ import (
 type jsSettler struct {
 	q           *jsQueue
 	part        *jsPartition
-	msg         *pulledMsg
+	msg         *pull.Msg
 	m           *Message
 	count       int // delivery count
 	lockedUntil time.Time
