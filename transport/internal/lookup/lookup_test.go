@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
 )
 
 // Lookups asked while one is under way wait and go out together: every
@@ -70,14 +72,14 @@ func TestLookupGroupGathers(t *testing.T) {
 		found, err := g.Lookup(t.Context(), filtersOf(0), do)
 		results[0] = result{found, err}
 	})
-	await(t, 10*time.Second, "the first lookup under way", func() bool { return calls.Load() == 1 })
+	testutil.AwaitTrue(t, 10*time.Second, "the first lookup under way", func() bool { return calls.Load() == 1 })
 	for i := 1; i < receivers; i++ {
 		wg.Go(func() {
 			found, err := g.Lookup(t.Context(), filtersOf(i), do)
 			results[i] = result{found, err}
 		})
 	}
-	await(t, 10*time.Second, "every other receiver waiting", func() bool {
+	testutil.AwaitTrue(t, 10*time.Second, "every other receiver waiting", func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		n := 0
@@ -130,22 +132,5 @@ func TestLookupGroupGathers(t *testing.T) {
 	defer g.mu.Unlock()
 	if g.running || len(g.next) > 0 {
 		t.Errorf("after the lookups: running %v, %d waiting", g.running, len(g.next))
-	}
-}
-
-// await polls cond every 10 ms until it holds, failing the test after
-// timeout.
-func await(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: still waiting for %s", timeout, what)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("test ended waiting for %s", what)
-		case <-time.After(10 * time.Millisecond):
-		}
 	}
 }
