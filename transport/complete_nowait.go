@@ -15,17 +15,5 @@ import "context"
 // It returns ErrLockLost if the lock already expired, ErrAlreadySettled
 // if the delivery was settled before.
 func (d *Delivery) CompleteNoWait(ctx context.Context) error {
-	return d.settle(func() error {
-		if s, ok := d.s.(interface{ completeNoWait() error }); ok {
-			return s.completeNoWait()
-		}
-		return d.s.complete(ctx)
-	})
-}
-
-func (s *jsSettler) completeNoWait() error {
-	if err := s.live(); err != nil {
-		return err
-	}
-	return s.q.d.mapErr(s.msg.Ack())
+	return d.settle(func() error { return d.s.completeNoWait(ctx) })
 }

@@ -11,6 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/transport/internal/pull"
+	"github.com/jetsaga/jetsaga/transport/internal/tries"
 )
 
 // NewJetStream returns a Broker whose queues live in JetStream on the
@@ -44,7 +47,7 @@ type jsDriver struct {
 	life   context.Context // ends on close, waking blocked receives
 	stop   context.CancelFunc
 
-	answerTime atomic.Int64 // recent answer time of a try, in ns (see tries)
+	runner tries.Runner // bounded tries of requests (see tries)
 
 	keepMu sync.Mutex
 	keeps  map[string]*partKeep // by stream name (see keepOf)
@@ -73,7 +76,7 @@ func (d *jsDriver) mapErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, nats.ErrConnectionClosed), d.check() != nil:
+	case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, pull.ErrClosed), d.check() != nil:
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	case errors.Is(err, nats.ErrMaxPayload):
 		return fmt.Errorf("%w: %w", ErrMessageTooLarge, err)
@@ -83,6 +86,11 @@ func (d *jsDriver) mapErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrQueueFull, err)
 	}
 	return fmt.Errorf("transport: %w", err)
+}
+
+// pullConn returns what a puller needs of d (see pull.Conn).
+func (d *jsDriver) pullConn() *pull.Conn {
+	return &pull.Conn{NC: d.nc, Check: d.check, Done: d.life.Done(), APIContext: d.apiContext}
 }
 
 // apiContext bounds ctx by the API timeout if it has no deadline.
@@ -123,7 +131,7 @@ type jsQueue struct {
 
 	mu       sync.Mutex
 	sessions map[string]jetstream.Consumer
-	pullers  map[*jsPartition]*puller // see puller
+	pullers  map[*jsPartition]*pull.Puller // see pull.Puller
 
 	lastPullWarn   atomic.Int64 // unix nanos of the last "pull failed" log
 	lastLookupWarn atomic.Int64 // unix nanos of the last "cancel record lookup failed" log

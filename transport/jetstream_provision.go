@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/transport/internal/lookup"
 )
 
 func (d *jsDriver) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver, error) {
@@ -469,8 +471,8 @@ type partKeep struct {
 	aged        []checkpoint
 	lastPurge   time.Time
 
-	// The receivers' cancel record lookups, shared (see lookupGroup).
-	lookups lookupGroup
+	// The receivers' cancel record lookups, shared (see lookup.Group).
+	lookups lookup.Group
 
 	// Housekeeping's looks, touched by its goroutine alone: messages
 	// that exhausted their deliveries, seen by the last look (see

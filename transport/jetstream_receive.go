@@ -12,6 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/transport/internal/lookup"
+	"github.com/jetsaga/jetsaga/transport/internal/pull"
 )
 
 // pollWait bounds one pull request, so that a receive spread over several
@@ -66,11 +69,11 @@ func (q *jsQueue) gather(ctx context.Context, max int) ([]*Delivery, error) {
 			return nil, err
 		}
 		// First what earlier pulls brought after their receive returned
-		// (see puller).
+		// (see pull.Puller).
 		for i := range q.parts {
 			part := q.parts[(start+i)%len(q.parts)]
 			p := q.puller(part)
-			if ds := q.collect(ctx, part, p, p.take(max)); len(ds) > 0 {
+			if ds := q.collect(ctx, part, p, p.Take(max)); len(ds) > 0 {
 				return ds, nil
 			}
 		}
@@ -96,7 +99,7 @@ func (q *jsQueue) gather(ctx context.Context, max int) ([]*Delivery, error) {
 		if err := q.pullOne(ctx, p, wait, time.Time{}); err != nil {
 			return nil, err
 		}
-		if ds := q.collect(ctx, part, p, p.take(max)); len(ds) > 0 {
+		if ds := q.collect(ctx, part, p, p.Take(max)); len(ds) > 0 {
 			if max > len(ds) {
 				more, _ := q.pullNow(ctx, part, max-len(ds))
 				ds = append(ds, more...)
@@ -108,16 +111,16 @@ func (q *jsQueue) gather(ctx context.Context, max int) ([]*Delivery, error) {
 	}
 }
 
-// puller returns the puller of part's consumer (see puller).
-func (q *jsQueue) puller(part *jsPartition) *puller {
+// puller returns the puller of part's consumer (see pull.Puller).
+func (q *jsQueue) puller(part *jsPartition) *pull.Puller {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.pullers == nil {
-		q.pullers = map[*jsPartition]*puller{}
+		q.pullers = map[*jsPartition]*pull.Puller{}
 	}
 	p := q.pullers[part]
 	if p == nil {
-		p = newPuller(q.d, part.cons, q.cfg.LockDuration)
+		p = pull.New(q.d.pullConn(), part.cons, q.cfg.LockDuration)
 		q.pullers[part] = p
 	}
 	return p
@@ -125,24 +128,24 @@ func (q *jsQueue) puller(part *jsPartition) *puller {
 
 // pullNow pulls up to max messages from part without waiting for any to
 // be sent, and returns the deliveries among them. It waits for the
-// server's answer for at most pullSlack: what arrives later is kept.
+// server's answer for at most pull.Slack: what arrives later is kept.
 func (q *jsQueue) pullNow(ctx context.Context, part *jsPartition, max int) ([]*Delivery, error) {
 	p := q.puller(part)
-	pl, err := p.request(max, 0, true)
+	pl, err := p.Request(max, 0, true)
 	if err != nil {
 		return nil, q.d.mapErr(err)
 	}
-	until := time.Now().Add(pullSlack)
-	p.waitEnd(ctx, pl, until)
+	until := time.Now().Add(pull.Slack)
+	p.WaitEnd(ctx, pl, until)
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
-		p.cancelled(pl) // the receiver is stopping
+		p.Cancelled(pl) // the receiver is stopping
 	case ctx.Err() != nil:
 		// A deadline: the answer is on its way (see pullOne).
-		p.waitEnd(context.WithoutCancel(ctx), pl, until)
+		p.WaitEnd(context.WithoutCancel(ctx), pl, until)
 	}
 	q.pullEnded(ctx, pl)
-	return q.collect(ctx, part, p, p.take(max)), nil
+	return q.collect(ctx, part, p, p.Take(max)), nil
 }
 
 // pullOne waits for a message from p for up to wait, until ctx ends, the
@@ -152,11 +155,11 @@ func (q *jsQueue) pullNow(ctx context.Context, part *jsPartition, max int) ([]*D
 // The pull asks the server to give up pullGuard before ctx's deadline,
 // and pullOne then waits for the pull's end (a message, or the server's
 // end-of-pull status) even a little past that deadline, for up to
-// pullSlack past the pull's expiry. Over a slow link the server still
+// pull.Slack past the pull's expiry. Over a slow link the server still
 // holds the pull after that; what it brings then is kept for the next
-// receive (see puller), unless ctx was cancelled (not a deadline): then
+// receive (see pull.Puller), unless ctx was cancelled (not a deadline): then
 // its receiver is stopping, and what the pull brings is released at once.
-func (q *jsQueue) pullOne(ctx context.Context, p *puller, wait time.Duration, by time.Time) error {
+func (q *jsQueue) pullOne(ctx context.Context, p *pull.Puller, wait time.Duration, by time.Time) error {
 	expires := wait
 	if dl, ok := ctx.Deadline(); ok {
 		expires = min(expires, time.Until(dl)-pullGuard)
@@ -167,38 +170,38 @@ func (q *jsQueue) pullOne(ctx context.Context, p *puller, wait time.Duration, by
 		if !by.IsZero() && by.Before(until) {
 			until = by
 		}
-		p.wait(ctx, nil, until)
+		p.Wait(ctx, nil, until)
 		return nil
 	}
-	pl := p.live()
+	pl := p.Live()
 	if pl == nil {
 		var err error
-		if pl, err = p.request(1, expires, false); err != nil {
+		if pl, err = p.Request(1, expires, false); err != nil {
 			if ctx.Err() != nil || q.d.check() != nil {
 				return nil // the caller reports why it stopped
 			}
 			return q.d.mapErr(err)
 		}
 	}
-	until := pl.sent.Add(pl.expiry + pullSlack)
+	until := pl.Expires().Add(pull.Slack)
 	if !by.IsZero() && by.Before(until) {
 		until = by
 	}
-	p.wait(ctx, pl, until)
+	p.Wait(ctx, pl, until)
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
 		// Not a deadline: the receiver is stopping.
-		p.cancelled(pl)
+		p.Cancelled(pl)
 		return nil
 	case ctx.Err() != nil:
 		// A deadline: the pull expired pullGuard before it on the server,
 		// so its end (or its message) is on its way; waiting for it, for
-		// up to pullSlack, keeps the pull from outliving the receive
+		// up to pull.Slack, keeps the pull from outliving the receive
 		// (its message would then wait for the next one, or, if the
 		// receiver closes meanwhile, be released and count a delivery).
-		p.wait(context.WithoutCancel(ctx), pl, until)
+		p.Wait(context.WithoutCancel(ctx), pl, until)
 	}
-	if q.pullEnded(ctx, pl) && !p.ready() {
+	if q.pullEnded(ctx, pl) && !p.Ready() {
 		// The pull failed at once (the consumer or stream has no
 		// leader during an election, say): wait out the slice rather
 		// than spin.
@@ -206,7 +209,7 @@ func (q *jsQueue) pullOne(ctx context.Context, p *puller, wait time.Duration, by
 		if !by.IsZero() && by.Before(until) {
 			until = by
 		}
-		p.wait(ctx, nil, until)
+		p.Wait(ctx, nil, until)
 	}
 	return nil
 }
@@ -222,13 +225,9 @@ const (
 const pullWarnEvery = 5 * time.Second
 
 // pullEnded reports whether pl ended in failure (see pullFailed).
-func (q *jsQueue) pullEnded(ctx context.Context, pl *pull) bool {
-	select {
-	case <-pl.ended:
-		return q.pullFailed(ctx, pl.err)
-	default:
-		return false
-	}
+func (q *jsQueue) pullEnded(ctx context.Context, pl *pull.Request) bool {
+	ended, err := pl.Ended()
+	return ended && q.pullFailed(ctx, err)
 }
 
 // pullFailed reports whether a pull's err is a failure (not merely its
@@ -249,15 +248,15 @@ func (q *jsQueue) pullFailed(ctx context.Context, err error) bool {
 // the transport settles itself (cancelled activations, exhausted ones),
 // and giving back to p, for lookupRetry, activations of which it cannot
 // tell yet whether they were cancelled.
-func (q *jsQueue) collect(ctx context.Context, part *jsPartition, p *puller, hs []*held) []*Delivery {
+func (q *jsQueue) collect(ctx context.Context, part *jsPartition, p *pull.Puller, hs []*pull.Held) []*Delivery {
 	if len(hs) == 0 {
 		return nil
 	}
 	var out []*Delivery
-	var back []*held
+	var back []*pull.Held
 	cancelled, unknown := q.cancelledActivations(ctx, part, hs)
 	for _, h := range hs {
-		if unknown[h.msg.Headers().Get(natsScheduler)] {
+		if unknown[h.Msg.Headers().Get(natsScheduler)] {
 			back = append(back, h)
 			continue
 		}
@@ -266,7 +265,7 @@ func (q *jsQueue) collect(ctx context.Context, part *jsPartition, p *puller, hs 
 		}
 	}
 	if len(back) > 0 {
-		p.holdBack(back, time.Now().Add(lookupRetry))
+		p.HoldBack(back, time.Now().Add(lookupRetry))
 	}
 	return out
 }
@@ -279,8 +278,8 @@ const lookupRetry = 250 * time.Millisecond
 // returns nil. cancelled holds the schedule subjects, among this pull's
 // activations, whose cancel record landed as they activated (see
 // cancelledActivations).
-func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, h *held, cancelled map[string]bool) *Delivery {
-	msg := h.msg
+func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, h *pull.Held, cancelled map[string]bool) *Delivery {
+	msg := h.Msg
 	md, err := msg.Metadata()
 	if err != nil {
 		q.d.o.logger.LogAttrs(ctx, slog.LevelError, "transport: message without metadata", slogErr(err), slogQueue(q.cfg.Name))
@@ -294,7 +293,7 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, h *held, canc
 	}
 	hd := msg.Headers()
 	decodeHeader(hd, m)
-	s := &jsSettler{q: q, part: part, msg: msg, m: m, count: int(md.NumDelivered), lockedUntil: h.lockedAt.Add(q.cfg.LockDuration)}
+	s := &jsSettler{q: q, part: part, msg: msg, m: m, count: int(md.NumDelivered), lockedUntil: h.LockedAt.Add(q.cfg.LockDuration)}
 	if !q.isDLQ {
 		part.noteSourced(hd.Get(natsStreamSource), m.EnqueuedAt)
 		if sched := hd.Get(natsScheduler); sched != "" && cancelled[sched] {
@@ -332,13 +331,13 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, h *held, canc
 // behind the scheduler's store lock. On replicated streams any replica may
 // answer a direct get, and a follower may not have stored the record yet,
 // so there it asks the leader once per activation, as before.
-func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, hs []*held) (cancelled, unknown map[string]bool) {
+func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, hs []*pull.Held) (cancelled, unknown map[string]bool) {
 	if q.isDLQ {
 		return nil, nil
 	}
 	var scheds []string
 	for _, h := range hs {
-		if sched := h.msg.Headers().Get(natsScheduler); sched != "" {
+		if sched := h.Msg.Headers().Get(natsScheduler); sched != "" {
 			scheds = append(scheds, sched)
 		}
 	}
@@ -392,10 +391,10 @@ func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, h
 
 // lookupCancelRecords returns the subjects of the last cancel records on
 // filters in part's schedule stream (see lastBySubjects), in a lookup it
-// may share with the partition's other receivers (see lookupGroup).
+// may share with the partition's other receivers (see lookup.Group).
 func (q *jsQueue) lookupCancelRecords(ctx context.Context, part *jsPartition, filters []string) ([]string, error) {
 	// Not the receive's context: it may end during the lookup.
-	return part.lookups.lookup(context.WithoutCancel(ctx), filters, func(ctx context.Context, filters []string) ([]string, error) {
+	return part.lookups.Lookup(context.WithoutCancel(ctx), filters, func(ctx context.Context, filters []string) ([]string, error) {
 		if q.lookupFault != nil {
 			if err := q.lookupFault(); err != nil {
 				return nil, err
@@ -415,9 +414,8 @@ func (q *jsQueue) lookupFailed(ctx context.Context, err error) {
 	}
 }
 
-// multiLastMax bounds the subjects of one multi_last direct get (the
-// server answers at most 1024 messages).
-const multiLastMax = 256
+// multiLastMax bounds the subjects of one multi_last direct get.
+const multiLastMax = lookup.MaxFilters
 
 // lastBySubjects returns the subjects of the last messages on the filters
 // (wildcards allowed) that stream holds, with one direct get (multi_last):

@@ -5,120 +5,26 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/transport/internal/tries"
 )
 
-// Bounded tries. On a cluster a JetStream request can go unanswered: one
-// that reaches a stream while it elects a leader (after a stepdown, or
-// when its leader died) is dropped by every replica, and nats-server
-// sends no error for it; a publish can even be stored by the new leader
-// and still get no answer. Waiting for the answer would hold the caller
-// for its whole deadline. So every request on the path of Send,
-// Schedule, Cancel and Complete is one try of at most tryLimit (doubling
-// with each try, up to maxTryLimit); an unanswered try, or an answer
-// saying that the stream has no leader yet, is asked again until the
-// caller's context ends. Each operation makes its retries safe: a retried
-// write is guarded so that the server stores it at most once, and a
-// refusal of a retry is told apart from a duplicate (see store, cancel
-// and jsSettler.ack).
-const (
-	tryLimit    = 250 * time.Millisecond
-	maxTryLimit = 2 * time.Second
-	// tryBackoff is the wait before asking again after a quick answer
-	// saying "no leader" (it grows with each try, up to 8 times).
-	tryBackoff = 20 * time.Millisecond
-)
+// Bounded tries (see package tries). Every request on the path of Send,
+// Schedule, Cancel and Complete is made in bounded tries, and each
+// operation makes its retries safe: a retried write is guarded so that
+// the server stores it at most once, and a refusal of a retry is told
+// apart from a duplicate (see store, cancel and jsSettler.ack).
 
-// firstTryLimit is the limit of an operation's first try: tryLimit, or
-// four times the recent answer time when the server answers slowly (a
-// loaded machine), so that slow answers are waited for rather than asked
-// for again, which would only load the server more. Up to maxTryLimit.
-func (d *jsDriver) firstTryLimit() time.Duration {
-	return min(max(tryLimit, 4*time.Duration(d.answerTime.Load())), maxTryLimit)
-}
-
-// noteAnswer folds the time an answered try took into the recent answer
-// time (an exponentially weighted average, weight 1/8).
-func (d *jsDriver) noteAnswer(took time.Duration) {
-	for {
-		old := d.answerTime.Load()
-		next := old + (int64(took)-old)/8
-		if d.answerTime.CompareAndSwap(old, next) {
-			return
-		}
-	}
-}
-
-// errAgain asks tries for another try: the outcome of an earlier one is
-// not settled yet.
-var errAgain = errors.New("transport: outcome not settled yet; asking again")
-
-// tries calls f with a context bounded by the current try limit until f
-// returns nil or an error that asking again cannot change, or ctx ends.
-// f learns whether an earlier try went unanswered from its own state.
-// A context without a deadline gets the broker's API timeout.
+// tries calls f in bounded tries (see tries.Runner.Do) until the broker
+// closes. A context without a deadline gets the broker's API timeout.
 func (d *jsDriver) tries(ctx context.Context, f func(ctx context.Context) error) error {
 	ctx, stop := d.apiContext(ctx)
 	defer stop()
-	limit := d.firstTryLimit()
-	var noResponders time.Time // since when requests have met no responders
-	for try := 0; ; try++ {
-		tctx, cancel := context.WithTimeout(ctx, limit)
-		began := time.Now()
-		err := f(tctx)
-		unanswered := err != nil && tctx.Err() != nil
-		cancel()
-		if !unanswered {
-			d.noteAnswer(time.Since(began))
-		}
-		if err == nil || ctx.Err() != nil || d.check() != nil || !unanswered && !transient(err) {
-			return err
-		}
-		if isNoResponders(err) {
-			// As during an election; but also what a deleted stream
-			// answers, so not for long.
-			if noResponders.IsZero() {
-				noResponders = time.Now()
-			} else if time.Since(noResponders) > noRespondersPatience {
-				return err
-			}
-		}
-		if !unanswered {
-			select {
-			case <-ctx.Done():
-				return err
-			case <-time.After(tryBackoff << min(try, 3)):
-			}
-		}
-		limit = min(2*limit, maxTryLimit)
-	}
+	return d.runner.Do(ctx, d.check, f)
 }
-
-// noRespondersPatience is how long tries asks again while requests meet
-// no responders.
-const noRespondersPatience = 2 * time.Second
-
-func isNoResponders(err error) bool {
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
-}
-
-// transient reports whether err says only that the stream (or consumer)
-// cannot answer yet: no leader, no responders.
-func transient(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, errAgain) || isNoResponders(err) || errors.Is(err, nats.ErrTimeout) ||
-		errors.As(err, &apiErr) && (apiErr.ErrorCode == jsErrClusterNotAvail || apiErr.ErrorCode == jsErrClusterNotLeader)
-}
-
-// nats-server's error codes for "JetStream system temporarily
-// unavailable" (no leader known) and "not leader".
-const (
-	jsErrClusterNotAvail  jetstream.ErrorCode = 10008
-	jsErrClusterNotLeader jetstream.ErrorCode = 10009
-)
 
 // noPubRetry turns off nats.go's own retry of a publish that met no
 // responders: tries does it, within its limits.
@@ -168,7 +74,7 @@ func (q *jsQueue) store(ctx context.Context, part *jsPartition, key string, msg 
 			seq = s
 			return nil
 		case isInFlight(pubErr):
-			return errAgain // an earlier try of ours, or another write, not applied yet
+			return tries.ErrAgain // an earlier try of ours, or another write, not applied yet
 		case !guarded:
 			return nil // its key is its own: stored, and gone on since
 		}

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/jetsaga/jetsaga/transport/internal/tries"
 )
 
 // schedule publishes m on its own schedule subject in the partition's
@@ -204,7 +206,7 @@ func (d *jsDriver) writeCancelRecord(ctx context.Context, rec *nats.Msg, recSubj
 	opts = append(opts, noPubRetry)
 	rec.Subject = recSubj + "." + cancelWriteToken
 	_, err := d.js.PublishMsg(ctx, rec, opts...)
-	if isNoResponders(err) && ctx.Err() == nil {
+	if tries.NoResponders(err) && ctx.Err() == nil {
 		rec.Subject = recSubj
 		_, err = d.js.PublishMsg(ctx, rec, opts...)
 	}
@@ -295,3 +297,7 @@ func isNotFound(err error) bool {
 	return errors.Is(err, jetstream.ErrMsgNotFound) ||
 		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeMessageNotFound
 }
+
+// activationTick is nats-server's: it activates due message schedules on
+// a 250 ms tick (more under load).
+func (d *jsDriver) activationTick() time.Duration { return 250 * time.Millisecond }

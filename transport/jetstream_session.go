@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/jetsaga/jetsaga/transport/internal/pull"
 )
 
 // Sessions. Each session has its own durable consumer, filtered on the
@@ -52,7 +54,7 @@ func (q *jsQueue) acceptSession(ctx context.Context, id string, p int) (sessionD
 		return nil, err
 	}
 	s.c = c
-	s.p = newPuller(q.d, c, q.cfg.LockDuration)
+	s.p = pull.New(q.d.pullConn(), c, q.cfg.LockDuration)
 	return s, nil
 }
 
@@ -142,7 +144,7 @@ type jsSession struct {
 	id       string
 	lockSubj string
 	c        jetstream.Consumer
-	p        *puller // pulls from c; nil on a session being collected
+	p        *pull.Puller // pulls from c; nil on a session being collected
 
 	holder []byte // the lock's body: a NUID naming this receiver
 
@@ -266,13 +268,13 @@ func (s *jsSession) next(ctx context.Context) (*Delivery, error) {
 			return nil, err
 		}
 		s.q.maybeHandOver(ctx, s.part)
-		if ds := s.q.collect(ctx, s.part, s.p, s.p.take(1)); len(ds) > 0 {
+		if ds := s.q.collect(ctx, s.part, s.p, s.p.Take(1)); len(ds) > 0 {
 			return ds[0], nil
 		}
 		if err := s.q.pullOne(ctx, s.p, wait, time.Unix(0, s.renewAt.Load())); err != nil {
 			return nil, err
 		}
-		if ds := s.q.collect(ctx, s.part, s.p, s.p.take(1)); len(ds) > 0 {
+		if ds := s.q.collect(ctx, s.part, s.p, s.p.Take(1)); len(ds) > 0 {
 			return ds[0], nil
 		}
 		s.q.checkSourcing(ctx, s.part)
@@ -290,7 +292,7 @@ func (s *jsSession) close() error {
 	}
 	s.closed = true
 	if s.p != nil {
-		s.p.close()
+		s.p.Close()
 	}
 	if s.q.d.check() != nil {
 		return nil

@@ -8,6 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/transport/internal/pull"
 )
 
 // jsSettler settles one JetStream delivery. The lock is tracked on the
@@ -17,7 +19,7 @@ import (
 type jsSettler struct {
 	q           *jsQueue
 	part        *jsPartition
-	msg         *pulledMsg
+	msg         *pull.Msg
 	m           *Message
 	count       int // delivery count
 	lockedUntil time.Time
@@ -40,6 +42,15 @@ func (s *jsSettler) complete(ctx context.Context) error {
 	return s.acked(ctx, s.ack(ctx))
 }
 
+// completeNoWait acknowledges without a reply (see
+// Delivery.CompleteNoWait).
+func (s *jsSettler) completeNoWait(context.Context) error {
+	if err := s.live(); err != nil {
+		return err
+	}
+	return s.q.d.mapErr(s.msg.Ack())
+}
+
 // removalWait bounds how long a settle on a replicated stream waits for
 // the stream leader to remove the acknowledged message.
 const removalWait = 5 * time.Second
@@ -59,7 +70,7 @@ func (s *jsSettler) acked(ctx context.Context, err error) error {
 	deadline := time.Now().Add(removalWait)
 	backoff := time.Millisecond
 	for {
-		gctx, cancel := context.WithTimeout(ctx, s.q.d.firstTryLimit()) // see tries
+		gctx, cancel := context.WithTimeout(ctx, s.q.d.runner.FirstLimit()) // see tries
 		_, err := s.part.queue.GetMsg(gctx, LocalSeq(s.m.Seq))
 		cancel()
 		if isNotFound(err) || time.Now().After(deadline) || ctx.Err() != nil {

@@ -252,3 +252,10 @@ func (q *jsQueue) stateKeys(ctx context.Context, prefix string) iter.Seq2[string
 		}
 	}
 }
+
+// stagesStateCommits reports whether cfg's queue has one replica with file
+// storage, where nats-server (2.15) stages every atomic batch in a synced
+// file of its own.
+func (d *jsDriver) stagesStateCommits(cfg QueueConfig) bool {
+	return cfg.Replicas <= 1 && !cfg.MemoryStorage
+}

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+
+	"github.com/jetsaga/jetsaga/transport/internal/pull"
 )
 
 // Sessions of a subscription. Each session has a durable consumer on the
@@ -113,16 +115,16 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 			return err
 		}
 		p := q.puller(part)
-		pl, err := p.request(batch, 0, true)
+		pl, err := p.Request(batch, 0, true)
 		if err != nil {
 			return q.d.mapErr(err)
 		}
-		p.waitEnd(ctx, pl, time.Now().Add(pullSlack))
+		p.WaitEnd(ctx, pl, time.Now().Add(pull.Slack))
 		// What the pull brings later is released at once, for the next
 		// hand-over, of any receiver, to read: kept here, it would wait
 		// for this receiver's next hand-over, which may never come.
-		p.cancelled(pl)
-		hs := p.takeAll()
+		p.Cancelled(pl)
+		hs := p.TakeAll()
 		// Per session, within this batch (whose messages all entered
 		// before the checks): whether it is being collected, and whether
 		// its consumer was seen. A collection that starts after the check
@@ -131,11 +133,11 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 		collecting := make(map[string]bool)
 		ensured := make(map[string]bool)
 		for i, h := range hs {
-			if err := q.handOverOne(ctx, part, h.msg, collecting, ensured); err != nil {
+			if err := q.handOverOne(ctx, part, h.Msg, collecting, ensured); err != nil {
 				// The rest is released, for the next hand-over to read at
 				// once rather than after handoverAckWait.
 				for _, h := range hs[i:] {
-					_ = h.msg.Nak()
+					_ = h.Msg.Nak()
 				}
 				return err
 			}
@@ -147,7 +149,7 @@ func (q *jsQueue) handOver(ctx context.Context, part *jsPartition) error {
 }
 
 // handOverOne hands over msg (see handOver).
-func (q *jsQueue) handOverOne(ctx context.Context, part *jsPartition, msg *pulledMsg, collecting, ensured map[string]bool) error {
+func (q *jsQueue) handOverOne(ctx context.Context, part *jsPartition, msg *pull.Msg, collecting, ensured map[string]bool) error {
 	var m Message
 	decodeHeader(msg.Headers(), &m)
 	md, err := msg.Metadata()

@@ -103,6 +103,10 @@ func (b *memBroker) deleteQueue(ctx context.Context, name string) error {
 
 func (b *memBroker) maxPayload() int64 { return DefaultMaxPayload }
 
+// activationTick is 0: the memory broker activates a message at its time
+// by its clock.
+func (b *memBroker) activationTick() time.Duration { return 0 }
+
 func (b *memBroker) close() error {
 	b.mu.Lock()
 	qs, ts := b.queues, b.topics

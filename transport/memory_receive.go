@@ -131,6 +131,9 @@ func (s *memSettler) complete(ctx context.Context) error {
 	return nil
 }
 
+// completeNoWait completes at once: memory has nothing to wait for.
+func (s *memSettler) completeNoWait(ctx context.Context) error { return s.complete(ctx) }
+
 // abandon gives the message back; abandoning its last delivery
 // dead-letters it at once (as on JetStream).
 func (s *memSettler) abandon(ctx context.Context) error {

@@ -150,3 +150,6 @@ func (l *memLog) stateKeys(ctx context.Context, prefix string) iter.Seq2[string,
 		}
 	}
 }
+
+// stagesStateCommits is false: the memory broker commits in place.
+func (b *memBroker) stagesStateCommits(QueueConfig) bool { return false }

@@ -100,12 +100,7 @@ func (b *Broker) MaxBodySize(m *Message) int64 {
 // due message schedules on a 250 ms tick (more under load); 0 on the
 // memory broker, which activates a message at its time by its clock.
 // Timeout engines pick their default early activation by it.
-func (b *Broker) ActivationTick() time.Duration {
-	if _, ok := b.d.(*memBroker); ok {
-		return 0
-	}
-	return 250 * time.Millisecond
-}
+func (b *Broker) ActivationTick() time.Duration { return b.d.activationTick() }
 
 // Close releases the broker's resources. It does not close a *nats.Conn
 // the caller passed in.
@@ -521,6 +516,13 @@ type driver interface {
 	deleteQueue(ctx context.Context, name string) error
 	// maxPayload is the largest message the backend stores, in bytes.
 	maxPayload() int64
+	// activationTick is how late the backend activates a due scheduled
+	// message on an idle server (see Broker.ActivationTick).
+	activationTick() time.Duration
+	// stagesStateCommits reports whether a CommitState with messages to
+	// schedule, on a queue of cfg, is staged by the server in a synced
+	// file of its own (see Queue.StateCommitsStaged).
+	stagesStateCommits(cfg QueueConfig) bool
 	close() error
 }
 
@@ -554,6 +556,9 @@ type sessionDriver interface {
 
 type settler interface {
 	complete(ctx context.Context) error
+	// completeNoWait completes without waiting for the backend to confirm
+	// it, where the backend can (see Delivery.CompleteNoWait).
+	completeNoWait(ctx context.Context) error
 	abandon(ctx context.Context) error
 	// deadLetter stores a copy of the message, changed by edit if it is
 	// not nil, in the dead-letter queue, and removes the message.

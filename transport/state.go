@@ -130,10 +130,7 @@ func (q *Queue) StateKeys(ctx context.Context, prefix string) iter.Seq2[string, 
 // (2.15) does that for every atomic batch, which then costs many times
 // two separate writes. Callers that can write the record and schedule
 // separately (saga/queuestore) do so there.
-func (q *Queue) StateCommitsStaged() bool {
-	_, mem := q.b.d.(*memBroker)
-	return !mem && q.cfg.Replicas <= 1 && !q.cfg.MemoryStorage
-}
+func (q *Queue) StateCommitsStaged() bool { return q.b.d.stagesStateCommits(q.cfg) }
 
 // StatePartitionHolds reports whether m, scheduled, goes to the partition
 // that holds the record under key, as a message scheduled in the same

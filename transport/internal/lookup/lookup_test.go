@@ -1,4 +1,4 @@
-package transport
+package lookup
 
 import (
 	"context"
@@ -9,18 +9,20 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
 )
 
 // Lookups asked while one is under way wait and go out together: every
 // receiver gets the answer for its own subjects, a failed lookup fails
 // each receiver that shared it and no other, no lookup asks more than
-// multiLastMax subjects, and each receiver makes at most one. The lookup
+// MaxFilters subjects, and each receiver makes at most one. The lookup
 // is a stand-in that answers "found" for the subjects it was asked that
 // end in ".hit", so that what each receiver got can be checked; the first
 // one blocks until every other receiver has asked.
 func TestLookupGroupGathers(t *testing.T) {
 	const receivers = 40
-	var g lookupGroup
+	var g Group
 	release := make(chan struct{})
 	var calls atomic.Int64
 	var mu sync.Mutex
@@ -33,7 +35,7 @@ func TestLookupGroupGathers(t *testing.T) {
 		mu.Lock()
 		asked = append(asked, slices.Clone(filters))
 		mu.Unlock()
-		if len(filters) > multiLastMax {
+		if len(filters) > MaxFilters {
 			return nil, fmt.Errorf("%d subjects in one lookup", len(filters))
 		}
 		var found []string
@@ -67,17 +69,17 @@ func TestLookupGroupGathers(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		found, err := g.lookup(t.Context(), filtersOf(0), do)
+		found, err := g.Lookup(t.Context(), filtersOf(0), do)
 		results[0] = result{found, err}
 	})
-	await(t, 10*time.Second, "the first lookup under way", func() bool { return calls.Load() == 1 })
+	testutil.AwaitTrue(t, 10*time.Second, "the first lookup under way", func() bool { return calls.Load() == 1 })
 	for i := 1; i < receivers; i++ {
 		wg.Go(func() {
-			found, err := g.lookup(t.Context(), filtersOf(i), do)
+			found, err := g.Lookup(t.Context(), filtersOf(i), do)
 			results[i] = result{found, err}
 		})
 	}
-	await(t, 10*time.Second, "every other receiver waiting", func() bool {
+	testutil.AwaitTrue(t, 10*time.Second, "every other receiver waiting", func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		n := 0
@@ -94,7 +96,7 @@ func TestLookupGroupGathers(t *testing.T) {
 		t.Errorf("%d lookups for %d receivers, want 3", n, receivers)
 	}
 	for _, fs := range asked {
-		if len(fs) > multiLastMax {
+		if len(fs) > MaxFilters {
 			t.Errorf("a lookup asked %d subjects", len(fs))
 		}
 	}

@@ -1,8 +1,9 @@
-package transport
+package pull
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -11,47 +12,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Pulls. A receiver asks a consumer's leader for messages with pull
-// requests, each answered on a reply subject of the receiver's. The server
-// hands a message to a pull for as long as the pull lives on the server,
-// which is from the moment the request reaches it until its expiry: over
-// a slow link (requests reaching the server a second late, or a loaded
-// server) that is well after the client stopped waiting for it. A client
-// that then stops listening loses every message the server hands to the
-// pull meanwhile: each stays locked, unseen, until its ack wait runs out,
-// and comes back with its delivery count raised; after MaxDeliveryCount
-// such losses it is dead-lettered without ever having been seen.
-//
-// So a puller keeps listening. Each consumer a receiver reads has one
-// puller. Each of its pulls has an inbox of its own, which stays
-// subscribed until the server ends the pull (a status, or the batch
-// delivered), whether or not a receive still waits for it; every message
-// that arrives is kept, in arrival order, until a receive takes it: the
-// one waiting now, or the next one. Messages kept while no receive takes
-// them are kept locked (renewed) for up to heldMax, and then released. A
-// receive waits for its pull's end for at most pullSlack past the pull's
-// expiry and then moves on; a pull the server never ends (it restarted,
-// say) is forgotten pullForget past its expiry.
-//
-// Order. The inboxes of a puller's pulls share one channel, which one
-// goroutine drains: nats.go fills it in the order the server sent
-// (handlers of their own would run in any order), and a consumer sends
-// first deliveries in sequence order. So what is kept is in sequence
-// order, redeliveries aside. Receives take it oldest first, and stop at
-// the first message of a pull that has not ended: a receive returns what
-// one pull brought together, and nothing newer than what that pull may
-// still bring. So no receive hands out a first delivery older than one
-// the puller already handed out, except an activation held back (see
-// holdBack), which newer messages pass.
+// Slack is how long past a pull's expiry a receive waits for the server
+// to end it, before it moves on; the pull stays answered.
+const Slack = time.Second
 
-// pullSlack is how long past a pull's expiry a receive waits for the
-// server to end it, before it moves on; the pull stays answered.
-const pullSlack = time.Second
-
-// pullForget is how long past its expiry a pull that the server never
+// forgetAfter is how long past its expiry a pull that the server never
 // ended is forgotten and its inbox closed: a message it brings later than
 // that is lost, and comes back when its lock expires.
-const pullForget = 30 * time.Second
+const forgetAfter = 30 * time.Second
 
 // heldRenew is how old a kept message's lock may get before it is
 // renewed; heldMax is how long after its arrival a kept message that no
@@ -61,9 +29,26 @@ func heldMax(lock time.Duration) time.Duration   { return max(2*lock, heldMin) }
 
 const heldMin = 10 * time.Second
 
-// puller pulls from one consumer and keeps what arrives.
-type puller struct {
-	d       *jsDriver
+// Conn is what a puller needs of the broker it serves.
+type Conn struct {
+	NC *nats.Conn
+	// Check returns an error once the broker closed: what arrives then
+	// is released.
+	Check func() error
+	// Done is closed when the broker closes, ending every wait.
+	Done <-chan struct{}
+	// APIContext bounds a context without a deadline by the broker's API
+	// timeout (for DoubleAck).
+	APIContext func(context.Context) (context.Context, context.CancelFunc)
+}
+
+// ErrClosed is what Request returns once the puller is closed.
+var ErrClosed = errors.New("pull: puller closed")
+
+// Puller pulls from one consumer and keeps what arrives. One serves
+// every receive of a consumer.
+type Puller struct {
+	c       *Conn
 	subject string        // the consumer's next-message API subject
 	lock    time.Duration // the lock a message gets on arrival
 
@@ -71,16 +56,16 @@ type puller struct {
 	idle chan struct{}  // poked when the last pull ends (see drain)
 
 	mu       sync.Mutex
-	pulls    map[*nats.Subscription]*pull // by inbox: pulls the server may still answer
-	draining bool                         // drain runs
-	held     []*held                      // arrived, not taken yet, in arrival order
-	wake     chan struct{}                // closed (and replaced) when held grows or a pull ends
-	renew    *time.Timer                  // keeps held messages locked while any are held
-	closed   bool                         // its session closed: release what arrives
+	pulls    map[*nats.Subscription]*Request // by inbox: pulls the server may still answer
+	draining bool                            // drain runs
+	held     []*Held                         // arrived, not taken yet, in arrival order
+	wake     chan struct{}                   // closed (and replaced) when held grows or a pull ends
+	renew    *time.Timer                     // keeps held messages locked while any are held
+	closed   bool                            // its session closed: release what arrives
 }
 
-// pull is one pull request.
-type pull struct {
+// Request is one pull request.
+type Request struct {
 	sub    *nats.Subscription
 	forget *time.Timer // ends it if the server never does
 	batch  int
@@ -95,26 +80,46 @@ type pull struct {
 	release bool
 }
 
-// held is a message kept until a receive takes it.
-type held struct {
-	msg      *pulledMsg
-	from     *pull // the pull that brought it
-	arrived  time.Time
-	lockedAt time.Time // arrival, or its last renewal: its lock runs from here
+// Expires returns when the pull expires on the server, as the client
+// counts: from the moment it sent the request.
+func (pl *Request) Expires() time.Time { return pl.sent.Add(pl.expiry) }
+
+// Ended reports whether the server ended pl (or it was forgotten), and
+// if so why, if it failed.
+func (pl *Request) Ended() (bool, error) {
+	select {
+	case <-pl.ended:
+		return true, pl.err
+	default:
+		return false, nil
+	}
+}
+
+// Held is a message kept until a receive takes it.
+type Held struct {
+	Msg *Msg
+	// LockedAt is its arrival, or its last renewal: its lock runs from
+	// here.
+	LockedAt time.Time
+
+	from    *Request // the pull that brought it
+	arrived time.Time
 	// notBefore keeps it back until then: whether it may be delivered is
-	// not known yet (see cancelledActivations).
+	// not known yet (see HoldBack).
 	notBefore time.Time
 }
 
-func newPuller(d *jsDriver, c jetstream.Consumer, lock time.Duration) *puller {
-	info := c.CachedInfo()
-	return &puller{
-		d:       d,
+// New returns a puller of consumer cons over c; a message it brings is
+// locked for lock from its arrival.
+func New(c *Conn, cons jetstream.Consumer, lock time.Duration) *Puller {
+	info := cons.CachedInfo()
+	return &Puller{
+		c:       c,
 		subject: "$JS.API.CONSUMER.MSG.NEXT." + info.Stream + "." + info.Name,
 		lock:    lock,
 		in:      make(chan *nats.Msg, pullerIn),
 		idle:    make(chan struct{}, 1),
-		pulls:   map[*nats.Subscription]*pull{},
+		pulls:   map[*nats.Subscription]*Request{},
 		wake:    make(chan struct{}),
 	}
 }
@@ -125,10 +130,10 @@ func newPuller(d *jsDriver, c jetstream.Consumer, lock time.Duration) *puller {
 // may bring that many (see roomLocked), and for one at least.
 const pullerIn = 512
 
-// request asks the server for up to batch messages (fewer if the live
+// Request asks the server for up to batch messages (fewer if the live
 // pulls leave no room for that many, see pullerIn): waiting up to expires
 // for the first, or answered at once with what there is (noWait).
-func (p *puller) request(batch int, expires time.Duration, noWait bool) (*pull, error) {
+func (p *Puller) Request(batch int, expires time.Duration, noWait bool) (*Request, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -144,17 +149,17 @@ func (p *puller) request(batch int, expires time.Duration, noWait bool) (*pull, 
 		p.mu.Unlock()
 		return nil, err
 	}
-	pl := &pull{batch: batch, sent: time.Now(), expiry: expires, ended: make(chan struct{})}
+	pl := &Request{batch: batch, sent: time.Now(), expiry: expires, ended: make(chan struct{})}
 	// An inbox of its own: the messages a pull brings carry their stream
 	// subjects, only its statuses the reply subject.
-	reply := p.d.nc.NewInbox()
-	sub, err := p.d.nc.ChanSubscribe(reply, p.in)
+	reply := p.c.NC.NewInbox()
+	sub, err := p.c.NC.ChanSubscribe(reply, p.in)
 	if err != nil {
 		p.mu.Unlock()
 		return nil, err
 	}
 	pl.sub = sub
-	pl.forget = time.AfterFunc(expires+pullForget, func() {
+	pl.forget = time.AfterFunc(expires+forgetAfter, func() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.endLocked(pl, nil)
@@ -165,7 +170,7 @@ func (p *puller) request(batch int, expires time.Duration, noWait bool) (*pull, 
 		go p.drain()
 	}
 	p.mu.Unlock()
-	if err := p.d.nc.PublishRequest(p.subject, reply, body); err != nil {
+	if err := p.c.NC.PublishRequest(p.subject, reply, body); err != nil {
 		p.mu.Lock()
 		p.endLocked(pl, nil)
 		p.mu.Unlock()
@@ -176,7 +181,7 @@ func (p *puller) request(batch int, expires time.Duration, noWait bool) (*pull, 
 
 // roomLocked returns how many messages and statuses the live pulls may
 // still bring, less than pullerIn.
-func (p *puller) roomLocked() int {
+func (p *Puller) roomLocked() int {
 	room := pullerIn
 	for _, pl := range p.pulls {
 		room -= pl.batch - pl.got + 1
@@ -186,7 +191,7 @@ func (p *puller) roomLocked() int {
 
 // drain hands what the pulls' inboxes get to arrive, in arrival order,
 // while any pull may still be answered.
-func (p *puller) drain() {
+func (p *Puller) drain() {
 	for {
 		select {
 		case m := <-p.in:
@@ -207,7 +212,7 @@ func (p *puller) drain() {
 // arrive handles what the server sends to a pull: a message, or the
 // status that ends the pull. What reaches a pull that was forgotten is
 // dropped: it waits out its lock.
-func (p *puller) arrive(m *nats.Msg) {
+func (p *Puller) arrive(m *nats.Msg) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pl := p.pulls[m.Sub]
@@ -220,12 +225,12 @@ func (p *puller) arrive(m *nats.Msg) {
 		}
 		return
 	}
-	msg := &pulledMsg{d: p.d, msg: m}
-	if p.closed || pl.release || p.d.check() != nil {
+	msg := &Msg{c: p.c, msg: m}
+	if p.closed || pl.release || p.c.Check() != nil {
 		_ = msg.Nak()
 	} else {
 		now := time.Now()
-		p.held = append(p.held, &held{msg: msg, from: pl, arrived: now, lockedAt: now})
+		p.held = append(p.held, &Held{Msg: msg, from: pl, arrived: now, LockedAt: now})
 		p.signalLocked()
 		p.renewLocked()
 	}
@@ -247,7 +252,7 @@ func pullStatusErr(status, description string) error {
 }
 
 // endLocked ends pl and closes its inbox.
-func (p *puller) endLocked(pl *pull, err error) {
+func (p *Puller) endLocked(pl *Request, err error) {
 	if pl.done {
 		return
 	}
@@ -266,13 +271,13 @@ func (p *puller) endLocked(pl *pull, err error) {
 	p.signalLocked()
 }
 
-func (p *puller) signalLocked() {
+func (p *Puller) signalLocked() {
 	close(p.wake)
 	p.wake = make(chan struct{})
 }
 
 // renewLocked makes sure held messages are being kept locked.
-func (p *puller) renewLocked() {
+func (p *Puller) renewLocked() {
 	if p.renew == nil && len(p.held) > 0 {
 		p.renew = time.AfterFunc(heldRenew(p.lock)/2, p.keep)
 	}
@@ -280,20 +285,20 @@ func (p *puller) renewLocked() {
 
 // keep renews the locks of held messages that are due, and releases
 // those held too long, or all of them once the broker closed.
-func (p *puller) keep() {
+func (p *Puller) keep() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.renew = nil
 	now := time.Now()
-	closing := p.closed || p.d.check() != nil
+	closing := p.closed || p.c.Check() != nil
 	kept := p.held[:0]
 	for _, h := range p.held {
 		switch {
 		case closing || now.Sub(h.arrived) > heldMax(p.lock):
-			_ = h.msg.Nak()
-		case now.Sub(h.lockedAt) >= heldRenew(p.lock):
-			if h.msg.InProgress() == nil {
-				h.lockedAt = now
+			_ = h.Msg.Nak()
+		case now.Sub(h.LockedAt) >= heldRenew(p.lock):
+			if h.Msg.InProgress() == nil {
+				h.LockedAt = now
 			}
 			kept = append(kept, h)
 		default:
@@ -305,24 +310,25 @@ func (p *puller) keep() {
 	p.renewLocked()
 }
 
-// take removes up to max held messages that may be delivered now (all
+// Take removes up to max held messages that may be delivered now (all
 // of them for max < 0), oldest first, up to the first one whose pull has
 // not ended: what that pull still brings is older than what later pulls
 // brought, and is handed out together with what it brought already.
-// Messages held back (see holdBack) stay. It renews the lock of those
+// Messages held back (see HoldBack) stay. It renews the lock of those
 // kept for more than a quarter of it (and the receive renews them again
-// before it returns, see fresh, if what it does meanwhile takes long).
-func (p *puller) take(max int) []*held { return p.remove(max, true) }
+// before it returns, see transport's jsQueue.fresh, if what it does meanwhile takes long).
+func (p *Puller) Take(max int) []*Held { return p.remove(max, true) }
 
-// takeAll removes every held message that may be delivered now, also
-// those of pulls that have not ended (see handOver).
-func (p *puller) takeAll() []*held { return p.remove(-1, false) }
+// TakeAll removes every held message that may be delivered now, also
+// those of pulls that have not ended (for a reader that hands every
+// message on at once).
+func (p *Puller) TakeAll() []*Held { return p.remove(-1, false) }
 
-func (p *puller) remove(max int, inOrder bool) []*held {
+func (p *Puller) remove(max int, inOrder bool) []*Held {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
-	var out []*held
+	var out []*Held
 	kept := p.held[:0]
 	for i, h := range p.held {
 		if inOrder && !h.from.done {
@@ -330,8 +336,8 @@ func (p *puller) remove(max int, inOrder bool) []*held {
 			break
 		}
 		if (max < 0 || len(out) < max) && !now.Before(h.notBefore) {
-			if now.Sub(h.lockedAt) >= p.lock/4 && h.msg.InProgress() == nil {
-				h.lockedAt = now
+			if now.Sub(h.LockedAt) >= p.lock/4 && h.Msg.InProgress() == nil {
+				h.LockedAt = now
 			}
 			out = append(out, h)
 			continue
@@ -343,13 +349,13 @@ func (p *puller) remove(max int, inOrder bool) []*held {
 	return out
 }
 
-// holdBack keeps hs until notBefore, ahead of what arrived since.
-func (p *puller) holdBack(hs []*held, notBefore time.Time) {
+// HoldBack keeps hs until notBefore, ahead of what arrived since.
+func (p *Puller) HoldBack(hs []*Held, notBefore time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.d.check() != nil {
+	if p.closed || p.c.Check() != nil {
 		for _, h := range hs {
-			_ = h.msg.Nak()
+			_ = h.Msg.Nak()
 		}
 		return
 	}
@@ -360,18 +366,18 @@ func (p *puller) holdBack(hs []*held, notBefore time.Time) {
 	p.renewLocked()
 }
 
-// ready reports whether take would return a message now.
-func (p *puller) ready() bool {
+// Ready reports whether Take would return a message now.
+func (p *Puller) Ready() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ready, _ := p.readyLocked(time.Now(), time.Time{})
 	return ready
 }
 
-// readyLocked reports whether take would return a message at now, and
+// readyLocked reports whether Take would return a message at now, and
 // else the earliest time before until at which a held-back message may
 // be taken (until if none).
-func (p *puller) readyLocked(now, until time.Time) (bool, time.Time) {
+func (p *Puller) readyLocked(now, until time.Time) (bool, time.Time) {
 	next := until
 	for _, h := range p.held {
 		if !h.from.done {
@@ -387,22 +393,22 @@ func (p *puller) readyLocked(now, until time.Time) (bool, time.Time) {
 	return false, next
 }
 
-// waitEnd waits until pl ended, until passed, ctx ended or the broker
+// WaitEnd waits until pl ended, until passed, ctx ended or the broker
 // closed.
-func (p *puller) waitEnd(ctx context.Context, pl *pull, until time.Time) {
+func (p *Puller) WaitEnd(ctx context.Context, pl *Request, until time.Time) {
 	t := time.NewTimer(time.Until(until))
 	defer t.Stop()
 	select {
 	case <-pl.ended:
 	case <-t.C:
 	case <-ctx.Done():
-	case <-p.d.life.Done():
+	case <-p.c.Done:
 	}
 }
 
-// wait waits until take would return a message, pl ended (if not nil),
+// Wait waits until Take would return a message, pl ended (if not nil),
 // until passed, ctx ended or the broker closed.
-func (p *puller) wait(ctx context.Context, pl *pull, until time.Time) {
+func (p *Puller) Wait(ctx context.Context, pl *Request, until time.Time) {
 	for {
 		p.mu.Lock()
 		now := time.Now()
@@ -426,7 +432,7 @@ func (p *puller) wait(ctx context.Context, pl *pull, until time.Time) {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-p.d.life.Done():
+		case <-p.c.Done:
 			t.Stop()
 			return
 		}
@@ -434,54 +440,54 @@ func (p *puller) wait(ctx context.Context, pl *pull, until time.Time) {
 	}
 }
 
-// cancelled marks pl's receive cancelled: what pl still brings is
+// Cancelled marks pl's receive cancelled: what pl still brings is
 // released (Nak) as it arrives.
-func (p *puller) cancelled(pl *pull) {
+func (p *Puller) Cancelled(pl *Request) {
 	p.mu.Lock()
 	pl.release = true
 	p.mu.Unlock()
 }
 
-// live returns a pull of batch 1 that waits for a message and may still
-// bring one (its expiry and pullSlack not yet passed), or nil.
-func (p *puller) live() *pull {
+// Live returns a pull of batch 1 that waits for a message and may still
+// bring one (its expiry and Slack not yet passed), or nil.
+func (p *Puller) Live() *Request {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	for _, pl := range p.pulls {
-		if pl.expiry > 0 && pl.batch == 1 && !pl.release && now.Before(pl.sent.Add(pl.expiry+pullSlack)) {
+		if pl.expiry > 0 && pl.batch == 1 && !pl.release && now.Before(pl.sent.Add(pl.expiry+Slack)) {
 			return pl
 		}
 	}
 	return nil
 }
 
-// close releases what is held and what still arrives; the inbox closes
+// Close releases what is held and what still arrives; the inbox closes
 // once the pulls have ended.
-func (p *puller) close() {
+func (p *Puller) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
 	for _, h := range p.held {
-		_ = h.msg.Nak()
+		_ = h.Msg.Nak()
 	}
 	clear(p.held)
 	p.held = nil
 }
 
-// pulledMsg is a message a puller received, acknowledged on its reply
+// Msg is a message a puller received, acknowledged on its reply
 // subject as nats.go's jetstream.Msg would be.
-type pulledMsg struct {
-	d    *jsDriver
+type Msg struct {
+	c    *Conn
 	msg  *nats.Msg
 	mu   sync.Mutex
 	ackd bool
 }
 
-func (m *pulledMsg) Data() []byte         { return m.msg.Data }
-func (m *pulledMsg) Headers() nats.Header { return m.msg.Header }
+func (m *Msg) Data() []byte         { return m.msg.Data }
+func (m *Msg) Headers() nats.Header { return m.msg.Header }
 
-func (m *pulledMsg) Metadata() (*jetstream.MsgMetadata, error) {
+func (m *Msg) Metadata() (*jetstream.MsgMetadata, error) {
 	md, err := m.msg.Metadata()
 	if err != nil {
 		return nil, err
@@ -503,19 +509,19 @@ var (
 	ackProgress = []byte("+WPI")
 )
 
-func (m *pulledMsg) Ack() error        { return m.reply(ackAck, m.publish) }
-func (m *pulledMsg) Nak() error        { return m.reply(ackNak, m.publish) }
-func (m *pulledMsg) InProgress() error { return m.reply(ackProgress, m.publish) }
+func (m *Msg) Ack() error        { return m.reply(ackAck, m.publish) }
+func (m *Msg) Nak() error        { return m.reply(ackNak, m.publish) }
+func (m *Msg) InProgress() error { return m.reply(ackProgress, m.publish) }
 
 // publish sends an acknowledgement without waiting for the server.
-func (m *pulledMsg) publish(kind []byte) error { return m.d.nc.Publish(m.msg.Reply, kind) }
+func (m *Msg) publish(kind []byte) error { return m.c.NC.Publish(m.msg.Reply, kind) }
 
 // DoubleAck acknowledges and waits for the server's confirmation.
-func (m *pulledMsg) DoubleAck(ctx context.Context) error {
-	ctx, cancel := m.d.apiContext(ctx)
+func (m *Msg) DoubleAck(ctx context.Context) error {
+	ctx, cancel := m.c.APIContext(ctx)
 	defer cancel()
 	return m.reply(ackAck, func(kind []byte) error {
-		_, err := m.d.nc.RequestWithContext(ctx, m.msg.Reply, kind)
+		_, err := m.c.NC.RequestWithContext(ctx, m.msg.Reply, kind)
 		return err
 	})
 }
@@ -523,7 +529,7 @@ func (m *pulledMsg) DoubleAck(ctx context.Context) error {
 // reply sends an acknowledgment of kind with send (a publish, or a
 // request that waits for the server's answer). Only progress may be sent
 // more than once.
-func (m *pulledMsg) reply(kind []byte, send func(kind []byte) error) error {
+func (m *Msg) reply(kind []byte, send func(kind []byte) error) error {
 	progress := string(kind) == string(ackProgress)
 	m.mu.Lock()
 	defer m.mu.Unlock()
