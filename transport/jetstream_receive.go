@@ -103,7 +103,7 @@ func (q *jsQueue) gather(ctx context.Context, max int) ([]*Delivery, error) {
 			}
 			return ds, nil
 		}
-		q.checkSourcing(ctx, part)
+		q.d.hk.idle(ctx, q, part)
 		start = (start + 1) % len(q.parts)
 	}
 }
@@ -296,14 +296,13 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, h *held, canc
 	decodeHeader(hd, m)
 	s := &jsSettler{q: q, part: part, msg: msg, m: m, count: int(md.NumDelivered), lockedUntil: h.lockedAt.Add(q.cfg.LockDuration)}
 	if !q.isDLQ {
-		part.noteSourced(hd.Get(natsStreamSource), m.EnqueuedAt)
+		q.d.hk.delivered(ctx, q, part, hd.Get(natsStreamSource), m.EnqueuedAt)
 		if sched := hd.Get(natsScheduler); sched != "" && cancelled[sched] {
 			if err := msg.Ack(); err != nil {
 				q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: ack of cancelled activation failed", slogErr(err), slogQueue(q.cfg.Name))
 			}
 			return nil
 		}
-		q.maybePurge(ctx, part)
 	}
 	count := int(md.NumDelivered)
 	if count > q.cfg.MaxDeliveryCount && !q.isDLQ {
