@@ -20,9 +20,9 @@ func SetSizeStale(d time.Duration) (undo func()) {
 
 // SetHousekeepCycled has f called after each cycle of every broker's
 // housekeeping loop, for each queue partition it looks after, with
-// whether the broker holds the partition's lease; the returned function
-// undoes it.
-func SetHousekeepCycled(f func(queue string, part int, held bool)) (undo func()) {
+// the broker's id (one per broker) and whether it holds the partition's
+// lease; the returned function undoes it.
+func SetHousekeepCycled(f func(broker, queue string, part int, held bool)) (undo func()) {
 	housekeepCycled.Store(&f)
 	return func() { housekeepCycled.Store(nil) }
 }

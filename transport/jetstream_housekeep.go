@@ -90,9 +90,10 @@ type keepState struct {
 }
 
 // housekeepCycled, when set (by tests), is called after each cycle of a
-// broker's loop for each partition it looks after, with whether the
-// broker holds the partition's lease (and so did its housekeeping).
-var housekeepCycled atomic.Pointer[func(queue string, part int, held bool)]
+// broker's loop for each partition it looks after, with the broker's
+// holder id and whether it holds the partition's lease (and so did its
+// housekeeping).
+var housekeepCycled atomic.Pointer[func(broker, queue string, part int, held bool)]
 
 // delivered is the receive paths' hook for a message of part delivered
 // to a receiver of q: src is its Nats-Stream-Source header, enqueued the
@@ -246,7 +247,7 @@ func (h *housekeeper) loop() {
 					}
 				}
 				if f := housekeepCycled.Load(); f != nil {
-					(*f)(q.cfg.Name, part.idx, held)
+					(*f)(h.id, q.cfg.Name, part.idx, held)
 				}
 			}
 		}

@@ -44,9 +44,13 @@ func housekeepingRequests(t *testing.T, srv *embedded.Server, queue string, brok
 	}
 	var ready atomic.Bool
 	var held atomic.Int64
+	var holder atomic.Pointer[string] // the first broker seen holding
 	done := make(chan struct{})
-	undo := transport.SetHousekeepCycled(func(q string, part int, isHolder bool) {
+	undo := transport.SetHousekeepCycled(func(broker, q string, part int, isHolder bool) {
 		if q != queue || !isHolder || !ready.Load() {
+			return
+		}
+		if holder.CompareAndSwap(nil, &broker); *holder.Load() != broker {
 			return
 		}
 		switch held.Add(1) {
@@ -113,7 +117,7 @@ func TestHousekeepingHandedOverOnClose(t *testing.T) {
 	var closed atomic.Bool
 	var after atomic.Int64 // cycles reported after the holder closed, before a holder
 	bHolds := make(chan int64, 1)
-	undo := transport.SetHousekeepCycled(func(q string, part int, held bool) {
+	undo := transport.SetHousekeepCycled(func(_, q string, part int, held bool) {
 		if q != "handover" {
 			return
 		}
@@ -184,7 +188,7 @@ func TestHousekeepLeaseHolder(t *testing.T) {
 	}
 	holds := make(chan struct{})
 	var once sync.Once
-	transport.SetHousekeepCycled(func(q string, part int, held bool) {
+	transport.SetHousekeepCycled(func(_, q string, part int, held bool) {
 		if q == "killed" && held {
 			once.Do(func() { close(holds) })
 		}
