@@ -32,10 +32,6 @@ import (
 // the permission to create and pull consumers on the schedule stream: a
 // process without it does not housekeep.
 const (
-	// LeaseConsumer is the name of the housekeeping lease consumer on
-	// each partition's schedule stream.
-	LeaseConsumer = "jetsaga-housekeeper"
-
 	leaseTTL     = 6 * time.Second
 	leasePull    = 3 * time.Second
 	leaseRecheck = time.Minute
