@@ -54,6 +54,10 @@ type lease struct {
 	cc     jetstream.ConsumeContext // while held
 	due    time.Time                // next try while not held
 	closed bool
+	// none: the server refused the lease consumer's config (a stream
+	// made by an older version, a consumer limit): this partition has no
+	// lease, and the broker housekeeps it as every broker did before.
+	none bool
 }
 
 func (h *housekeeper) newLease(q *jsQueue, part *jsPartition) *lease {
@@ -84,6 +88,9 @@ func (l *lease) hold(ctx context.Context) bool {
 	if l.closed {
 		return false
 	}
+	if l.none {
+		return true
+	}
 	if l.cc != nil {
 		if !l.lost.Load() {
 			return true
@@ -103,11 +110,20 @@ func (l *lease) hold(ctx context.Context) bool {
 	defer cancel()
 	l.lost.Store(false)
 	c, err := l.part.sched.CreateConsumer(tctx, l.cfg)
-	if err != nil {
-		if !errors.Is(err, jetstream.ErrConsumerExists) {
-			l.h.d.o.logger.LogAttrs(ctx, slog.LevelDebug, "transport: housekeeping lease not taken",
-				slogErr(err), slogQueue(l.q), slog.Int("partition", l.part.idx))
-		}
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerExists):
+		return false // another broker holds it
+	case errors.As(err, &apiErr) && apiErr.Code == 400:
+		l.none = true
+		l.h.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: no housekeeping lease possible on this partition; this broker housekeeps it regardless",
+			slogErr(err), slogQueue(l.q), slog.Int("partition", l.part.idx))
+		return true
+	case err != nil:
+		// No answer (a permission the process lacks, the server busy):
+		// another broker housekeeps, or this one on a later try.
+		l.h.d.o.logger.LogAttrs(ctx, slog.LevelDebug, "transport: housekeeping lease not taken",
+			slogErr(err), slogQueue(l.q), slog.Int("partition", l.part.idx))
 		return false
 	}
 	cc, err := c.Consume(func(jetstream.Msg) {}, jetstream.PullExpiry(leasePull), jetstream.ConsumeErrHandler(l.consumeErr))

@@ -263,3 +263,58 @@ func TestExhaustedMovedAfterHolderKilled(t *testing.T) {
 	awaitExhaustedMoved(t, q, exhaustedAfterHolderDies-time.Since(killed))
 	t.Logf("moved to the dead-letter queue %v after the holder was killed", time.Since(killed).Round(100*time.Millisecond))
 }
+
+// TestHousekeepingWhereLeaseRefused: on a schedule stream that refuses
+// the lease consumer (here: a consumer limit, reached), a broker
+// housekeeps the partition regardless, as every broker did before the
+// lease.
+func TestHousekeepingWhereLeaseRefused(t *testing.T) {
+	srv, nc, a := startServer(t, embedded.Options{})
+	if _, err := a.OpenQueue(t.Context(), transport.QueueConfig{Name: "limited"}); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(t.Context(), "JETSAGA_S_limited_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateConsumer(t.Context(), jetstream.ConsumerConfig{Durable: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	cfg.MaxConsumers = info.State.Consumers
+	if _, err := js.UpdateStream(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	holds := make(chan struct{})
+	var once sync.Once
+	undo := transport.SetHousekeepCycled(func(_, q string, part int, held bool) {
+		if q == "limited" && held {
+			once.Do(func() { close(holds) })
+		}
+	})
+	defer undo()
+	nc2, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc2.Close)
+	b, err := transport.NewJetStream(nc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if _, err := b.Queue(t.Context(), "limited"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-holds:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no broker housekeeps a partition whose schedule stream refuses the lease")
+	}
+}
