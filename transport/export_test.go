@@ -17,3 +17,12 @@ func SetSizeStale(d time.Duration) (undo func()) {
 	sizeStale = d
 	return func() { sizeStale = old }
 }
+
+// SetHousekeepCycled has f called after each cycle of every broker's
+// housekeeping loop, for each queue partition it looks after, with
+// the broker's id (one per broker) and whether it holds the partition's
+// lease; the returned function undoes it.
+func SetHousekeepCycled(f func(broker, queue string, part int, held bool)) (undo func()) {
+	housekeepCycled.Store(&f)
+	return func() { housekeepCycled.Store(nil) }
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/jetsaga/jetsaga/transport/internal/pull"
 	"github.com/jetsaga/jetsaga/transport/internal/tries"
@@ -36,7 +37,9 @@ func NewJetStream(nc *nats.Conn, opts ...Option) (*Broker, error) {
 		return nil, fmt.Errorf("transport: %w", err)
 	}
 	life, stop := context.WithCancel(context.Background())
-	return &Broker{d: &jsDriver{nc: nc, js: js, o: o, life: life, stop: stop}}, nil
+	d := &jsDriver{nc: nc, js: js, o: o, life: life, stop: stop}
+	d.hk.d, d.hk.id = d, nuid.Next()
+	return &Broker{d: d}, nil
 }
 
 type jsDriver struct {
@@ -51,13 +54,14 @@ type jsDriver struct {
 
 	keepMu sync.Mutex
 	keeps  map[string]*partKeep // by stream name (see keepOf)
-	hk     housekeeper
+	hk     housekeeper          // the housekeeping service
 }
 
 func (d *jsDriver) maxPayload() int64 { return d.nc.MaxPayload() }
 
 func (d *jsDriver) close() error {
 	d.closed.Store(true)
+	d.hk.stop()
 	d.stop()
 	return nil
 }

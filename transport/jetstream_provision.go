@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -73,7 +72,7 @@ func (d *jsDriver) newQueue(ctx context.Context, cfg QueueConfig, part func(cont
 	dlCfg.Partitions, dlCfg.RequiresSession = 1, false
 	q.dlq = &jsQueue{d: d, cfg: dlCfg, parts: []*jsPartition{dl}, isDLQ: true}
 	q.dlq.dlq = q.dlq
-	d.housekeep(q)
+	d.hk.housekeep(q)
 	return q, nil
 }
 
@@ -379,7 +378,7 @@ func (d *jsDriver) provision(ctx context.Context, cfg QueueConfig, n jsNames, p 
 }
 
 func (d *jsDriver) deleteQueue(ctx context.Context, name string) error {
-	d.forget(name)
+	d.hk.forget(name)
 	return d.deleteStreams(ctx, func(p int) jsNames { return d.names(name, p) }, d.deadLetterNames(name).queue)
 }
 
@@ -447,40 +446,19 @@ type jsPartition struct {
 	counter jetstream.Consumer
 }
 
-// partKeep is the upkeep state of one queue partition in one broker:
-// what its receivers and its housekeeping learned, and when they last
-// acted. Every Queue handle on the partition shares it, so that what a
-// receiver notes saves housekeeping a look, and the other way round.
+// partKeep is the upkeep state of one queue partition in one broker,
+// shared by every Queue handle on the partition: the receivers' cancel
+// record lookups, and the housekeeping state (owned by the broker's
+// housekeeper, see keepState), so that what a receiver notes saves
+// housekeeping a look, and the other way round.
 type partKeep struct {
 	created time.Time // of the stream, see keepOf
-
-	// The sourcing watch (see checkSourcing).
-	watchMu             sync.Mutex
-	lastWatch, lastKick time.Time
-	unheardSince        time.Time
-
-	// Copies stay in the schedule stream after the queue stream has
-	// sourced them; receivers note the highest sourced one and purge below
-	// it now and then (see maybePurge). Copies of messages with a
-	// MessageID are kept for the duplicate window: aged holds checkpoints
-	// of (sourced sequence, enqueue time) to tell which are old enough.
-	sourcedUpTo atomic.Uint64
-	purgeMu     sync.Mutex
-	purgedUpTo  uint64 // copies without MessageID
-	agedUpTo    uint64 // copies with MessageID
-	aged        []checkpoint
-	lastPurge   time.Time
 
 	// The receivers' cancel record lookups, shared (see lookup.Group).
 	lookups lookup.Group
 
-	// Housekeeping's looks, touched by its goroutine alone: messages
-	// that exhausted their deliveries, seen by the last look (see
-	// findExhausted), and the last look at how far sourcing got (see
-	// peekSourced).
-	lastExhausted time.Time
-	suspects      map[uint64]bool
-	lastPeek      time.Time
+	// Housekeeping's, touched by the housekeeper's methods alone.
+	keep keepState
 }
 
 // keepOf returns the upkeep state of the partition whose schedule stream

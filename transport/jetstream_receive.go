@@ -106,7 +106,7 @@ func (q *jsQueue) gather(ctx context.Context, max int) ([]*Delivery, error) {
 			}
 			return ds, nil
 		}
-		q.checkSourcing(ctx, part)
+		q.d.hk.idle(ctx, q, part)
 		start = (start + 1) % len(q.parts)
 	}
 }
@@ -295,14 +295,13 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, h *pull.Held,
 	decodeHeader(hd, m)
 	s := &jsSettler{q: q, part: part, msg: msg, m: m, count: int(md.NumDelivered), lockedUntil: h.LockedAt.Add(q.cfg.LockDuration)}
 	if !q.isDLQ {
-		part.noteSourced(hd.Get(natsStreamSource), m.EnqueuedAt)
+		q.d.hk.delivered(ctx, q, part, hd.Get(natsStreamSource), m.EnqueuedAt)
 		if sched := hd.Get(natsScheduler); sched != "" && cancelled[sched] {
 			if err := msg.Ack(); err != nil {
 				q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: ack of cancelled activation failed", slogErr(err), slogQueue(q.cfg.Name))
 			}
 			return nil
 		}
-		q.maybePurge(ctx, part)
 	}
 	count := int(md.NumDelivered)
 	if count > q.cfg.MaxDeliveryCount && !q.isDLQ {

@@ -277,7 +277,7 @@ func (s *jsSession) next(ctx context.Context) (*Delivery, error) {
 		if ds := s.q.collect(ctx, s.part, s.p, s.p.Take(1)); len(ds) > 0 {
 			return ds[0], nil
 		}
-		s.q.checkSourcing(ctx, s.part)
+		s.q.d.hk.idle(ctx, s.q, s.part)
 	}
 }
 

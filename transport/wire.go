@@ -46,6 +46,13 @@ const (
 	// queue partition or a dead-letter queue share.
 	ReceiveConsumer = "recv"
 
+	// LeaseConsumer is the durable consumer on a queue partition's
+	// schedule stream whose existence is the partition's housekeeping
+	// lease: the jetsaga broker that created it (its description names
+	// the holder) housekeeps the partition. It filters on a subject no
+	// message is written to; leave it alone.
+	LeaseConsumer = "jetsaga-housekeeper"
+
 	// Stream metadata keys: a queue's number of partitions, whether it
 	// requires sessions, and its QueueConfig as JSON; a topic's
 	// TopicConfig as JSON (on every stream of the topic).

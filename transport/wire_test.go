@@ -38,6 +38,7 @@ var wireNames = map[string]string{
 	"KindWithID":                     KindWithID,
 	"KindWithoutID":                  KindWithoutID,
 	"ScheduleToken":                  ScheduleToken,
+	"LeaseConsumer":                  LeaseConsumer,
 	"ReceiveConsumer":                ReceiveConsumer,
 	"MetaPartitions":                 MetaPartitions,
 	"MetaRequiresSession":            MetaRequiresSession,

@@ -237,7 +237,10 @@ reason MaxDeliveryCountExceeded, and purges the schedule stream's copies
 the queue has sourced. A queue whose services are all written in other
 languages (docs/wire.md) needs one such process: this command is it. It
 looks after the queues named, or every queue, including queues created
-while it runs, until it is interrupted. Any number may run at once. A
+while it runs, until it is interrupted. Any number may run at once, with
+services or not: for each queue partition, one process across all of them
+holds the housekeeping lease and does the looks, and another takes over
+when it stops or dies (docs/operating.md). A
 queue named that does not exist is created, with the default settings
 (one partition, no sessions), as transport.Broker.Queue does.`,
 			examples: []string{"jetsaga housekeep", "jetsaga housekeep orders payments"},
