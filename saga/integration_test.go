@@ -22,29 +22,6 @@ import (
 	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
-// R3: competing dispatchers on hot sagas.
-
-type Incr struct{ ID string }
-
-type counter struct{ Count int }
-
-func counterSaga() *saga.Definition[counter] { return counterSagaWith(nil) }
-
-// counterSagaWith is counterSaga whose handler calls before, if not nil,
-// with the instance's ID, before it counts.
-func counterSagaWith(before func(id string)) *saga.Definition[counter] {
-	d := saga.Define[counter]("counter")
-	saga.StartedBy(d, saga.By(func(m Incr) string { return m.ID }),
-		func(_ context.Context, c *saga.Context[counter], _ Incr) error {
-			if before != nil {
-				before(c.ID())
-			}
-			c.Data.Count++
-			return nil
-		})
-	return d
-}
-
 func TestHotSagasCompetingDispatchers(t *testing.T) {
 	t.Parallel()
 	const (
@@ -457,24 +434,6 @@ func TestDeadLetterReasons(t *testing.T) {
 	}
 }
 
-// originalID returns the MessageID of the message a dead letter came
-// from: a delayed retry has its own MessageID and carries the original's
-// identity in a property.
-func originalID(m *transport.Message) string {
-	if origin, ok := m.Properties["jetsaga-origin"]; ok {
-		return origin
-	}
-	return m.MessageID
-}
-
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
-
 // R5: hostile instance IDs.
 
 type HStart struct{ ID string }
@@ -602,77 +561,6 @@ func TestHostileIDs(t *testing.T) {
 			t.Errorf("instance %.40q stored, want nothing for a refused ID", id)
 		}
 	}
-}
-
-// Timeouts: stale ones dropped, operator listing and cancelling.
-
-type RemStart struct {
-	ID    string
-	After time.Duration
-}
-
-type RemCancel struct{ ID string }
-
-type RemDone struct{ ID string }
-
-type RemProbe struct{ ID string }
-
-type RemDue struct{}
-
-type remData struct {
-	H             saga.TimeoutHandle
-	Due           time.Time
-	Fired, Probes int
-}
-
-func remSaga(fired *atomic.Int64) *saga.Definition[remData] {
-	d := saga.Define[remData]("reminder")
-	saga.StartedBy(d, saga.By(func(m RemStart) string { return m.ID }),
-		func(_ context.Context, c *saga.Context[remData], m RemStart) error {
-			c.Data.Due = c.Now().Add(m.After)
-			var err error
-			c.Data.H, err = c.RequestTimeoutAt(c.Data.Due, RemDue{})
-			return err
-		})
-	saga.Handles(d, saga.By(func(m RemCancel) string { return m.ID }),
-		func(_ context.Context, c *saga.Context[remData], _ RemCancel) error {
-			c.CancelTimeout(c.Data.H)
-			return nil
-		})
-	saga.Handles(d, saga.By(func(m RemDone) string { return m.ID }),
-		func(_ context.Context, c *saga.Context[remData], _ RemDone) error {
-			c.MarkComplete()
-			return nil
-		})
-	saga.Handles(d, saga.By(func(m RemProbe) string { return m.ID }),
-		func(_ context.Context, c *saga.Context[remData], _ RemProbe) error {
-			c.Data.Probes++
-			return nil
-		})
-	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[remData], _ RemDue) error {
-		fired.Add(1)
-		c.Data.Fired++
-		return nil
-	})
-	return d
-}
-
-type OtherStart struct{ ID string }
-
-type OtherDue struct{}
-
-func otherSaga() *saga.Definition[counter] {
-	d := saga.Define[counter]("other")
-	saga.StartedBy(d, saga.By(func(m OtherStart) string { return m.ID }),
-		func(_ context.Context, c *saga.Context[counter], _ OtherStart) error {
-			_, err := c.RequestTimeout(time.Hour, OtherDue{})
-			return err
-		})
-	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[counter], _ OtherDue) error {
-		c.Data.Count++
-		return nil
-	})
-	return d
 }
 
 // TestStaleTimeoutRacingStep settles the messages by hand, in the order

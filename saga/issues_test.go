@@ -51,20 +51,6 @@ func leakSaga() *saga.Definition[leakData] {
 	return d
 }
 
-// scheduledByID lists the timeouts waiting in d's queue for sagaName, by
-// instance ID.
-func scheduledByID(t *testing.T, d *saga.Dispatcher, sagaName string) map[string][]time.Time {
-	t.Helper()
-	out := map[string][]time.Time{}
-	for st, err := range d.ScheduledTimeouts(ctxFor(t), sagaName) {
-		if err != nil {
-			t.Fatalf("ScheduledTimeouts: %v", err)
-		}
-		out[st.ID] = append(out[st.ID], st.At)
-	}
-	return out
-}
-
 // sameTimes compares two lists of due times as sets.
 func sameTimes(a, b []time.Time) bool {
 	if len(a) != len(b) {
