@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -168,82 +167,6 @@ func TestOperatorCancelRacingSteps(t *testing.T) {
 			cancelled.Load(), pending, got, want)
 	}
 	t.Logf("%d timeouts cancelled, %d pending", cancelled.Load(), pending)
-}
-
-// Dead letters after delayed retries.
-
-type DLFail struct{ ID string }
-
-func TestDeadLetterAfterRetriesKeepsMessage(t *testing.T) {
-	t.Parallel()
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
-	qcfg := transport.QueueConfig{Name: "dlkeep", LockDuration: 2 * time.Second}
-	q := n.openQueue(t, qcfg)
-	def := saga.Define[counter]("dlkeep")
-	saga.StartedBy(def, saga.By(func(m DLFail) string { return m.ID }),
-		func(context.Context, *saga.Context[counter], DLFail) error { return errors.New("payment service down") })
-	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(def), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
-	ctx := ctxFor(t)
-	if _, err := d.Send(ctx, DLFail{ID: "o-43"}, saga.WithMessageID("order-43"), saga.WithProperty("trace", "t-43"),
-		saga.WithCorrelationID("corr-43")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Send(ctx, DLFail{ID: "o-44"}, saga.WithProperty("trace", "t-44")); err != nil {
-		t.Fatal(err)
-	}
-	run(t, d)
-	dlq := q.DeadLetterQueue()
-	testutil.Await(t, 20*time.Second, func() string {
-		if got := len(peekAll(t, dlq)); got != 2 {
-			return fmt.Sprintf("%d of 2 messages dead-lettered", got)
-		}
-		return queueEmpty(t, q)
-	})
-	byTrace := map[string]*transport.Message{}
-	for _, m := range peekAll(t, dlq) {
-		byTrace[m.Properties["trace"]] = m
-	}
-	for _, tc := range []struct{ trace, id, corr, body string }{
-		{"t-43", "order-43", "corr-43", `{"ID":"o-43"}`},
-		{"t-44", "", "", `{"ID":"o-44"}`},
-	} {
-		m := byTrace[tc.trace]
-		if m == nil {
-			t.Errorf("%s: not dead-lettered", tc.trace)
-			continue
-		}
-		if m.MessageID != tc.id || m.CorrelationID != tc.corr || string(m.Body) != tc.body {
-			t.Errorf("%s: MessageID %q, CorrelationID %q, body %s; want the original's: %q, %q, %s",
-				tc.trace, m.MessageID, m.CorrelationID, m.Body, tc.id, tc.corr, tc.body)
-		}
-		if m.DeadLetterReason != saga.ReasonRetriesExhausted || !strings.Contains(m.DeadLetterDescription, "payment service down") {
-			t.Errorf("%s: %s: %s", tc.trace, m.DeadLetterReason, m.DeadLetterDescription)
-		}
-		if m.Properties[saga.TypeProperty] != saga.MessageName[DLFail]() {
-			t.Errorf("%s: type property %q lost", tc.trace, m.Properties[saga.TypeProperty])
-		}
-		for _, internal := range []string{"jetsaga-origin", "jetsaga-attempt", "jetsaga-message-id"} {
-			if v, ok := m.Properties[internal]; ok {
-				t.Errorf("%s: internal property %s=%q kept", tc.trace, internal, v)
-			}
-		}
-		want := map[string]string{
-			saga.PropertyDelayedRetries: "1",
-			saga.PropertyAttempts:       "4", // (1 + Immediate) runs on each of 2 deliveries
-		}
-		for k, v := range want {
-			if m.Properties[k] != v {
-				t.Errorf("%s: property %s = %q, want %q", tc.trace, k, m.Properties[k], v)
-			}
-		}
-		if !strings.Contains(m.Properties[saga.PropertyLastError], "payment service down") {
-			t.Errorf("%s: %s = %q, want the handler's error", tc.trace, saga.PropertyLastError, m.Properties[saga.PropertyLastError])
-		}
-		if ts, err := time.Parse(time.RFC3339Nano, m.Properties[saga.PropertyFirstFailure]); err != nil || ts.After(m.EnqueuedAt) {
-			t.Errorf("%s: %s = %q (%v), want a time before the dead letter", tc.trace, saga.PropertyFirstFailure, m.Properties[saga.PropertyFirstFailure], err)
-		}
-	}
 }
 
 // Classification of what a handler asks for.
