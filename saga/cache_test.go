@@ -12,34 +12,6 @@ import (
 	"github.com/jetsaga/jetsaga/transport"
 )
 
-type CacheIncr struct {
-	ID  string
-	Arm bool          // request a timeout
-	Due time.Duration // after this long
-}
-
-type CacheDue struct{}
-
-type cacheData struct{ Count int }
-
-func cacheSaga() *saga.Definition[cacheData] {
-	d := saga.Define[cacheData]("cached")
-	saga.StartedBy(d, saga.By(func(m CacheIncr) string { return m.ID }),
-		func(_ context.Context, c *saga.Context[cacheData], m CacheIncr) error {
-			c.Data.Count++
-			if m.Arm {
-				_, err := c.RequestTimeout(m.Due, CacheDue{})
-				return err
-			}
-			return nil
-		})
-	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[cacheData], _ CacheDue) error {
-		c.Data.Count += 100
-		return nil
-	})
-	return d
-}
-
 // results collects StepDone results by message type.
 type results struct {
 	mu  sync.Mutex
@@ -274,16 +246,4 @@ func TestKeptTimeoutOutbox(t *testing.T) {
 			}
 		})
 	}
-}
-
-// peekScheduled returns the scheduled messages of q.
-func peekScheduled(t *testing.T, q *transport.Queue) []*transport.Message {
-	t.Helper()
-	var out []*transport.Message
-	for _, m := range peekAll(t, q) {
-		if m.State == transport.Scheduled {
-			out = append(out, m)
-		}
-	}
-	return out
 }
