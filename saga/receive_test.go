@@ -2,7 +2,8 @@ package saga_test
 
 // Stage receive (receive.go): Run's workers and Handle: draining a step
 // in flight, stopping when idle, receiving again after the server restarts
-// or is killed, and Handle before the dispatcher opened its queue.
+// or is killed, renewing the locks of a batch's waiting deliveries, and
+// Handle before the dispatcher opened its queue.
 
 import (
 	"context"
@@ -298,5 +299,52 @@ func TestHandleBeforeQueueOpenRetries(t *testing.T) {
 	}()
 	if ev := log.filter(""); len(ev) != 1 || ev[0].Result.Outcome != saga.Retried {
 		t.Errorf("steps %+v, want one, %s", ev, saga.Retried)
+	}
+}
+
+// A delivery received with others in a batch waits while the steps before
+// it run; the dispatcher renews its lock when it waited for half the
+// LockDuration, so that a batch of slow steps does not lose its tail's
+// locks (which would run those steps twice, the second as a duplicate).
+func TestReceiveBatchRenewsWaitingLocks(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	qcfg := transport.QueueConfig{Name: "batch-lock", LockDuration: 2 * time.Second}
+	n := newNode(t, srv.ClientURL())
+	q := n.openQueue(t, qcfg)
+	slow := saga.Define[cacheData]("slow")
+	saga.StartedBy(slow, saga.By(func(m CacheIncr) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[cacheData], _ CacheIncr) error {
+			c.Data.Count++
+			select { // longer than half the lock: the next one needs a renewal
+			case <-time.After(1200 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			return nil
+		})
+	var log stepLog
+	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(slow), saga.WithQueueConfig(qcfg), saga.WithHooks(log.hooks()),
+		saga.WithConcurrency(1), saga.WithReceiveBatch(3))
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := d.Send(ctxFor(t), CacheIncr{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, d)
+	testutil.Await(t, 20*time.Second, func() string {
+		if n := len(log.filter("")); n < 3 {
+			return fmt.Sprintf("%d steps done, want 3", n)
+		}
+		return queueEmpty(t, q)
+	})
+	for _, id := range []string{"a", "b", "c"} {
+		if c, _, _ := data[cacheData](t, d, "slow", id); c.Count != 1 {
+			t.Errorf("%s: count %d, want 1", id, c.Count)
+		}
+	}
+	for _, e := range log.filter("") {
+		if e.Result.Outcome != saga.Handled {
+			t.Errorf("step %s/%s: %s (%v), want every step handled once", e.Info.Saga, e.Info.ID, e.Result.Outcome, e.Result.Err)
+		}
 	}
 }
