@@ -2,7 +2,8 @@ package saga_test
 
 // Stage outbox (outbox.go): the effects a step committed carried out and
 // cleared, by the step or by whoever finds the outbox later (a crash at
-// each point of the commit protocol), and effects that cannot go out yet.
+// each point of the commit protocol), a timeouts-only outbox kept in the
+// record until the next commit, and effects that cannot go out yet.
 
 import (
 	"context"
@@ -296,5 +297,88 @@ func TestCommittedStepWithPendingEffects(t *testing.T) {
 	}
 	if n := runs.Load(); n != 1 {
 		t.Errorf("start handler ran %d times, want 1", n)
+	}
+}
+
+// A step whose outbox holds timeouts only leaves the outbox in the stored
+// record after carrying it out (no second Put); the next commit drops it.
+// A dispatcher that loads such a record — another process, or one after a
+// crash between commit and carrying out — carries it out again first:
+// harmless when it was carried out (the timeout is scheduled once, fires
+// once), and the recovery when it was not.
+func TestKeptTimeoutOutbox(t *testing.T) {
+	t.Parallel()
+	for _, crash := range []bool{false, true} {
+		t.Run(fmt.Sprintf("crash before carrying out=%v", crash), func(t *testing.T) {
+			t.Parallel()
+			srv := startServer(t)
+			qcfg := transport.QueueConfig{Name: "kept", LockDuration: time.Second}
+			n1, n2 := newNode(t, srv.ClientURL()), newNode(t, srv.ClientURL())
+			q := n2.openQueue(t, qcfg)  // to look at the queue
+			q1 := n1.openQueue(t, qcfg) // to receive with d1's connection
+			var log stepLog
+			opts := []saga.Option{saga.WithSagas(cacheSaga()), saga.WithQueueConfig(qcfg), saga.WithHooks(log.hooks())}
+			c := newCrasher(n1.nc)
+			store := &crashStore{Store: n1.store, c: c}
+			if crash {
+				store.fault = func(_ string, v []byte) (bool, bool) { return false, hasOutbox(v) }
+			}
+			d1 := n1.dispatcher(t, store, qcfg.Name, opts...)
+			d2 := n2.dispatcher(t, nil, qcfg.Name, opts...)
+			if _, err := d2.Send(ctxFor(t), CacheIncr{ID: "k", Arm: true, Due: 3 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			ds, err := q1.Receive(ctxFor(t), 1)
+			for err == nil && len(ds) == 0 {
+				ds, err = q1.Receive(ctxFor(t), 1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			d1.Handle(ctxFor(t), ds[0])
+			raw, _, err := n2.store.Load(ctxFor(t), "cached.aw") // storeKey("cached", "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !hasOutbox(raw) {
+				t.Fatal("the stored record has no outbox after a step that requested a timeout")
+			}
+			if crash {
+				if len(peekScheduled(t, q)) != 0 {
+					t.Fatal("a timeout was scheduled although the dispatcher crashed before carrying it out")
+				}
+			} else if n := len(peekScheduled(t, q)); n != 1 {
+				t.Fatalf("%d timeouts scheduled, want 1", n)
+			}
+
+			// d2 loads the record: carries the kept outbox out (again),
+			// and its commit drops it.
+			if _, err := d2.Send(ctxFor(t), CacheIncr{ID: "k"}); err != nil {
+				t.Fatal(err)
+			}
+			run(t, d2)
+			testutil.Await(t, 20*time.Second, func() string {
+				if c, _, _ := data[cacheData](t, d2, "cached", "k"); c.Count != 102 {
+					return fmt.Sprintf("count %d, want 102 (both increments and the timeout)", c.Count)
+				}
+				return queueEmpty(t, q)
+			})
+			raw, _, err = n2.store.Load(ctxFor(t), "cached.aw")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hasOutbox(raw) {
+				t.Error("the record still holds an outbox after the next commits")
+			}
+			var due []stepEvent
+			for _, e := range log.filter("") {
+				if e.Info.MessageType == saga.MessageName[CacheDue]() {
+					due = append(due, e)
+				}
+			}
+			if len(due) != 1 || due[0].Result.Outcome != saga.Handled {
+				t.Errorf("timeout steps %+v, want one, handled", due)
+			}
+		})
 	}
 }
