@@ -537,3 +537,12 @@ func peekScheduled(t *testing.T, q *transport.Queue) []*transport.Message {
 	}
 	return out
 }
+
+// queueOnNewServer starts a server, connects a node to it and opens the
+// queue qcfg describes there: the set-up of most tests of one dispatcher.
+func queueOnNewServer(t *testing.T, qcfg transport.QueueConfig) (*node, *transport.Queue) {
+	t.Helper()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	return n, n.openQueue(t, qcfg)
+}

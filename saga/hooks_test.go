@@ -112,10 +112,8 @@ type SeeDue struct{}
 
 func TestStepStartedKnowsSagaAndID(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
 	qcfg := transport.QueueConfig{Name: "see", LockDuration: 2 * time.Second}
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	def := saga.Define[counter]("see")
 	saga.StartedBy(def, saga.By(func(m SeeStart) string { return m.ID }),
 		func(_ context.Context, c *saga.Context[counter], _ SeeStart) error {

@@ -232,10 +232,8 @@ func fullSaga(runs *atomic.Int64) *saga.Definition[counter] {
 // cancel or change nothing, never leak the timeout the step scheduled.
 func TestCommittedStepWithPendingEffects(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
 	qcfg := transport.QueueConfig{Name: "full", LockDuration: 2 * time.Second}
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	outCfg := transport.QueueConfig{Name: "full-out", MaxBytes: 1}
 	out := n.openQueue(t, outCfg)
 	var log stepLog

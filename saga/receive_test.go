@@ -25,10 +25,8 @@ type SlowStart struct{ ID string }
 
 func TestRunDrainsInFlightStep(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
 	qcfg := transport.QueueConfig{Name: "drain", LockDuration: 3 * time.Second}
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	entered, cancelled := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int64
 	var finished atomic.Bool
@@ -275,10 +273,8 @@ type HandleFail struct{ ID string }
 // delayed retry once went to a nil queue).
 func TestHandleBeforeQueueOpenRetries(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
 	qcfg := transport.QueueConfig{Name: "custom", LockDuration: 5 * time.Second}
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	def := saga.Define[counter]("fails")
 	saga.StartedBy(def, saga.By(func(m HandleFail) string { return m.ID }),
 		func(context.Context, *saga.Context[counter], HandleFail) error { return errors.New("transient") })
@@ -308,10 +304,8 @@ func TestHandleBeforeQueueOpenRetries(t *testing.T) {
 // locks (which would run those steps twice, the second as a duplicate).
 func TestReceiveBatchRenewsWaitingLocks(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
 	qcfg := transport.QueueConfig{Name: "batch-lock", LockDuration: 2 * time.Second}
-	n := newNode(t, srv.ClientURL())
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	slow := saga.Define[cacheData]("slow")
 	saga.StartedBy(slow, saga.By(func(m CacheIncr) string { return m.ID }),
 		func(ctx context.Context, c *saga.Context[cacheData], _ CacheIncr) error {

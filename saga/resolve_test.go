@@ -56,10 +56,8 @@ func hostileSaga() *saga.Definition[hostileData] {
 
 func TestHostileIDs(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
 	qcfg := transport.QueueConfig{Name: "hostile", LockDuration: 2 * time.Second}
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(hostileSaga()), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
 	ctx := t.Context()
 

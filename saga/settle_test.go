@@ -56,10 +56,8 @@ func dlSaga(panics, perms *atomic.Int64) *saga.Definition[counter] {
 
 func TestDeadLetterReasons(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
 	qcfg := transport.QueueConfig{Name: "dl", LockDuration: 2 * time.Second}
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	var panics, perms atomic.Int64
 	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(dlSaga(&panics, &perms)),
 		saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
@@ -162,10 +160,8 @@ type DLFail struct{ ID string }
 
 func TestDeadLetterAfterRetriesKeepsMessage(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
 	qcfg := transport.QueueConfig{Name: "dlkeep", LockDuration: 2 * time.Second}
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	def := saga.Define[counter]("dlkeep")
 	saga.StartedBy(def, saga.By(func(m DLFail) string { return m.ID }),
 		func(context.Context, *saga.Context[counter], DLFail) error { return errors.New("payment service down") })

@@ -229,10 +229,8 @@ type unhandledDue struct{}
 
 func TestInvalidRequestsArePermanentAtTheCall(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
 	qcfg := transport.QueueConfig{Name: "badreq", LockDuration: 2 * time.Second}
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	var runs atomic.Int64
 	var mu sync.Mutex
 	callErrs := map[string]error{}

@@ -75,10 +75,8 @@ func TestOperatorCancelRacingSteps(t *testing.T) {
 		bumps     = 3
 		operators = 4
 	)
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
 	qcfg := transport.QueueConfig{Name: "leak", LockDuration: 5 * time.Second}
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(leakSaga()), saga.WithQueueConfig(qcfg),
 		saga.WithConcurrency(8), saga.WithConflictRetries(100))
 	ctx := ctxFor(t)
@@ -170,10 +168,8 @@ func TestOperatorCancelRacingSteps(t *testing.T) {
 
 func TestScheduledTimeoutsListAndCancel(t *testing.T) {
 	t.Parallel()
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
 	qcfg := transport.QueueConfig{Name: "admin", LockDuration: 2 * time.Second}
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	var fired atomic.Int64
 	var log stepLog
 	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(remSaga(&fired), otherSaga()),
