@@ -156,12 +156,7 @@ func TestInvalidEffectDoesNotPoisonInstance(t *testing.T) {
 			t.Fatal(err)
 		}
 		run(t, d)
-		testutil.Await(t, 10*time.Second, func() string {
-			if len(peekAll(t, q.DeadLetterQueue())) == 0 {
-				return "nothing dead-lettered yet"
-			}
-			return queueEmpty(t, q)
-		})
+		awaitDeadLettered(t, q)
 		if dl := peekAll(t, q.DeadLetterQueue()); dl[0].DeadLetterReason != saga.ReasonPermanent {
 			t.Errorf("reason %q (%s), want %q", dl[0].DeadLetterReason, dl[0].DeadLetterDescription, saga.ReasonPermanent)
 		}
@@ -196,12 +191,7 @@ func poisonCase(t *testing.T, n *node, name, bad string, out func(PStart) (POut,
 		}
 	}
 	run(t, d)
-	testutil.Await(t, 10*time.Second, func() string {
-		if len(peekAll(t, q.DeadLetterQueue())) == 0 {
-			return "nothing dead-lettered yet"
-		}
-		return queueEmpty(t, q)
-	})
+	awaitDeadLettered(t, q)
 	dl := peekAll(t, q.DeadLetterQueue())
 	if len(dl) != 1 {
 		t.Fatalf("%d messages dead-lettered, want only the bad one", len(dl))
@@ -287,4 +277,16 @@ func TestInvalidRequestsArePermanentAtTheCall(t *testing.T) {
 	if got := scheduledByID(t, d, "badreq"); len(got) != 0 {
 		t.Errorf("timeouts scheduled: %v", got)
 	}
+}
+
+// awaitDeadLettered waits until q has dead-lettered a message and holds
+// nothing more.
+func awaitDeadLettered(t *testing.T, q *transport.Queue) {
+	t.Helper()
+	testutil.Await(t, 10*time.Second, func() string {
+		if len(peekAll(t, q.DeadLetterQueue())) == 0 {
+			return "nothing dead-lettered yet"
+		}
+		return queueEmpty(t, q)
+	})
 }
