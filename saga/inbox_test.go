@@ -166,9 +166,9 @@ func TestInboxDelayedRetryOfSharedMessage(t *testing.T) {
 
 // TestInboxTellsQueuesApart: messages without a MessageID, one from each
 // of two queues, reach the same instance with the same sequence number;
-// the inbox tells them apart, so both are handled (identified by the
-// sequence number alone, "seq-N", unique per queue only, the second was
-// once dropped as a redelivery).
+// their identities in the inbox name the queue too, so both are handled
+// (identified by the sequence number alone, unique per queue only, the
+// second was once dropped as a redelivery).
 func TestInboxTellsQueuesApart(t *testing.T) {
 	t.Parallel()
 	srv := startServer(t)
