@@ -1,8 +1,10 @@
 package saga_test
 
+// The record cache (cache.go), a decorator of the step's loads: a cached
+// record made stale by another dispatcher never commits.
+
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -11,34 +13,6 @@ import (
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/transport"
 )
-
-type CacheIncr struct {
-	ID  string
-	Arm bool          // request a timeout
-	Due time.Duration // after this long
-}
-
-type CacheDue struct{}
-
-type cacheData struct{ Count int }
-
-func cacheSaga() *saga.Definition[cacheData] {
-	d := saga.Define[cacheData]("cached")
-	saga.StartedBy(d, saga.By(func(m CacheIncr) string { return m.ID }),
-		func(_ context.Context, c *saga.Context[cacheData], m CacheIncr) error {
-			c.Data.Count++
-			if m.Arm {
-				_, err := c.RequestTimeout(m.Due, CacheDue{})
-				return err
-			}
-			return nil
-		})
-	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[cacheData], _ CacheDue) error {
-		c.Data.Count += 100
-		return nil
-	})
-	return d
-}
 
 // results collects StepDone results by message type.
 type results struct {
@@ -144,146 +118,4 @@ func TestRecordCacheStaleAfterAnotherDispatcher(t *testing.T) {
 	// server (its identity is in the inbox): the queue empties a moment
 	// after the step returns.
 	testutil.Await(t, 10*time.Second, func() string { return queueEmpty(t, q) })
-}
-
-// A delivery received with others in a batch waits while the steps before
-// it run; the dispatcher renews its lock when it waited for half the
-// LockDuration, so that a batch of slow steps does not lose its tail's
-// locks (which would run those steps twice, the second as a duplicate).
-func TestReceiveBatchRenewsWaitingLocks(t *testing.T) {
-	t.Parallel()
-	srv := startServer(t)
-	qcfg := transport.QueueConfig{Name: "batch-lock", LockDuration: 2 * time.Second}
-	n := newNode(t, srv.ClientURL())
-	q := n.openQueue(t, qcfg)
-	slow := saga.Define[cacheData]("slow")
-	saga.StartedBy(slow, saga.By(func(m CacheIncr) string { return m.ID }),
-		func(ctx context.Context, c *saga.Context[cacheData], _ CacheIncr) error {
-			c.Data.Count++
-			select { // longer than half the lock: the next one needs a renewal
-			case <-time.After(1200 * time.Millisecond):
-			case <-ctx.Done():
-			}
-			return nil
-		})
-	var log stepLog
-	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(slow), saga.WithQueueConfig(qcfg), saga.WithHooks(log.hooks()),
-		saga.WithConcurrency(1), saga.WithReceiveBatch(3))
-	for _, id := range []string{"a", "b", "c"} {
-		if _, err := d.Send(ctxFor(t), CacheIncr{ID: id}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run(t, d)
-	testutil.Await(t, 20*time.Second, func() string {
-		if n := len(log.filter("")); n < 3 {
-			return fmt.Sprintf("%d steps done, want 3", n)
-		}
-		return queueEmpty(t, q)
-	})
-	for _, id := range []string{"a", "b", "c"} {
-		if c, _, _ := data[cacheData](t, d, "slow", id); c.Count != 1 {
-			t.Errorf("%s: count %d, want 1", id, c.Count)
-		}
-	}
-	for _, e := range log.filter("") {
-		if e.Result.Outcome != saga.Handled {
-			t.Errorf("step %s/%s: %s (%v), want every step handled once", e.Info.Saga, e.Info.ID, e.Result.Outcome, e.Result.Err)
-		}
-	}
-}
-
-// A step whose outbox holds timeouts only leaves the outbox in the stored
-// record after carrying it out (no second Put); the next commit drops it.
-// A dispatcher that loads such a record — another process, or one after a
-// crash between commit and carrying out — carries it out again first:
-// harmless when it was carried out (the timeout is scheduled once, fires
-// once), and the recovery when it was not.
-func TestKeptTimeoutOutbox(t *testing.T) {
-	t.Parallel()
-	for _, crash := range []bool{false, true} {
-		t.Run(fmt.Sprintf("crash before carrying out=%v", crash), func(t *testing.T) {
-			t.Parallel()
-			srv := startServer(t)
-			qcfg := transport.QueueConfig{Name: "kept", LockDuration: time.Second}
-			n1, n2 := newNode(t, srv.ClientURL()), newNode(t, srv.ClientURL())
-			q := n2.openQueue(t, qcfg)  // to look at the queue
-			q1 := n1.openQueue(t, qcfg) // to receive with d1's connection
-			var log stepLog
-			opts := []saga.Option{saga.WithSagas(cacheSaga()), saga.WithQueueConfig(qcfg), saga.WithHooks(log.hooks())}
-			c := newCrasher(n1.nc)
-			store := &crashStore{Store: n1.store, c: c}
-			if crash {
-				store.fault = func(_ string, v []byte) (bool, bool) { return false, hasOutbox(v) }
-			}
-			d1 := n1.dispatcher(t, store, qcfg.Name, opts...)
-			d2 := n2.dispatcher(t, nil, qcfg.Name, opts...)
-			if _, err := d2.Send(ctxFor(t), CacheIncr{ID: "k", Arm: true, Due: 3 * time.Second}); err != nil {
-				t.Fatal(err)
-			}
-			ds, err := q1.Receive(ctxFor(t), 1)
-			for err == nil && len(ds) == 0 {
-				ds, err = q1.Receive(ctxFor(t), 1)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			d1.Handle(ctxFor(t), ds[0])
-			raw, _, err := n2.store.Load(ctxFor(t), "cached.aw") // storeKey("cached", "k")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !hasOutbox(raw) {
-				t.Fatal("the stored record has no outbox after a step that requested a timeout")
-			}
-			if crash {
-				if len(peekScheduled(t, q)) != 0 {
-					t.Fatal("a timeout was scheduled although the dispatcher crashed before carrying it out")
-				}
-			} else if n := len(peekScheduled(t, q)); n != 1 {
-				t.Fatalf("%d timeouts scheduled, want 1", n)
-			}
-
-			// d2 loads the record: carries the kept outbox out (again),
-			// and its commit drops it.
-			if _, err := d2.Send(ctxFor(t), CacheIncr{ID: "k"}); err != nil {
-				t.Fatal(err)
-			}
-			run(t, d2)
-			testutil.Await(t, 20*time.Second, func() string {
-				if c, _, _ := data[cacheData](t, d2, "cached", "k"); c.Count != 102 {
-					return fmt.Sprintf("count %d, want 102 (both increments and the timeout)", c.Count)
-				}
-				return queueEmpty(t, q)
-			})
-			raw, _, err = n2.store.Load(ctxFor(t), "cached.aw")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if hasOutbox(raw) {
-				t.Error("the record still holds an outbox after the next commits")
-			}
-			var due []stepEvent
-			for _, e := range log.filter("") {
-				if e.Info.MessageType == saga.MessageName[CacheDue]() {
-					due = append(due, e)
-				}
-			}
-			if len(due) != 1 || due[0].Result.Outcome != saga.Handled {
-				t.Errorf("timeout steps %+v, want one, handled", due)
-			}
-		})
-	}
-}
-
-// peekScheduled returns the scheduled messages of q.
-func peekScheduled(t *testing.T, q *transport.Queue) []*transport.Message {
-	t.Helper()
-	var out []*transport.Message
-	for _, m := range peekAll(t, q) {
-		if m.State == transport.Scheduled {
-			out = append(out, m)
-		}
-	}
-	return out
 }

@@ -58,10 +58,8 @@ func TestReplanOnJetStream(t *testing.T) {
 		c.Data.Fired++
 		return nil
 	})
-	srv := startServer(t)
-	n := newNode(t, srv.ClientURL())
 	qcfg := transport.QueueConfig{Name: "replan-nats"}
-	q := n.openQueue(t, qcfg)
+	n, q := queueOnNewServer(t, qcfg)
 	disp := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(d), saga.WithCalendars(reg, calendar.RefOf(v1)))
 	run(t, disp)
 	if _, err := disp.Send(ctxFor(t), rpBegin{ID: "r", From: due.AddDate(0, 0, -1)}); err != nil {

@@ -1,7 +1,8 @@
 package saga_test
 
-// Timeouts activated early (timeout.WithEarlyActivation), which the
-// dispatcher holds until their due time.
+// Stage hold (hold.go): timeouts activated early
+// (timeout.WithEarlyActivation), which the dispatcher holds until their due
+// time.
 
 import (
 	"context"

@@ -367,3 +367,182 @@ func timeoutTooEarly[S any](c *saga.Context[S], due time.Time) string {
 	}
 	return s
 }
+
+// counterSaga counts the Incr messages of each instance.
+
+type Incr struct{ ID string }
+
+type counter struct{ Count int }
+
+func counterSaga() *saga.Definition[counter] { return counterSagaWith(nil) }
+
+// counterSagaWith is counterSaga whose handler calls before, if not nil,
+// with the instance's ID, before it counts.
+func counterSagaWith(before func(id string)) *saga.Definition[counter] {
+	d := saga.Define[counter]("counter")
+	saga.StartedBy(d, saga.By(func(m Incr) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], _ Incr) error {
+			if before != nil {
+				before(c.ID())
+			}
+			c.Data.Count++
+			return nil
+		})
+	return d
+}
+
+// originalID returns the MessageID of the message a dead letter came
+// from: a delayed retry has its own MessageID and carries the original's
+// identity in a property.
+func originalID(m *transport.Message) string {
+	if origin, ok := m.Properties["jetsaga-origin"]; ok {
+		return origin
+	}
+	return m.MessageID
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// remSaga requests a reminder timeout that later messages cancel, complete
+// or probe; otherSaga, one timeout an hour ahead.
+
+type RemStart struct {
+	ID    string
+	After time.Duration
+}
+
+type RemCancel struct{ ID string }
+
+type RemDone struct{ ID string }
+
+type RemProbe struct{ ID string }
+
+type RemDue struct{}
+
+type remData struct {
+	H             saga.TimeoutHandle
+	Due           time.Time
+	Fired, Probes int
+}
+
+func remSaga(fired *atomic.Int64) *saga.Definition[remData] {
+	d := saga.Define[remData]("reminder")
+	saga.StartedBy(d, saga.By(func(m RemStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[remData], m RemStart) error {
+			c.Data.Due = c.Now().Add(m.After)
+			var err error
+			c.Data.H, err = c.RequestTimeoutAt(c.Data.Due, RemDue{})
+			return err
+		})
+	saga.Handles(d, saga.By(func(m RemCancel) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[remData], _ RemCancel) error {
+			c.CancelTimeout(c.Data.H)
+			return nil
+		})
+	saga.Handles(d, saga.By(func(m RemDone) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[remData], _ RemDone) error {
+			c.MarkComplete()
+			return nil
+		})
+	saga.Handles(d, saga.By(func(m RemProbe) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[remData], _ RemProbe) error {
+			c.Data.Probes++
+			return nil
+		})
+	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[remData], _ RemDue) error {
+		fired.Add(1)
+		c.Data.Fired++
+		return nil
+	})
+	return d
+}
+
+type OtherStart struct{ ID string }
+
+type OtherDue struct{}
+
+func otherSaga() *saga.Definition[counter] {
+	d := saga.Define[counter]("other")
+	saga.StartedBy(d, saga.By(func(m OtherStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[counter], _ OtherStart) error {
+			_, err := c.RequestTimeout(time.Hour, OtherDue{})
+			return err
+		})
+	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[counter], _ OtherDue) error {
+		c.Data.Count++
+		return nil
+	})
+	return d
+}
+
+// scheduledByID lists the timeouts waiting in d's queue for sagaName, by
+// instance ID.
+func scheduledByID(t *testing.T, d *saga.Dispatcher, sagaName string) map[string][]time.Time {
+	t.Helper()
+	out := map[string][]time.Time{}
+	for st, err := range d.ScheduledTimeouts(ctxFor(t), sagaName) {
+		if err != nil {
+			t.Fatalf("ScheduledTimeouts: %v", err)
+		}
+		out[st.ID] = append(out[st.ID], st.At)
+	}
+	return out
+}
+
+// cacheSaga counts CacheIncr messages, 100 for a timeout one of them
+// requested.
+
+type CacheIncr struct {
+	ID  string
+	Arm bool          // request a timeout
+	Due time.Duration // after this long
+}
+
+type CacheDue struct{}
+
+type cacheData struct{ Count int }
+
+func cacheSaga() *saga.Definition[cacheData] {
+	d := saga.Define[cacheData]("cached")
+	saga.StartedBy(d, saga.By(func(m CacheIncr) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[cacheData], m CacheIncr) error {
+			c.Data.Count++
+			if m.Arm {
+				_, err := c.RequestTimeout(m.Due, CacheDue{})
+				return err
+			}
+			return nil
+		})
+	saga.OnTimeout(d, func(_ context.Context, c *saga.Context[cacheData], _ CacheDue) error {
+		c.Data.Count += 100
+		return nil
+	})
+	return d
+}
+
+// peekScheduled returns the scheduled messages of q.
+func peekScheduled(t *testing.T, q *transport.Queue) []*transport.Message {
+	t.Helper()
+	var out []*transport.Message
+	for _, m := range peekAll(t, q) {
+		if m.State == transport.Scheduled {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// queueOnNewServer starts a server, connects a node to it and opens the
+// queue qcfg describes there: the set-up of most tests of one dispatcher.
+func queueOnNewServer(t *testing.T, qcfg transport.QueueConfig) (*node, *transport.Queue) {
+	t.Helper()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	return n, n.openQueue(t, qcfg)
+}

@@ -1,5 +1,8 @@
 package saga_test
 
+// Stage step, its inbox (inbox.go): a message handled once per instance
+// however often it is delivered, within the inbox retention.
+
 import (
 	"context"
 	"encoding/json"
@@ -10,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -158,4 +162,38 @@ func TestInboxDelayedRetryOfSharedMessage(t *testing.T) {
 			t.Errorf("audit counted %d deposits, want 301", s.Deposits)
 		}
 	})
+}
+
+// TestInboxTellsQueuesApart: messages without a MessageID, one from each
+// of two queues, reach the same instance with the same sequence number;
+// their identities in the inbox name the queue too, so both are handled
+// (identified by the sequence number alone, unique per queue only, the
+// second was once dropped as a redelivery).
+func TestInboxTellsQueuesApart(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	var ds []*saga.Dispatcher
+	var qs []*transport.Queue
+	for _, name := range []string{"qa", "qb"} {
+		qcfg := transport.QueueConfig{Name: name, LockDuration: 2 * time.Second}
+		qs = append(qs, n.openQueue(t, qcfg))
+		d := n.dispatcher(t, nil, name, saga.WithSagas(counterSaga()), saga.WithQueueConfig(qcfg))
+		if _, err := d.Send(ctxFor(t), Incr{ID: "shared"}); err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+		run(t, d)
+	}
+	// Wait for both steps (a sent message reaches its queue a moment after
+	// the send, so an empty queue proves nothing), then for quiet.
+	testutil.Await(t, 10*time.Second, func() string {
+		if c, _, _ := data[counter](t, ds[0], "counter", "shared"); c.Count < 2 {
+			return fmt.Sprintf("count %d, want 2: one Incr came through each queue", c.Count)
+		}
+		return queueEmpty(t, qs[0]) + queueEmpty(t, qs[1])
+	})
+	if c, _, _ := data[counter](t, ds[0], "counter", "shared"); c.Count != 2 {
+		t.Errorf("count %d, want 2: one Incr came through each queue", c.Count)
+	}
 }
