@@ -111,7 +111,7 @@ func (st ScheduledTimeout) String() string {
 // sagas if empty) on every engine of the dispatcher's timeout scheduler
 // (a timeout.Router lists each of its engines; the transport engine in
 // sequence order, then the timeouts it activated early that are not due
-// yet, marked Activating: see timeout.Transport.Pending for what that
+// yet, marked Activating: see timeout.Queue.Pending for what that
 // reads). An engine that cannot list its timeouts yields an error
 // matching errors.ErrUnsupported; the listing goes on with the next
 // engine if the caller continues.

@@ -95,7 +95,7 @@ func (d *Dispatcher) load(ctx context.Context, key string) (*record, uint64, err
 type scheduledRecords struct {
 	storeRecords
 	store  SchedulingStore
-	engine *timeout.Transport
+	engine *timeout.Queue
 	queue  string
 }
 

@@ -84,7 +84,7 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 		c.logger = slog.Default()
 	}
 	if c.timeouts == nil {
-		c.timeouts = timeout.NewTransport(b)
+		c.timeouts = timeout.NewQueue(b)
 	}
 	d := &Dispatcher{
 		cfg: c, broker: b, store: store, queueName: queue, subscribers: c.subscribers,
@@ -93,7 +93,7 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 	}
 	if ss, ok := store.(SchedulingStore); ok {
 		sb, sq := ss.Queue()
-		if eng, ok := c.timeouts.(*timeout.Transport); ok && eng.Broker() == b && sb == b && sq == queue {
+		if eng, ok := c.timeouts.(*timeout.Queue); ok && eng.Broker() == b && sb == b && sq == queue {
 			d.records = scheduledRecords{storeRecords: d.records.(storeRecords), store: ss, engine: eng, queue: queue}
 		}
 	}

@@ -146,7 +146,7 @@ func (e *earlyEnv) dispatcher(cancels *cancelLog, opts ...saga.Option) (*node, *
 
 func (e *earlyEnv) dispatcherLogged(log *stepLog, cancels *cancelLog, opts ...saga.Option) (*node, *saga.Dispatcher) {
 	n := newNode(e.t, e.url)
-	var engine timeout.Scheduler = timeout.NewTransport(n.broker, timeout.WithEarlyActivation(e.lead))
+	var engine timeout.Scheduler = timeout.NewQueue(n.broker, timeout.WithEarlyActivation(e.lead))
 	if cancels != nil {
 		cancels.Scheduler = engine
 		engine = cancels
@@ -613,7 +613,7 @@ func TestEarlyTimeoutVirtualClock(t *testing.T) {
 		runs := &earlyRuns{}
 		const lead = 5 * time.Second
 		d, err := saga.NewDispatcher(b, memstore.New(), "early-virtual", saga.WithSagas(earlySaga(runs)),
-			saga.WithLogger(testutil.Logger()), saga.WithTimeouts(timeout.NewTransport(b, timeout.WithEarlyActivation(lead))))
+			saga.WithLogger(testutil.Logger()), saga.WithTimeouts(timeout.NewQueue(b, timeout.WithEarlyActivation(lead))))
 		if err != nil {
 			t.Fatal(err)
 		}

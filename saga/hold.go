@@ -11,7 +11,7 @@ import (
 
 // Timeouts activated early.
 //
-// A timeout engine with early activation (timeout.NewTransport on
+// A timeout engine with early activation (timeout.NewQueue on
 // JetStream by default, see timeout.WithEarlyActivation) puts a timeout's
 // message on the queue up to a lead before its due time, with the due
 // time in timeout.PropertyDue and ScheduledAt = due − lead. The

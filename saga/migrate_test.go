@@ -51,8 +51,8 @@ func ExampleDispatcher_MigrateTimeouts() {
 	})
 	// The router has both engines: the one the timeouts are on, and the
 	// one they move to (here named "archive").
-	router := &timeout.Router{Default: timeout.NewTransport(broker), Routes: []timeout.Route{
-		{Engine: "archive", Scheduler: timeout.NewTransport(broker, timeout.WithEngineName("archive")), Beyond: math.MaxInt64},
+	router := &timeout.Router{Default: timeout.NewQueue(broker), Routes: []timeout.Route{
+		{Engine: "archive", Scheduler: timeout.NewQueue(broker, timeout.WithEngineName("archive")), Beyond: math.MaxInt64},
 	}}
 	d, err := saga.NewDispatcher(broker, memstore.New(), "reminders", saga.WithSagas(reminder), saga.WithTimeouts(router))
 	if err != nil {
@@ -73,7 +73,7 @@ func ExampleDispatcher_MigrateTimeouts() {
 	for m, err := range d.MigrateTimeouts(ctx, "reminder", "archive") {
 		fmt.Println(m.ID, m.Type, m.Outcome, m.From.Engine(), "->", m.To.Engine(), err)
 	}
-	left, _ := d.DrainReport(ctx, "reminder", timeout.TransportEngine)
+	left, _ := d.DrainReport(ctx, "reminder", timeout.QueueEngine)
 	fmt.Println("drained:", left.Drained(), len(left.Stale))
 	now, _ := d.DrainReport(ctx, "reminder", "archive")
 	fmt.Println("on archive:", now.ByType)
@@ -115,8 +115,8 @@ func TestMigrateTimeoutsWhileFiring(t *testing.T) {
 		c.Data.Early = c.Data.Early || time.Now().Before(c.Data.Due)
 		return nil
 	})
-	router := &timeout.Router{Default: timeout.NewTransport(broker), Routes: []timeout.Route{
-		{Engine: "archive", Scheduler: timeout.NewTransport(broker, timeout.WithEngineName("archive")), Beyond: math.MaxInt64},
+	router := &timeout.Router{Default: timeout.NewQueue(broker), Routes: []timeout.Route{
+		{Engine: "archive", Scheduler: timeout.NewQueue(broker, timeout.WithEngineName("archive")), Beyond: math.MaxInt64},
 	}}
 	d, err := saga.NewDispatcher(broker, memstore.New(), "mig-mem", saga.WithSagas(flow), saga.WithTimeouts(router), saga.WithLogger(testutil.Logger()))
 	if err != nil {
@@ -155,7 +155,7 @@ func TestMigrateTimeoutsWhileFiring(t *testing.T) {
 	})
 	outcomes := map[saga.MigrateOutcome]int{}
 	began, firedBefore := time.Now(), fired()
-	for _, to := range []string{"archive", timeout.TransportEngine} {
+	for _, to := range []string{"archive", timeout.QueueEngine} {
 		for m, err := range d.MigrateTimeouts(t.Context(), "mig-mem", to) {
 			if err != nil {
 				t.Fatalf("to %s: %+v: %v", to, m, err)
@@ -192,7 +192,7 @@ func TestMigrateTimeoutsWhileFiring(t *testing.T) {
 			t.Errorf("%s: handled %d times, early %v; want once, not early", id, s.Fired, s.Early)
 		}
 	}
-	for _, eng := range []string{timeout.TransportEngine, "archive"} {
+	for _, eng := range []string{timeout.QueueEngine, "archive"} {
 		r, err := d.DrainReport(t.Context(), "mig-mem", eng)
 		if err != nil || !r.Drained() || len(r.Stale) > 0 {
 			t.Errorf("DrainReport(%s): %+v, %v; want drained, nothing stale", eng, r, err)
@@ -219,7 +219,7 @@ func TestMigrateTimeoutsRefusesUnknownEngine(t *testing.T) {
 	flow := saga.Define[struct{}]("mig-unknown")
 	saga.StartedBy(flow, saga.By(func(m remindMe) string { return m.ID }),
 		func(ctx context.Context, c *saga.Context[struct{}], m remindMe) error { return nil })
-	for _, sched := range []timeout.Scheduler{timeout.NewTransport(broker), &timeout.Router{Default: timeout.NewTransport(broker)}} {
+	for _, sched := range []timeout.Scheduler{timeout.NewQueue(broker), &timeout.Router{Default: timeout.NewQueue(broker)}} {
 		d, err := saga.NewDispatcher(broker, memstore.New(), "mig-unknown", saga.WithSagas(flow), saga.WithTimeouts(sched))
 		if err != nil {
 			t.Fatal(err)
@@ -235,16 +235,16 @@ func TestMigrateTimeoutsRefusesUnknownEngine(t *testing.T) {
 	}
 }
 
-// lingeringEngine is a Transport engine whose copies stay behind: its
+// lingeringEngine is a queue engine whose copies stay behind: its
 // Cancel reports a timeout already fired without cancelling it, as the
 // JetStream transport does for one due within its cancel margin, and its
 // copies come an hour late, so that a copy a migration moved away is
 // still listed after the moved timeout fired on the new engine.
-type lingeringEngine struct{ *timeout.Transport }
+type lingeringEngine struct{ *timeout.Queue }
 
 func (e lingeringEngine) Schedule(ctx context.Context, t timeout.Timeout) (timeout.Ref, error) {
 	t.At = t.At.Add(time.Hour)
-	return e.Transport.Schedule(ctx, t)
+	return e.Queue.Schedule(ctx, t)
 }
 
 func (lingeringEngine) Cancel(context.Context, timeout.Ref) error { return timeout.ErrAlreadyFired }
@@ -271,8 +271,8 @@ func TestMigrateAgainAfterMovedTimeoutFired(t *testing.T) {
 		c.Data.Fired++
 		return nil
 	})
-	router := &timeout.Router{Default: lingeringEngine{timeout.NewTransport(broker)}, Routes: []timeout.Route{
-		{Engine: "archive", Scheduler: timeout.NewTransport(broker, timeout.WithEngineName("archive")), Beyond: math.MaxInt64},
+	router := &timeout.Router{Default: lingeringEngine{timeout.NewQueue(broker)}, Routes: []timeout.Route{
+		{Engine: "archive", Scheduler: timeout.NewQueue(broker, timeout.WithEngineName("archive")), Beyond: math.MaxInt64},
 	}}
 	d, err := saga.NewDispatcher(broker, memstore.New(), "mig-again", saga.WithSagas(flow), saga.WithTimeouts(router), saga.WithLogger(testutil.Logger()))
 	if err != nil {

@@ -87,10 +87,10 @@ func WithQueueConfig(qc transport.QueueConfig) Option {
 	})
 }
 
-// WithTimeouts sets the timeout engine. Default: timeout.NewTransport on
+// WithTimeouts sets the timeout engine. Default: timeout.NewQueue on
 // the dispatcher's broker, which on JetStream activates timeouts early
 // (timeout.DefaultEarlyActivation) for the dispatcher to hold until their
-// due time; give timeout.NewTransport(b, timeout.WithEarlyActivation(0))
+// due time; give timeout.NewQueue(b, timeout.WithEarlyActivation(0))
 // for messages that activate at their due time or after.
 func WithTimeouts(s timeout.Scheduler) Option {
 	return optionFunc(func(c *config) error {

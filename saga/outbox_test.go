@@ -99,7 +99,7 @@ func TestCrashPoints(t *testing.T) {
 			// Dispatcher A, with faults.
 			a := newNode(t, srv.ClientURL())
 			c := newCrasher(a.nc)
-			sched := &crashScheduler{inner: timeout.NewTransport(a.broker), c: c}
+			sched := &crashScheduler{inner: timeout.NewQueue(a.broker), c: c}
 			if tc.scheduled {
 				sched.afterSchedule = func(timeout.Timeout) bool { return true }
 			}

@@ -119,7 +119,7 @@ func docsEarlyActivation(broker *transport.Broker, store saga.Store) (*saga.Disp
 	}
 
 	// The engine as it was before: messages activate at their due time or after.
-	onTime := timeout.NewTransport(broker, timeout.WithEarlyActivation(0))
+	onTime := timeout.NewQueue(broker, timeout.WithEarlyActivation(0))
 	d, _ = saga.NewDispatcher(broker, store, "auth", saga.WithSagas(TwoFactor), saga.WithTimeouts(onTime))
 	if d == nil {
 		return nil, saga.ErrInvalidOption

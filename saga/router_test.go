@@ -46,11 +46,11 @@ func TestTimeoutEngineRouting(t *testing.T) {
 	pinned := define("pinned", saga.TimeoutEngine("vault"))
 	plain := define("plain")
 	router := &timeout.Router{
-		Default: timeout.NewTransport(b),
-		Routes:  []timeout.Route{{Beyond: 365 * 24 * time.Hour, Engine: "vault", Scheduler: timeout.NewTransport(b, timeout.WithEngineName("vault"))}},
+		Default: timeout.NewQueue(b),
+		Routes:  []timeout.Route{{Beyond: 365 * 24 * time.Hour, Engine: "vault", Scheduler: timeout.NewQueue(b, timeout.WithEngineName("vault"))}},
 	}
 	if _, err := saga.NewDispatcher(b, memstore.New(), "routed", saga.WithSagas(pinned),
-		saga.WithTimeouts(&timeout.Router{Default: timeout.NewTransport(b)})); !errors.Is(err, saga.ErrInvalidOption) {
+		saga.WithTimeouts(&timeout.Router{Default: timeout.NewQueue(b)})); !errors.Is(err, saga.ErrInvalidOption) {
 		t.Fatalf("NewDispatcher with a router lacking the engine a saga asks for: %v, want ErrInvalidOption", err)
 	}
 	d, err := saga.NewDispatcher(b, memstore.New(), "routed", saga.WithSagas(pinned, plain), saga.WithTimeouts(router))

@@ -58,7 +58,7 @@ type ExpiringStore interface {
 // transport queue's scheduled messages, and can store a record together
 // with messages scheduled on that queue in one atomic write
 // (saga/queuestore, on transport.Queue's state). A dispatcher whose store
-// is one, and whose timeout scheduler is a timeout.Transport, commits a
+// is one, and whose timeout scheduler is a timeout.Queue, commits a
 // step's state and the timeouts it requests on the dispatcher's queue in
 // that one write, rather than a write of the state and then one schedule
 // per timeout.

@@ -27,13 +27,13 @@ import (
 // copy, a server clock stepped back).
 const activatingSlack = time.Second
 
-// Activating lists the timeouts on queue q, of every Transport engine,
+// Activating lists the timeouts on queue q, of every queue engine,
 // that were activated early and are not due yet at now: active messages
 // marked as timeouts (PropertyTimeout) whose due time (PropertyDue) is
 // after both now and their ScheduledAt. A receiver holds each until its
 // due time (as the saga dispatcher does) or has not received it yet. lead
 // is the longest early activation to look for: the engines' (see
-// Transport.EarlyActivation), or MaxEarlyActivation when they are not
+// Queue.EarlyActivation), or MaxEarlyActivation when they are not
 // known.
 //
 // Each Pending has Activating set, Seq set to the active message's
@@ -81,7 +81,7 @@ func activating(ctx context.Context, q *transport.Queue, part int, lead time.Dur
 				continue // not a timeout, due already, or not activated early
 			}
 			if engine == "1" {
-				engine = TransportEngine
+				engine = QueueEngine
 			}
 			p := pendingOf(q.Name(), engine, m, 0, due)
 			p.Seq, p.Activating = m.Seq, true

@@ -7,7 +7,7 @@
 // [ErrAlreadyFired] (has been or will be delivered) or [ErrNotFound].
 //
 // Engines:
-//   - [Transport], the default: a scheduled message on the transport queue
+//   - [Queue], the default: a scheduled message on the transport queue
 //     (JetStream's message schedules, or the in-memory broker on a virtual
 //     clock in tests). nats-server's scheduler ticks every 250 ms, so on
 //     JetStream the engine activates a timeout [DefaultEarlyActivation]
@@ -25,7 +25,7 @@
 //     saga type, and Cancel to the engine that holds it.
 //
 // Engines that implement [Lister] list the timeouts they hold; [List]
-// and Router.Pending reach every engine. A Transport lists a timeout
+// and Router.Pending reach every engine. A Queue lists a timeout
 // activated early and not yet due as [Pending].Activating ([Activating]
 // finds them on a queue by reading only its last seconds).
 //

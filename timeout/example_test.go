@@ -12,11 +12,11 @@ import (
 
 // Timeouts as scheduled messages on a transport queue, here in memory; on
 // JetStream pass a broker made by transport.NewJetStream instead.
-func ExampleTransport() {
+func ExampleQueue() {
 	ctx := context.Background()
 	broker, _ := transport.NewMemory()
 	defer broker.Close()
-	s := timeout.NewTransport(broker)
+	s := timeout.NewQueue(broker)
 
 	soon, _ := s.Schedule(ctx, timeout.Timeout{ID: "remind-ann", Queue: "reminders",
 		At: time.Now().Add(20 * time.Millisecond), Message: &transport.Message{Body: []byte("remind ann")}})

@@ -13,7 +13,7 @@ import (
 // Getter is implemented by engines that read a pending timeout back: what
 // Schedule was given, message and all, so that it can be scheduled on
 // another engine (saga.Dispatcher.MigrateTimeouts moves timeouts between
-// the engines of a Router this way). Transport, Router and the Temporal
+// the engines of a Router this way). Queue, Router and the Temporal
 // engine implement it.
 type Getter interface {
 	// Get returns the timeout ref names while it is pending: its ID,
@@ -56,7 +56,7 @@ func (r *Router) HasEngine(name string) bool { return r.engine(name) != nil }
 // (ErrNotFound): the queue's Cancel, which changes nothing for a message
 // no longer scheduled, tells which. With WithEarlyActivation a timeout
 // within its lead of its due time has activated.
-func (s *Transport) Get(ctx context.Context, ref Ref) (Timeout, error) {
+func (s *Queue) Get(ctx context.Context, ref Ref) (Timeout, error) {
 	queue, seq, due, err := s.parseRef(ref)
 	if err != nil {
 		return Timeout{}, err

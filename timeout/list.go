@@ -49,14 +49,14 @@ func (f Filter) match(p Pending) bool {
 // ErrNotFound.
 type Lister interface {
 	// Pending yields the pending timeouts that f selects. The order is
-	// the engine's (Transport: sequence order). An error ends the
+	// the engine's (Queue: sequence order). An error ends the
 	// listing, except in a Router, which goes on with the next engine.
 	Pending(ctx context.Context, f Filter) iter.Seq2[Pending, error]
 }
 
 // ErrNoListing is returned (it matches errors.ErrUnsupported) by a
 // listing that an engine cannot make: a scheduler that does not implement
-// Lister, or a Transport asked for every queue.
+// Lister, or a Queue asked for every queue.
 var ErrNoListing = fmt.Errorf("timeout: engine cannot list pending timeouts: %w", errors.ErrUnsupported)
 
 // List lists the pending timeouts of s if it is a Lister, and yields

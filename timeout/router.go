@@ -42,7 +42,7 @@ type Route struct {
 type Router struct {
 	// Default takes timeouts no route takes. Required.
 	Default Scheduler
-	// DefaultEngine is the ref prefix of Default. Default: TransportEngine.
+	// DefaultEngine is the ref prefix of Default. Default: QueueEngine.
 	DefaultEngine string
 	// Routes, in any order.
 	Routes []Route
@@ -52,7 +52,7 @@ type Router struct {
 
 func (r *Router) defaultEngine() string {
 	if r.DefaultEngine == "" {
-		return TransportEngine
+		return QueueEngine
 	}
 	return r.DefaultEngine
 }

@@ -22,11 +22,11 @@ func TestRouterPicks(t *testing.T) {
 	// reach the due times during the test.
 	now := time.Now().Add(time.Hour).Truncate(time.Second)
 	r := &timeout.Router{
-		Default: timeout.NewTransport(b),
+		Default: timeout.NewQueue(b),
 		Routes: []timeout.Route{
-			{Beyond: 24 * time.Hour, Engine: "long", Scheduler: timeout.NewTransport(b, timeout.WithEngineName("long"))},
-			{Sagas: []string{"Loan"}, Engine: "loan", Scheduler: timeout.NewTransport(b, timeout.WithEngineName("loan"))},
-			{Beyond: time.Hour, Sagas: []string{"Claim"}, Engine: "claims", Scheduler: timeout.NewTransport(b, timeout.WithEngineName("claims"))},
+			{Beyond: 24 * time.Hour, Engine: "long", Scheduler: timeout.NewQueue(b, timeout.WithEngineName("long"))},
+			{Sagas: []string{"Loan"}, Engine: "loan", Scheduler: timeout.NewQueue(b, timeout.WithEngineName("loan"))},
+			{Beyond: time.Hour, Sagas: []string{"Claim"}, Engine: "claims", Scheduler: timeout.NewQueue(b, timeout.WithEngineName("claims"))},
 		},
 		Now: func() time.Time { return now },
 	}
@@ -117,11 +117,11 @@ func TestListWithoutLister(t *testing.T) {
 	}
 	defer b.Close()
 	errs = nil
-	for _, err := range timeout.NewTransport(b).Pending(t.Context(), timeout.Filter{}) {
+	for _, err := range timeout.NewQueue(b).Pending(t.Context(), timeout.Filter{}) {
 		errs = append(errs, err)
 	}
 	if len(errs) != 1 || !errors.Is(errs[0], timeout.ErrNoListing) {
-		t.Errorf("Transport.Pending without a queue yielded errors %v, want one ErrNoListing", errs)
+		t.Errorf("Queue.Pending without a queue yielded errors %v, want one ErrNoListing", errs)
 	}
 }
 

@@ -33,7 +33,7 @@ type Timeout struct {
 	// Queue is the transport queue the message is delivered to. Required.
 	Queue string
 	// At is the due time. The message is never delivered before it —
-	// except by a Transport engine with early activation (the default on
+	// except by a queue engine with early activation (the default on
 	// JetStream, see WithEarlyActivation), whose messages reach the queue
 	// up to its lead before At, for a receiver that holds them until At
 	// (as the saga dispatcher does).
@@ -63,7 +63,7 @@ const (
 	PropertyDue = "jetsaga-timeout-due"
 	// PropertyTimeout marks a scheduled message as a timeout, so that
 	// listings tell timeouts from other scheduled messages on a queue; its
-	// value is "1", or the name of the Transport engine that scheduled it.
+	// value is "1", or the name of the queue engine that scheduled it.
 	PropertyTimeout = "jetsaga-timeout"
 )
 
@@ -117,7 +117,7 @@ func (r Ref) Engine() string {
 }
 
 // Scheduler arranges for timeouts to be delivered at or after their due
-// time. Implementations: Transport (scheduled messages on a transport
+// time. Implementations: Queue (scheduled messages on a transport
 // queue, the default), Router (several engines, by delay or saga type)
 // and, in the nested module github.com/jetsaga/jetsaga/timeout/temporal,
 // Temporal workflows for long timeouts.

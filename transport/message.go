@@ -59,7 +59,7 @@ type Message struct {
 	// scheduled message, the activation instant (read-only).
 	EnqueuedAt time.Time
 	// State tells active and scheduled messages apart when browsing.
-	State State
+	State MessageState
 
 	// DeadLetterReason and DeadLetterDescription are set on messages in a
 	// dead-letter queue; DeadLetterSource names the queue it came from and
@@ -78,17 +78,19 @@ func (m *Message) Clone() *Message {
 	return &c
 }
 
-// State is the lifecycle state of a stored message.
-type State int
+// MessageState is the lifecycle state of a stored message: active or
+// scheduled. (A queue's state records, LoadState and CommitState, are
+// something else.)
+type MessageState int
 
 const (
 	// Active messages can be received.
-	Active State = iota + 1
+	Active MessageState = iota + 1
 	// Scheduled messages wait for their ScheduledAt time.
 	Scheduled
 )
 
-func (s State) String() string {
+func (s MessageState) String() string {
 	switch s {
 	case Active:
 		return "active"

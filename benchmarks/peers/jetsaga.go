@@ -198,9 +198,9 @@ func openJetsagaSaga(ctx context.Context, e *env, delay time.Duration, done func
 		c.MarkComplete()
 		return nil
 	})
-	var engine timeout.Scheduler = timeout.NewTransport(s.b)
+	var engine timeout.Scheduler = timeout.NewQueue(s.b)
 	if lead > 0 {
-		engine = timeout.NewTransport(s.b, timeout.WithEarlyActivation(lead))
+		engine = timeout.NewQueue(s.b, timeout.WithEarlyActivation(lead))
 	}
 	if s.d, err = saga.NewDispatcher(s.b, store, s.queue, saga.WithSagas(def), saga.WithLogger(quietLogger()), saga.WithTimeouts(engine)); err != nil {
 		s.close()

@@ -44,7 +44,7 @@ func benchLateness(ctx context.Context, e *env) ([]Result, error) {
 		return nil, fmt.Errorf("saga: %w", err)
 	}
 	e.progress("  saga, WithEarlyActivation(0): %d timeouts over %v", n, e.cfg.spread)
-	sagaOld, err := latenessSaga(ctx, e, n, lateRound{opts: []timeout.TransportOption{timeout.WithEarlyActivation(0)}})
+	sagaOld, err := latenessSaga(ctx, e, n, lateRound{opts: []timeout.QueueOption{timeout.WithEarlyActivation(0)}})
 	if err != nil {
 		return nil, fmt.Errorf("saga, WithEarlyActivation(0): %w", err)
 	}
@@ -91,7 +91,7 @@ func benchLateness(ctx context.Context, e *env) ([]Result, error) {
 	}
 	if lead := e.cfg.lead; lead > 0 && lead != timeout.DefaultEarlyActivation {
 		e.progress("  saga, early activation %v: %d timeouts over %v", lead, n, e.cfg.spread)
-		sagaLead, err := latenessSaga(ctx, e, n, lateRound{lead: lead, opts: []timeout.TransportOption{timeout.WithEarlyActivation(lead)}})
+		sagaLead, err := latenessSaga(ctx, e, n, lateRound{lead: lead, opts: []timeout.QueueOption{timeout.WithEarlyActivation(lead)}})
 		if err != nil {
 			return nil, fmt.Errorf("saga, early activation %v: %w", lead, err)
 		}

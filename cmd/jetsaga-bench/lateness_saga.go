@@ -71,11 +71,11 @@ func latenessSagaDef(f *firings, n int, lead time.Duration, handled *atomic.Int6
 }
 
 // lateRound is a round of latenessSaga: the dispatcher's default engine
-// (opts nil), or timeout.NewTransport with opts, whose early activation is
+// (opts nil), or timeout.NewQueue with opts, whose early activation is
 // lead.
 type lateRound struct {
 	lead time.Duration
-	opts []timeout.TransportOption
+	opts []timeout.QueueOption
 }
 
 // latenessSaga runs one saga round.
@@ -115,8 +115,8 @@ func latenessSaga(ctx context.Context, e *env, n int, r lateRound) (*firings, er
 	done := make(chan struct{})
 	opts := []saga.Option{saga.WithSagas(latenessSagaDef(f, n, lead, &handled, done)), saga.WithLogger(sagaLogger())}
 	if r.opts != nil {
-		opts = append(opts, saga.WithTimeouts(timeout.NewTransport(b, r.opts...)))
-	} else if got := timeout.NewTransport(b).EarlyActivation(); got != lead {
+		opts = append(opts, saga.WithTimeouts(timeout.NewQueue(b, r.opts...)))
+	} else if got := timeout.NewQueue(b).EarlyActivation(); got != lead {
 		return nil, fmt.Errorf("the default engine activates %v early, the round expects %v", got, lead)
 	}
 	d, err := saga.NewDispatcher(b, store, lateSagaQueue, opts...)

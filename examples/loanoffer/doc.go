@@ -25,7 +25,7 @@
 // migrations and the like:
 //
 //	router := &timeout.Router{
-//		Default: timeout.NewTransport(broker),                  // JetStream
+//		Default: timeout.NewQueue(broker),                  // JetStream
 //		Routes:  []timeout.Route{engine.Route(24 * time.Hour)}, // Temporal beyond a day
 //	}
 //	d, err := saga.NewDispatcher(broker, store, "loans", saga.WithSagas(loanoffer.New(loanoffer.Config{})),

@@ -95,7 +95,7 @@ func (r *recordingEngine) cancels() []timeout.Ref {
 func TestCancelTimeoutsOnAnEngineTheCLILacks(t *testing.T) {
 	eng := &recordingEngine{}
 	w := newWorkloadWith(t, func(b *transport.Broker) timeout.Scheduler {
-		return &timeout.Router{Default: timeout.NewTransport(b), Routes: []timeout.Route{{Engine: "temporal", Scheduler: eng, Beyond: 90 * time.Minute}}}
+		return &timeout.Router{Default: timeout.NewQueue(b), Routes: []timeout.Route{{Engine: "temporal", Scheduler: eng, Beyond: 90 * time.Minute}}}
 	})
 	w.send(OrderPlaced{Order: "o1"})
 	testutil.AwaitTrue(t, 15*time.Second, "o1 placed", func() bool { return w.handledCount("placed/o1") == 1 })

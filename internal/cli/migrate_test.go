@@ -24,7 +24,7 @@ func (remindDue) MessageName() string { return "ops.RemindDue" }
 // its engine), and drain reports what each engine holds.
 func TestTimeoutsMigrateAndDrain(t *testing.T) {
 	w := newWorkload(t)
-	second := timeout.NewTransport(w.broker, timeout.WithEngineName("temporal"))
+	second := timeout.NewQueue(w.broker, timeout.WithEngineName("temporal"))
 	opts := []Option{WithEngine("temporal", func(context.Context, string, string) (EngineScheduler, func(), error) {
 		return second, nil, nil
 	})}
@@ -35,7 +35,7 @@ func TestTimeoutsMigrateAndDrain(t *testing.T) {
 			return err
 		})
 	saga.OnTimeout(d, func(context.Context, *saga.Context[struct{}], remindDue) error { return nil })
-	router := &timeout.Router{Default: timeout.NewTransport(w.broker), Routes: []timeout.Route{{Engine: "temporal", Scheduler: second, Beyond: math.MaxInt64}}}
+	router := &timeout.Router{Default: timeout.NewQueue(w.broker), Routes: []timeout.Route{{Engine: "temporal", Scheduler: second, Beyond: math.MaxInt64}}}
 	disp := w.dispatcher("reminders", saga.WithSagas(d), saga.WithTimeouts(router))
 	sendAll(t, disp, Remind{ID: "r1"}, Remind{ID: "r2"})
 	testutil.AwaitTrue(t, 15*time.Second, "two timeouts listed", func() bool {

@@ -436,7 +436,7 @@ func (pv PendingView) withPlan(props map[string]string) PendingView {
 
 // pendingTimeouts lists pending timeouts on every engine: the transport
 // engine by browsing the scheduled messages of queue (every queue if
-// empty) for timeouts (any Transport engine name), then each engine added
+// empty) for timeouts (any queue engine name), then each engine added
 // with WithEngine. Errors of an engine do not stop the others.
 func (e *env) pendingTimeouts(ctx context.Context, queue, sagaType, id string) ([]PendingView, error) {
 	var queues []string
@@ -474,7 +474,7 @@ func (e *env) pendingTimeouts(ctx context.Context, queue, sagaType, id string) (
 					continue
 				}
 				if engine == "1" {
-					engine = timeout.TransportEngine
+					engine = timeout.QueueEngine
 				}
 				at := m.ScheduledAt // activated early by its engine's lead before the due time
 				if due, err := time.Parse(time.RFC3339Nano, m.Properties[timeout.PropertyDue]); err == nil {

@@ -377,7 +377,7 @@ func (e *env) operatorDispatcher(ctx context.Context, queue string, opts ...saga
 	if err != nil {
 		return nil, err
 	}
-	var sched timeout.Scheduler = timeout.NewTransport(e.broker)
+	var sched timeout.Scheduler = timeout.NewQueue(e.broker)
 	if len(e.engines) > 0 {
 		r := &timeout.Router{Default: sched}
 		for _, name := range slices.Sorted(maps.Keys(e.engines)) {

@@ -21,7 +21,7 @@
 //
 // The dispatcher takes timeouts into its commits when its store is this
 // store on its own queue and broker and its timeout scheduler is a
-// timeout.Transport on that broker (the default). Otherwise (a
+// timeout.Queue on that broker (the default). Otherwise (a
 // timeout.Router, a store on another queue) it commits as with any store
 // and carries timeouts out after the commit.
 //

@@ -21,7 +21,7 @@
 //	go w.Run(ctx)
 //
 //	router := &timeout.Router{
-//		Default: timeout.NewTransport(broker),                  // JetStream
+//		Default: timeout.NewQueue(broker),                  // JetStream
 //		Routes:  []timeout.Route{engine.Route(24 * time.Hour)}, // Temporal beyond a day
 //	}
 //	d, err := saga.NewDispatcher(broker, store, "loans", saga.WithSagas(Loan), saga.WithTimeouts(router))

@@ -26,7 +26,7 @@ func docsTemporal(ctx context.Context, broker *transport.Broker, store saga.Stor
 	go w.Run(ctx) // or temporal.Register(yourWorker, broker) on a worker you already run
 
 	router := &timeout.Router{
-		Default: timeout.NewTransport(broker),                  // JetStream
+		Default: timeout.NewQueue(broker),                      // JetStream
 		Routes:  []timeout.Route{engine.Route(24 * time.Hour)}, // Temporal beyond a day
 	}
 	d, _ := saga.NewDispatcher(broker, store, "loans", saga.WithSagas(LoanOffer), saga.WithTimeouts(router))

@@ -40,7 +40,7 @@ func TestConformanceRouter(t *testing.T) {
 		c := srv.Client(t)
 		b := broker(t, ns)
 		e, _ := servedEngine(t, c, b)
-		r := &timeout.Router{Default: timeout.NewTransport(b), Routes: []timeout.Route{e.Route(1200 * time.Millisecond)}}
+		r := &timeout.Router{Default: timeout.NewQueue(b), Routes: []timeout.Route{e.Route(1200 * time.Millisecond)}}
 		return timeouttest.Env{Scheduler: r, Broker: b}
 	}, timeouttest.Features{Slack: 5 * time.Second, ListingLag: 5 * time.Second, RaceRounds: 50,
 		EarlyActivation: timeout.DefaultEarlyActivation}) // the router's JetStream engine activates early by default

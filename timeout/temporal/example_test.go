@@ -49,7 +49,7 @@ func Example() {
 	go w.Run(ctx)
 
 	router := &timeout.Router{
-		Default: timeout.NewTransport(broker),
+		Default: timeout.NewQueue(broker),
 		Routes:  []timeout.Route{engine.Route(24 * time.Hour)},
 	}
 	loan := saga.Define[struct{}]("loan") // its handlers elided

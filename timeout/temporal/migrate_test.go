@@ -127,7 +127,7 @@ func migrationDispatcher(ctx context.Context, s migrationSetup, nc *nats.Conn, c
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	router := &timeout.Router{Default: timeout.NewTransport(b), Routes: []timeout.Route{e.Route(math.MaxInt64)}}
+	router := &timeout.Router{Default: timeout.NewQueue(b), Routes: []timeout.Route{e.Route(math.MaxInt64)}}
 	d, err := saga.NewDispatcher(b, store, s.queue, append([]saga.Option{saga.WithSagas(migrationSaga(s.saga)), saga.WithTimeouts(router),
 		saga.WithLogger(quietLogger())}, opts...)...)
 	return d, b, e, err
@@ -228,7 +228,7 @@ func startMigration(t *testing.T, name string, n int, first, spread time.Duratio
 	// already (on a machine slower than the test's first due time allows
 	// for).
 	testutil.Await(t, 60*time.Second, func() string {
-		if k, h := m.listed(timeout.TransportEngine), int(m.handled.Load()); k+h < n {
+		if k, h := m.listed(timeout.QueueEngine), int(m.handled.Load()); k+h < n {
 			return fmt.Sprintf("%d of %d timeouts scheduled on JetStream, %d fired", k, n, h)
 		}
 		return ""
@@ -321,7 +321,7 @@ func (m *migration) check() {
 	})
 	// Stale copies (cancelled too late) fire and are dropped; wait for the
 	// engines to hold none, then for the queue to be empty.
-	for _, eng := range []string{timeout.TransportEngine, DefaultEngineName} {
+	for _, eng := range []string{timeout.QueueEngine, DefaultEngineName} {
 		testutil.Await(m.t, 30*time.Second, func() string {
 			r, err := m.d.DrainReport(m.t.Context(), m.setup.saga, eng)
 			if err != nil {
@@ -364,8 +364,8 @@ func TestMigrateTimeoutsThereAndBack(t *testing.T) {
 	if there[saga.MigrateMoved] == 0 {
 		t.Fatalf("nothing moved to Temporal: %v", there)
 	}
-	m.awaitGone(timeout.TransportEngine)
-	_, back := m.migrate(timeout.TransportEngine)
+	m.awaitGone(timeout.QueueEngine)
+	_, back := m.migrate(timeout.QueueEngine)
 	if back[saga.MigrateMoved] == 0 {
 		t.Fatalf("nothing moved back: %v", back)
 	}
@@ -467,7 +467,7 @@ func TestMigrateKilled(t *testing.T) {
 	if counts[saga.MigrateMoved] == 0 {
 		t.Errorf("the second run moved nothing: %v", counts)
 	}
-	m.awaitGone(timeout.TransportEngine)
+	m.awaitGone(timeout.QueueEngine)
 	if during := firedByEnd - firedBefore; during == 0 {
 		t.Errorf("no timeout fired during the migration: the test does not test firing meanwhile")
 	} else {

@@ -61,7 +61,7 @@ func TestDispatcherOnTwoEngines(t *testing.T) {
 		t.Errorf("%s: the 30-day timeout fired", c.ID())
 		return nil
 	})
-	router := &timeout.Router{Default: timeout.NewTransport(b), Routes: []timeout.Route{e.Route(time.Hour)}}
+	router := &timeout.Router{Default: timeout.NewQueue(b), Routes: []timeout.Route{e.Route(time.Hour)}}
 	d, err := saga.NewDispatcher(b, memstore.New(), "two-"+tq, saga.WithSagas(flow), saga.WithTimeouts(router), saga.WithLogger(quietLogger()))
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +97,7 @@ func TestDispatcherOnTwoEngines(t *testing.T) {
 			if got[id+" "+saga.MessageName[longDue]()] == DefaultEngineName {
 				n++
 			}
-			if eng, ok := got[id+" "+saga.MessageName[shortDue]()]; ok && eng != timeout.TransportEngine {
+			if eng, ok := got[id+" "+saga.MessageName[shortDue]()]; ok && eng != timeout.QueueEngine {
 				t.Fatalf("short timeout of %s listed on %q", id, eng)
 			}
 		}

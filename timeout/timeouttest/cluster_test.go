@@ -42,6 +42,6 @@ func TestTransportOnCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close(); nc.Close() })
-		return timeouttest.Env{Scheduler: timeout.NewTransport(b), Broker: b}
+		return timeouttest.Env{Scheduler: timeout.NewQueue(b), Broker: b}
 	}, timeouttest.Features{Slack: time.Second, EarlyActivation: timeout.DefaultEarlyActivation})
 }

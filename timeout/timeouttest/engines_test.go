@@ -22,7 +22,7 @@ func memoryBroker(t *testing.T) *transport.Broker {
 func TestTransportOnMemory(t *testing.T) {
 	timeouttest.Run(t, func(t *testing.T) timeouttest.Env {
 		b := memoryBroker(t)
-		return timeouttest.Env{Scheduler: timeout.NewTransport(b), Broker: b}
+		return timeouttest.Env{Scheduler: timeout.NewQueue(b), Broker: b}
 	}, timeouttest.Features{Slack: 100 * time.Millisecond})
 }
 
@@ -41,7 +41,7 @@ func TestTransportOnTimeOnJetStream(t *testing.T) {
 
 // runOnJetStream runs the suite on transport engines made with opts, each
 // test on a connection of its own to one embedded server.
-func runOnJetStream(t *testing.T, f timeouttest.Features, opts ...timeout.TransportOption) {
+func runOnJetStream(t *testing.T, f timeouttest.Features, opts ...timeout.QueueOption) {
 	srv, err := embedded.Start(embedded.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +57,7 @@ func runOnJetStream(t *testing.T, f timeouttest.Features, opts ...timeout.Transp
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { b.Close(); nc.Close() })
-		return timeouttest.Env{Scheduler: timeout.NewTransport(b, opts...), Broker: b}
+		return timeouttest.Env{Scheduler: timeout.NewQueue(b, opts...), Broker: b}
 	}, f)
 }
 
@@ -67,8 +67,8 @@ func TestRouter(t *testing.T) {
 	timeouttest.Run(t, func(t *testing.T) timeouttest.Env {
 		b := memoryBroker(t)
 		r := &timeout.Router{
-			Default: timeout.NewTransport(b),
-			Routes:  []timeout.Route{{Beyond: 400 * time.Millisecond, Engine: "long", Scheduler: timeout.NewTransport(b, timeout.WithEngineName("long"))}},
+			Default: timeout.NewQueue(b),
+			Routes:  []timeout.Route{{Beyond: 400 * time.Millisecond, Engine: "long", Scheduler: timeout.NewQueue(b, timeout.WithEngineName("long"))}},
 		}
 		return timeouttest.Env{Scheduler: r, Broker: b}
 	}, timeouttest.Features{Slack: 100 * time.Millisecond})

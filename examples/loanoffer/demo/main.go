@@ -140,7 +140,7 @@ func run(ctx context.Context, out io.Writer, o options) (err error) {
 		return err
 	}
 	router := &timeout.Router{
-		Default: timeout.NewTransport(env.Broker),        // JetStream scheduled messages
+		Default: timeout.NewQueue(env.Broker),            // JetStream scheduled messages
 		Routes:  []timeout.Route{engine.Route(o.Beyond)}, // Temporal workflows
 	}
 	p.Printf("timeouts: %v or more away → Temporal (task queue %q), the others → JetStream", o.Beyond, taskQueue)
@@ -370,7 +370,7 @@ func (w *watcher) list(ctx context.Context, n int) error {
 
 func engineName(e string) string {
 	switch e {
-	case timeout.TransportEngine:
+	case timeout.QueueEngine:
 		return "JetStream (" + e + ")"
 	case temporal.DefaultEngineName:
 		return "Temporal (" + e + ")"

@@ -71,7 +71,7 @@ func TestTemporalTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router := &timeout.Router{Default: timeout.NewTransport(b), Routes: []timeout.Route{eng.Route(time.Hour)}}
+	router := &timeout.Router{Default: timeout.NewQueue(b), Routes: []timeout.Route{eng.Route(time.Hour)}}
 	d, err := saga.NewDispatcher(b, store, "loans",
 		saga.WithSagas(loanoffer.New(loanoffer.Config{})), saga.WithTimeouts(router))
 	if err != nil {

@@ -9,7 +9,7 @@
 //
 // Engines, in order (-engines):
 //
-//   - jetstream: timeout.Transport, JetStream message schedules;
+//   - jetstream: timeout.Queue, JetStream message schedules;
 //   - temporal: the engine of package temporal, one workflow per timeout
 //     waiting on a durable timer (workflow.NewTimer), then the delivery
 //     activity;
@@ -153,7 +153,7 @@ func run(ctx context.Context, c config) error {
 		var w worker.Worker
 		switch name {
 		case "jetstream":
-			tr := timeout.NewTransport(b)
+			tr := timeout.NewQueue(b)
 			s = tr.Schedule
 		case "temporal":
 			e, err := temporal.New(tc, temporal.WithTaskQueue(tq), temporal.WithLogger(logger))

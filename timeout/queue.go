@@ -12,10 +12,10 @@ import (
 	"github.com/jetsaga/jetsaga/transport"
 )
 
-// TransportEngine is the engine name in refs issued by a Transport scheduler.
-const TransportEngine = "queue"
+// QueueEngine is the engine name in refs issued by a Queue scheduler.
+const QueueEngine = "queue"
 
-// Transport schedules timeouts as scheduled messages on transport queues:
+// Queue schedules timeouts as scheduled messages on transport queues:
 // on JetStream with a JetStream broker, in memory with a memory broker.
 // The timeout's ID becomes the message's MessageID, so a repeated
 // Schedule within the queue's DuplicateWindow is a no-op that returns the
@@ -28,24 +28,24 @@ const TransportEngine = "queue"
 // time would reach its handler up to ~250 ms late. On the memory broker,
 // which activates on time, it becomes active at its due time. See
 // WithEarlyActivation, which sets the lead, and turns it off with 0.
-type Transport struct {
+type Queue struct {
 	b       *transport.Broker
 	name    string
 	lead    time.Duration
 	leadSet bool // WithEarlyActivation given, even with 0
 }
 
-// TransportOption configures a Transport.
-type TransportOption func(*Transport)
+// QueueOption configures a Queue.
+type QueueOption func(*Queue)
 
 // WithEngineName names the engine in its refs and marks its timeouts with
-// the name, so that two Transport engines in one Router (on two brokers,
-// say) tell their refs and listings apart. Default: TransportEngine.
-func WithEngineName(name string) TransportOption {
-	return func(s *Transport) { s.name = name }
+// the name, so that two queue engines in one Router (on two brokers,
+// say) tell their refs and listings apart. Default: QueueEngine.
+func WithEngineName(name string) QueueOption {
+	return func(s *Queue) { s.name = name }
 }
 
-// DefaultEarlyActivation is the lead of a Transport engine on JetStream
+// DefaultEarlyActivation is the lead of a queue engine on JetStream
 // when WithEarlyActivation is not given: nats-server activates due message schedules on a 250 ms tick
 // (measured 0–270 ms after the scheduled time on a quiet machine), so a
 // message scheduled 300 ms before its due time is on the queue by then,
@@ -85,14 +85,14 @@ const MaxEarlyActivation = 5 * time.Second
 // means the message is delivered — but it may come before the due time.
 // Sagas do not mind: a timeout that arrives after its saga cancelled it
 // is dropped by its token, never handled.
-func WithEarlyActivation(lead time.Duration) TransportOption {
-	return func(s *Transport) { s.lead, s.leadSet = min(max(lead, 0), MaxEarlyActivation), true }
+func WithEarlyActivation(lead time.Duration) QueueOption {
+	return func(s *Queue) { s.lead, s.leadSet = min(max(lead, 0), MaxEarlyActivation), true }
 }
 
-// NewTransport returns a scheduler on broker b. It schedules on queues as
+// NewQueue returns a scheduler on broker b. It schedules on queues as
 // they exist (Broker.Queue), creating missing ones with default settings.
-func NewTransport(b *transport.Broker, opts ...TransportOption) *Transport {
-	s := &Transport{b: b, name: TransportEngine}
+func NewQueue(b *transport.Broker, opts ...QueueOption) *Queue {
+	s := &Queue{b: b, name: QueueEngine}
 	for _, o := range opts {
 		o(s)
 	}
@@ -105,11 +105,11 @@ func NewTransport(b *transport.Broker, opts ...TransportOption) *Transport {
 // EarlyActivation returns the engine's lead: how long before its due time
 // a timeout's message becomes active (see WithEarlyActivation); 0 if it
 // activates at its due time or after.
-func (s *Transport) EarlyActivation() time.Duration { return s.lead }
+func (s *Queue) EarlyActivation() time.Duration { return s.lead }
 
 // Schedule schedules t.Message on t.Queue for t.At, less the engine's lead
 // (see WithEarlyActivation).
-func (s *Transport) Schedule(ctx context.Context, t Timeout) (Ref, error) {
+func (s *Queue) Schedule(ctx context.Context, t Timeout) (Ref, error) {
 	m, err := s.Message(t)
 	if err != nil {
 		return "", err
@@ -133,7 +133,7 @@ func (s *Transport) Schedule(ctx context.Context, t Timeout) (Ref, error) {
 // lead. With Ref, it lets code that writes the message itself — in the
 // same write as something else (transport.Queue.CommitState) — schedule
 // t exactly as Schedule would.
-func (s *Transport) Message(t Timeout) (*transport.Message, error) {
+func (s *Queue) Message(t Timeout) (*transport.Message, error) {
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
@@ -145,12 +145,12 @@ func (s *Transport) Message(t Timeout) (*transport.Message, error) {
 
 // Ref returns the ref of t scheduled on t.Queue as the scheduled sequence
 // number seq: what Schedule returns, and Cancel takes.
-func (s *Transport) Ref(t Timeout, seq uint64) Ref {
+func (s *Queue) Ref(t Timeout, seq uint64) Ref {
 	return Ref(s.name + ":" + t.Queue + ":" + strconv.FormatUint(seq, 10) + "@" + strconv.FormatInt(t.At.UnixNano(), 10))
 }
 
 // Broker returns the broker the engine schedules on.
-func (s *Transport) Broker() *transport.Broker { return s.b }
+func (s *Queue) Broker() *transport.Broker { return s.b }
 
 // Cancel cancels the scheduled message ref names, with the outcomes
 // Scheduler documents (see transport.Queue.Cancel for how long a
@@ -159,7 +159,7 @@ func (s *Transport) Broker() *transport.Broker { return s.b }
 // activated: Cancel returns
 // ErrAlreadyFired, and the message is delivered (to be held until the due
 // time by its receiver).
-func (s *Transport) Cancel(ctx context.Context, ref Ref) error {
+func (s *Queue) Cancel(ctx context.Context, ref Ref) error {
 	queue, seq, due, err := s.parseRef(ref)
 	if err != nil {
 		return err
@@ -200,7 +200,7 @@ func (s *Transport) Cancel(ctx context.Context, ref Ref) error {
 // second), never the backlog of active messages before it. A timeout
 // that activates while it is being listed may be listed twice, scheduled
 // and activating; none is missed.
-func (s *Transport) Pending(ctx context.Context, f Filter) iter.Seq2[Pending, error] {
+func (s *Queue) Pending(ctx context.Context, f Filter) iter.Seq2[Pending, error] {
 	return func(yield func(Pending, error) bool) {
 		if f.Queue == "" {
 			yield(Pending{}, fmt.Errorf("%w: the transport engine lists one queue at a time: set Filter.Queue", ErrNoListing))
@@ -246,7 +246,7 @@ func (s *Transport) Pending(ctx context.Context, f Filter) iter.Seq2[Pending, er
 
 // parseRef reads "<engine>:<queue>:<seq>@<due unix ns>", or the older
 // "<engine>:<queue>:<seq>".
-func (s *Transport) parseRef(ref Ref) (queue string, seq uint64, due time.Time, err error) {
+func (s *Queue) parseRef(ref Ref) (queue string, seq uint64, due time.Time, err error) {
 	bad := fmt.Errorf("%w: %q", ErrInvalidRef, ref)
 	rest, ok := strings.CutPrefix(string(ref), s.name+":")
 	i := strings.LastIndexByte(rest, ':')

@@ -15,7 +15,7 @@ import (
 // earlyEngine returns a transport engine on a memory broker that
 // activates timeouts lead early, and the queue cfg on that broker; the
 // broker closes with the test.
-func earlyEngine(t *testing.T, cfg transport.QueueConfig, lead time.Duration) (*timeout.Transport, *transport.Queue) {
+func earlyEngine(t *testing.T, cfg transport.QueueConfig, lead time.Duration) (*timeout.Queue, *transport.Queue) {
 	t.Helper()
 	b, err := transport.NewMemory()
 	if err != nil {
@@ -26,7 +26,7 @@ func earlyEngine(t *testing.T, cfg transport.QueueConfig, lead time.Duration) (*
 	if err != nil {
 		t.Fatal(err)
 	}
-	return timeout.NewTransport(b, timeout.WithEarlyActivation(lead)), q
+	return timeout.NewQueue(b, timeout.WithEarlyActivation(lead)), q
 }
 
 // TestEarlyActivation follows timeouts of a transport engine with
@@ -146,7 +146,7 @@ func TestEarlyActivationClamped(t *testing.T) {
 		for _, tc := range []struct {
 			lead, want time.Duration
 		}{{-time.Second, 0}, {time.Hour, timeout.MaxEarlyActivation}} {
-			s := timeout.NewTransport(b, timeout.WithEarlyActivation(tc.lead))
+			s := timeout.NewQueue(b, timeout.WithEarlyActivation(tc.lead))
 			id := tc.lead.String()
 			if _, err := s.Schedule(ctx, timeout.Timeout{ID: id, Queue: "clamp", At: due, Message: &transport.Message{}}); err != nil {
 				t.Fatal(err)
@@ -164,7 +164,7 @@ func TestEarlyActivationClamped(t *testing.T) {
 	})
 }
 
-func count(t *testing.T, s *timeout.Transport) int {
+func count(t *testing.T, s *timeout.Queue) int {
 	t.Helper()
 	n := 0
 	for _, err := range s.Pending(t.Context(), timeout.Filter{Queue: "early"}) {
@@ -176,7 +176,7 @@ func count(t *testing.T, s *timeout.Transport) int {
 	return n
 }
 
-// TestEarlyActivationDefault checks the lead a Transport gets without
+// TestEarlyActivationDefault checks the lead a Queue gets without
 // WithEarlyActivation: DefaultEarlyActivation on JetStream, whose server
 // activates on a 250 ms tick; 0 on the memory broker, which activates on
 // time; and that WithEarlyActivation(0) turns it off on JetStream.
@@ -203,14 +203,14 @@ func TestEarlyActivationDefault(t *testing.T) {
 	defer js.Close()
 	for _, tc := range []struct {
 		name string
-		s    *timeout.Transport
+		s    *timeout.Queue
 		want time.Duration
 	}{
-		{"memory", timeout.NewTransport(mem), 0},
-		{"memory, 300ms", timeout.NewTransport(mem, timeout.WithEarlyActivation(300*time.Millisecond)), 300 * time.Millisecond},
-		{"jetstream", timeout.NewTransport(js), timeout.DefaultEarlyActivation},
-		{"jetstream, 0", timeout.NewTransport(js, timeout.WithEarlyActivation(0)), 0},
-		{"jetstream, 1s", timeout.NewTransport(js, timeout.WithEarlyActivation(time.Second)), time.Second},
+		{"memory", timeout.NewQueue(mem), 0},
+		{"memory, 300ms", timeout.NewQueue(mem, timeout.WithEarlyActivation(300*time.Millisecond)), 300 * time.Millisecond},
+		{"jetstream", timeout.NewQueue(js), timeout.DefaultEarlyActivation},
+		{"jetstream, 0", timeout.NewQueue(js, timeout.WithEarlyActivation(0)), 0},
+		{"jetstream, 1s", timeout.NewQueue(js, timeout.WithEarlyActivation(time.Second)), time.Second},
 	} {
 		if got := tc.s.EarlyActivation(); got != tc.want {
 			t.Errorf("%s: EarlyActivation %v, want %v", tc.name, got, tc.want)
