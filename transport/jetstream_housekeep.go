@@ -78,7 +78,8 @@ type keepState struct {
 	purgedUpTo  uint64 // copies without MessageID
 	agedUpTo    uint64 // copies with MessageID
 	aged        []checkpoint
-	lastPurge   time.Time
+	lastPurge   atomic.Int64 // unix nanoseconds of the last purge's start
+	purging     atomic.Bool  // a purge a receive started runs (see delivered)
 
 	// The loop's looks, touched by its goroutine alone: messages that
 	// exhausted their deliveries, seen by the last look (see
@@ -98,10 +99,22 @@ var housekeepCycled atomic.Pointer[func(broker, queue string, part int, held boo
 // delivered is the receive paths' hook for a message of part delivered
 // to a receiver of q: src is its Nats-Stream-Source header, enqueued the
 // time it entered the queue stream. What it shows sourced is purged from
-// the schedule stream now and then (see maybePurge).
-func (h *housekeeper) delivered(ctx context.Context, q *jsQueue, part *jsPartition, src string, enqueued time.Time) {
+// the schedule stream now and then (see maybePurge), in the background:
+// a purge is a request to the server, and the receive that delivers the
+// message does not wait for it (over a slow link it takes a round trip,
+// which would hold the message back that long).
+func (h *housekeeper) delivered(q *jsQueue, part *jsPartition, src string, enqueued time.Time) {
 	h.noteSourced(part, src, enqueued)
-	h.maybePurge(ctx, q, part)
+	k := &part.keep
+	if time.Since(time.Unix(0, k.lastPurge.Load())) < purgeEvery || !k.purging.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer k.purging.Store(false)
+		if h.d.check() == nil {
+			h.maybePurge(h.d.life, q, part)
+		}
+	}()
 }
 
 // idle is the receive paths' hook for a receiver of q that waited on

@@ -96,10 +96,10 @@ func (h *housekeeper) maybePurge(ctx context.Context, q *jsQueue, part *jsPartit
 		return
 	}
 	defer k.purgeMu.Unlock()
-	if time.Since(k.lastPurge) < purgeEvery {
+	if time.Since(time.Unix(0, k.lastPurge.Load())) < purgeEvery {
 		return
 	}
-	k.lastPurge = time.Now()
+	k.lastPurge.Store(time.Now().UnixNano())
 	ctx = context.WithoutCancel(ctx)
 	purge := func(kind string, upTo uint64) bool {
 		err := part.sched.Purge(ctx, jetstream.WithPurgeSubject(part.n.sSubj+".*."+kind+".>"), jetstream.WithPurgeSequence(upTo))

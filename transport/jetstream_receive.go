@@ -295,7 +295,7 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, h *pull.Held,
 	decodeHeader(hd, m)
 	s := &jsSettler{q: q, part: part, msg: msg, m: m, count: int(md.NumDelivered), lockedUntil: h.LockedAt.Add(q.cfg.LockDuration)}
 	if !q.isDLQ {
-		q.d.hk.delivered(ctx, q, part, hd.Get(natsStreamSource), m.EnqueuedAt)
+		q.d.hk.delivered(q, part, hd.Get(natsStreamSource), m.EnqueuedAt)
 		if sched := hd.Get(natsScheduler); sched != "" && cancelled[sched] {
 			if err := msg.Ack(); err != nil {
 				q.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: ack of cancelled activation failed", slogErr(err), slogQueue(q.cfg.Name))
