@@ -3,7 +3,7 @@ MODULES := $(shell find . -name go.mod -not -path './.git/*' -exec dirname {} \;
 
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: test lint demo bench bench-peers fmt release-check release
+.PHONY: test lint demo bench bench-check bench-peers fmt release-check release
 
 ## test: every test of every module. scripts/test installs what the tests need
 ## when it is missing (or stops at once saying what to install), then runs the
@@ -46,6 +46,16 @@ demo:
 ## bench: transport benchmarks beside raw nats.go baselines
 bench:
 	go run ./cmd/jetsaga-bench
+
+## bench-check: before a change to the hot path lands (receive, step, commit,
+## settle; the transport's send, receive and cancel): the saga, schedule, send
+## and cancel benches of the working tree and of BASE (default: where the
+## branch left main; HEAD~1 on main) in ROUNDS interleaved rounds, each figure
+## as a ratio to its raw nats.go baseline beside its target and the change.
+## Exits 1 when a figure got worse by more than 5%. Not part of make test:
+## these machines are noisy; run it on an idle one.
+bench-check:
+	go run ./internal/benchcheck $(if $(BASE),-base $(BASE)) $(if $(ROUNDS),-rounds $(ROUNDS))
 
 ## bench-peers: jetsaga beside River, DBOS and Temporal on the same workloads,
 ## each beside raw nats.go (benchmarks/peers; starts PostgreSQL, installing it
