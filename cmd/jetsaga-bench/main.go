@@ -54,6 +54,7 @@ var benches = []bench{
 var optInBenches = []bench{
 	{"million", "1M × -n pending timeouts due within -spread, each side in its own process: schedule rate, RSS, cancel latency, burst drain (P4, P7)", benchMillion},
 	{"counts", "Queue.Counts with 100k × -n schedules pending vs StreamInfo with a subject filter", benchCounts},
+	{"noisy", "the noisy neighbour (issue 36): tenant A's 100k × -n timeouts due at one instant, ten tenants' 100 each due over the next second, on one queue: each group's lateness", benchNoisy},
 	{"shards", "the million bench's burst on schedule shards (-shards K: K schedule streams sourced into one queue stream) beside raw with 1 and K streams and jetsaga, each side in its own process, -shards-rounds rounds (issue 25)", benchShards},
 }
 
