@@ -40,6 +40,7 @@ type config struct {
 	svgDir       string
 	// millionParts is the partition count of the million bench's queue.
 	millionParts int
+	noisyParts   int
 	// millionNoWait: the million bench's receivers complete with
 	// CompleteNoWait instead of Complete.
 	millionNoWait bool
@@ -151,14 +152,19 @@ func (e *env) scaled(n int) int { return max(1, int(float64(n)*e.cfg.scale)) }
 // openQueue opens a fresh jetsaga queue that is deleted again by the
 // returned function.
 func (e *env) openQueue(ctx context.Context, name string) (*transport.Queue, func(), error) {
-	if err := e.broker.DeleteQueue(ctx, name); err != nil {
+	return e.openQueueConfig(ctx, e.queueConfig(name))
+}
+
+// openQueueConfig is openQueue with a config of its own.
+func (e *env) openQueueConfig(ctx context.Context, cfg transport.QueueConfig) (*transport.Queue, func(), error) {
+	if err := e.broker.DeleteQueue(ctx, cfg.Name); err != nil {
 		return nil, nil, err
 	}
-	q, err := e.broker.OpenQueue(ctx, e.queueConfig(name))
+	q, err := e.broker.OpenQueue(ctx, cfg)
 	if err != nil {
 		return nil, nil, err
 	}
-	return q, func() { e.broker.DeleteQueue(context.WithoutCancel(ctx), name) }, nil
+	return q, func() { e.broker.DeleteQueue(context.WithoutCancel(ctx), cfg.Name) }, nil
 }
 
 // cpuScope says what e.cpu measures.

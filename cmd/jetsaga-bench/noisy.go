@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +18,14 @@ import (
 // and hands out its due schedules in due and sequence order, whoever
 // they belong to. This is the baseline a fairness mechanism is measured
 // against, in the same run once there is one.
+//
+// With -noisy-partitions P > 1 the queue has P partitions and each
+// tenant's timeouts go to a partition of their own choosing (A to
+// partition 0, the others to the rest in turn), as a partition chosen by a
+// fairness key would place them when the keys do not collide: the bench
+// picks MessageIDs that the transport's MessageID hash puts there. It
+// measures what separate schedule streams and receives across partitions
+// give the tenants that do not share A's partition.
 
 const (
 	noisyBurst   = 100_000 // tenant A's timeouts, all due at one instant
@@ -26,7 +35,10 @@ const (
 )
 
 func benchNoisy(ctx context.Context, e *env) ([]Result, error) {
-	q, drop, err := e.openQueue(ctx, "noisy")
+	parts := max(1, e.cfg.noisyParts)
+	cfg := e.queueConfig("noisy")
+	cfg.Partitions = parts
+	q, drop, err := e.openQueueConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -37,12 +49,13 @@ func benchNoisy(ctx context.Context, e *env) ([]Result, error) {
 	// Far enough ahead that scheduling them all does not overtake the
 	// first due time.
 	t0 := time.Now().Add(5*time.Second + time.Duration(n)*150*time.Microsecond)
-	due := func(i int) (tenant string, at time.Time) {
+	due := func(i int) (tenant string, part int, at time.Time) {
 		if i < nA {
-			return "A", t0
+			return "A", 0, t0
 		}
 		i -= nA
-		return string(rune('B' + i/nEach)), t0.Add(time.Duration(i%nEach) * time.Second / time.Duration(nEach))
+		t := i / nEach
+		return string(rune('B' + t)), 1 + t%max(1, parts-1), t0.Add(time.Duration(i%nEach) * time.Second / time.Duration(nEach))
 	}
 	burst, others := newFirings(nA), newFirings(noisyTenants*nEach)
 	var (
@@ -97,8 +110,8 @@ func benchNoisy(ctx context.Context, e *env) ([]Result, error) {
 		})
 	}
 	err = parallel(publishers, n, func(i int) error {
-		tenant, at := due(i)
-		_, err := q.Schedule(rctx, jetMessage(tenant+"-"+strconv.Itoa(i)), at)
+		tenant, part, at := due(i)
+		_, err := q.Schedule(rctx, jetMessage(idIn(tenant+"-"+strconv.Itoa(i), part, parts)), at)
 		return err
 	})
 	if err == nil {
@@ -130,7 +143,31 @@ func benchNoisy(ctx context.Context, e *env) ([]Result, error) {
 		{
 			Bench:   "noisy",
 			Label:   "  fairness",
-			Jetsaga: Figure{Text: "none: one queue, due and sequence order"},
+			Jetsaga: Figure{Text: noisyFairness(parts)},
 		},
 	}, nil
+}
+
+func noisyFairness(parts int) string {
+	if parts == 1 {
+		return "none: one partition, due and sequence order"
+	}
+	return fmt.Sprintf("%d partitions, A alone in one, the others in the rest", parts)
+}
+
+// idIn returns id, with a suffix if need be, such that a queue of parts
+// partitions puts a message with it as MessageID in partition part (the
+// transport hashes the MessageID with FNV-1a, 64 bits, modulo parts).
+func idIn(id string, part, parts int) string {
+	if parts <= 1 {
+		return id
+	}
+	for j := 0; ; j++ {
+		c := id + "-" + strconv.Itoa(j)
+		h := fnv.New64a()
+		h.Write([]byte(c))
+		if int(h.Sum64()%uint64(parts)) == part {
+			return c
+		}
+	}
 }
