@@ -31,7 +31,7 @@ type instancer interface{ machineInstance() *Instance }
 
 // CurrentState returns the name of the instance's state: Initial for an
 // instance that has not left it.
-func (i *Instance) CurrentState() string {
+func (i Instance) CurrentState() string {
 	if i.Machine.State == "" {
 		return Initial.name
 	}
@@ -77,7 +77,7 @@ type Transition struct {
 // Path returns the states the instance went through, as its history
 // (WithHistory) tells: the first transition's From, then each To. It is
 // empty without a history.
-func (i *Instance) Path() []string {
+func (i Instance) Path() []string {
 	h := i.Machine.History
 	if len(h) == 0 {
 		return nil

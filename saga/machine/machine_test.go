@@ -22,7 +22,10 @@ type (
 		machine.Instance
 		Total int
 	}
-	Submit         struct{ Order string; Total int }
+	Submit struct {
+		Order string
+		Total int
+	}
 	Pay            struct{ Order string }
 	Approve        struct{ Order string }
 	Retry          struct{ Order string }
@@ -31,7 +34,10 @@ type (
 	StockChecked   struct{ Order string }
 	PaymentExpired struct{ Order string }
 	Shipped        struct{ Order string }
-	Cancelled      struct{ Order string; Why string }
+	Cancelled      struct {
+		Order string
+		Why   string
+	}
 )
 
 type orderMachine struct {
@@ -89,7 +95,7 @@ func newOrderMachine(t testing.TB, opts ...machine.Option) *orderMachine {
 	m.During(o.Checking,
 		machine.When(o.Stock.Completed).
 			Then(func(ctx context.Context, c *saga.Context[order], e StockChecked) error {
-				return c.Send("sales", Shipped{Order: e.Order})
+				return c.Send("sales", Shipped{Order: c.ID()})
 			}).
 			Finalize(),
 		machine.When(o.Stock.Faulted).TransitionTo(o.Failed),

@@ -16,10 +16,10 @@ import (
 type Requestable[S any] interface{ requestOf() *request[S] }
 
 type request[S any] struct {
-	machine                          string
-	name, queue                      string
-	timeout                          time.Duration
-	build                            func(c *saga.Context[S]) any
+	machine                           string
+	name, queue                       string
+	timeout                           time.Duration
+	build                             func(c *saga.Context[S]) any
 	completed, faulted, expired, late string
 }
 
