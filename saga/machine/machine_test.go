@@ -214,6 +214,10 @@ func TestLargeOrderIsReviewedFirst(t *testing.T) {
 		if got := stateOf(t, env, o, "o1"); got != "Review" {
 			t.Fatalf("state %s, want Review", got)
 		}
+		env.Send(Submit{Order: "o1", Total: 2}) // ignored in Review too (States)
+		if n := len(env.DeadLetters()); n != 0 {
+			t.Fatalf("%d dead letters, want the Submit in Review ignored", n)
+		}
 		if got := sagatest.State(t, env, o.def, "o1").Total; got != 5000 {
 			t.Errorf("total %d, want 5000 (the second Submit ignored)", got)
 		}
