@@ -3,6 +3,7 @@ package machine_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/saga/machine"
+	"github.com/jetsaga/jetsaga/sagatest"
 	"github.com/jetsaga/jetsaga/transport"
 	"github.com/jetsaga/jetsaga/transport/embedded"
 )
@@ -147,8 +149,10 @@ func TestRequestRacesTimeoutOnJetStream(t *testing.T) {
 	got := make(map[string][]string)
 	counts := make(map[string]int)
 	testutil.Await(t, time.Minute, func() string {
-		ds, err := outcomes.Receive(ctx, 256)
-		if err != nil {
+		rctx, stop := context.WithTimeout(ctx, time.Second)
+		defer stop()
+		ds, err := outcomes.Receive(rctx, 256)
+		if err != nil && rctx.Err() == nil {
 			return err.Error()
 		}
 		for _, del := range ds {
@@ -192,4 +196,54 @@ func TestRequestRacesTimeoutOnJetStream(t *testing.T) {
 		}
 	}
 	t.Logf("outcomes: %v", counts)
+}
+
+// TestRequestRacesTimeoutInSagatest is the same race on the virtual
+// clock: 200 instances whose answers arrive from 100 ms before to 100 ms
+// after their timeout, in 10 ms steps. An answer before the due time
+// completes; one at or after it (the timeout fires first at its instant)
+// is late.
+func TestRequestRacesTimeoutInSagatest(t *testing.T) {
+	const n = 200
+	const timeout = 2 * time.Second
+	d := raceMachine(t, timeout)
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		start := env.Now()
+		for i := range n {
+			env.Send(Begin{ID: fmt.Sprintf("r%03d", i)})
+		}
+		cids := make(map[string]string)
+		for _, m := range env.Messages("asks") {
+			a, err := saga.Decode[Ask](m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cids[a.ID] = m.CorrelationID
+		}
+		offset := func(i int) time.Duration { return time.Duration(i%21-10) * 10 * time.Millisecond }
+		for step := -10; step <= 10; step++ {
+			env.AdvanceTo(start.Add(timeout + time.Duration(step)*10*time.Millisecond))
+			for i := range n {
+				if offset(i) == time.Duration(step)*10*time.Millisecond {
+					id := fmt.Sprintf("r%03d", i)
+					env.Send(Answer{ID: id}, saga.WithCorrelationID(cids[id]))
+				}
+			}
+		}
+		got := make(map[string][]string)
+		for _, o := range sagatest.Sent[Outcome](env, "outcomes") {
+			got[o.ID] = append(got[o.ID], o.What)
+		}
+		for i := range n {
+			id := fmt.Sprintf("r%03d", i)
+			want := []string{"expired", "late"}
+			if offset(i) < 0 {
+				want = []string{"completed"}
+			}
+			if !slices.Equal(got[id], want) {
+				t.Errorf("%s (answer at %+v): outcomes %v, want %v", id, offset(i), got[id], want)
+			}
+			env.AssertCompleted(t, d, id)
+		}
+	})
 }
