@@ -125,7 +125,7 @@ func TestRequestRacesTimeoutOnJetStream(t *testing.T) {
 				wg.Add(1)
 				time.AfterFunc(delay, func() {
 					defer wg.Done()
-					if _, err := d.SendTo(context.WithoutCancel(ctx), replyTo, Answer{ID: req.ID}, saga.WithCorrelationID(cid)); err != nil && ctx.Err() == nil {
+					if _, err := d.SendTo(context.WithoutCancel(ctx), replyTo, Answer(req), saga.WithCorrelationID(cid)); err != nil && ctx.Err() == nil {
 						t.Errorf("answer %s: %v", req.ID, err)
 					}
 				})
