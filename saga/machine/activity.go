@@ -2,6 +2,7 @@ package machine
 
 import (
 	"context"
+	"slices"
 
 	"github.com/jetsaga/jetsaga/saga"
 )
@@ -79,12 +80,8 @@ func (a *Activity[S, M]) IfElse(cond func(c *saga.Context[S], m M) bool, then, e
 	if els != nil {
 		els(no)
 	}
-	for _, e := range yes.edges {
-		a.edges = append(a.edges, edge{to: e.to, guard: joinGuard("if", e.guard)})
-	}
-	for _, e := range no.edges {
-		a.edges = append(a.edges, edge{to: e.to, guard: joinGuard("else", e.guard)})
-	}
+	a.branchEdges("if", yes.edges)
+	a.branchEdges("else", no.edges)
 	a.steps = append(a.steps, func(ctx context.Context, c *saga.Context[S], r *run, m M) error {
 		steps := no.steps
 		if cond(c, m) {
@@ -98,6 +95,17 @@ func (a *Activity[S, M]) IfElse(cond func(c *saga.Context[S], m M) bool, then, e
 		return nil
 	})
 	return a
+}
+
+// branchEdges adds a branch's edges under guard g; a branch that
+// transitions nowhere is a self-loop (to "") under g.
+func (a *Activity[S, M]) branchEdges(g string, edges []edge) {
+	if len(edges) == 0 {
+		a.edges = append(a.edges, edge{guard: g})
+	}
+	for _, e := range edges {
+		a.edges = append(a.edges, edge{to: e.to, guard: joinGuard(g, e.guard)})
+	}
 }
 
 func joinGuard(g, inner string) string {
@@ -170,6 +178,11 @@ func (a *Activity[S, M]) Request(r Requestable[S]) *Activity[S, M] {
 
 func (a *Activity[S, M]) binding() *binding[S] {
 	b := &binding[S]{event: a.event, ignore: a.ignore, edges: a.edges}
+	// A transition outside any branch follows the branches: their
+	// self-loops do not happen.
+	if slices.ContainsFunc(a.edges, func(e edge) bool { return e.guard == "" }) {
+		b.edges = slices.DeleteFunc(slices.Clone(a.edges), func(e edge) bool { return e.to == "" })
+	}
 	steps := a.steps
 	b.run = func(ctx context.Context, c *saga.Context[S], r *run, m any) error {
 		msg, _ := m.(M)

@@ -100,6 +100,9 @@ func (m *Machine[S]) edgesFrom(st string) []edgeOf {
 			out = append(out, edgeOf{event: k, edge: edge{to: st}})
 		}
 		for _, e := range b.edges {
+			if e.to == "" {
+				e.to = st
+			}
 			out = append(out, edgeOf{event: k, edge: e})
 		}
 	}
