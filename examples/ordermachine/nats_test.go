@@ -123,7 +123,8 @@ func TestOnJetStream(t *testing.T) {
 		if inst, err := d.Instance(ctx, "order", id); err == nil && !inst.Completed {
 			t.Errorf("%s still running: %s", id, inst.Data)
 		}
-	}}
+	}
+}
 
 // process is the processing service: it answers o1's first request only
 // once it was retried, every other o1 request at once, and faults o2's.

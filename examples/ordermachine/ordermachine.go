@@ -98,7 +98,9 @@ func New(cfg Config) (*Order, error) {
 	submitOrder := machine.NewEvent(m, saga.By(func(e SubmitOrder) string { return e.OrderID }))
 	orderAccepted := machine.NewEvent(m, saga.By(func(e OrderAccepted) string { return e.OrderID }))
 	completion := machine.NewSchedule(m, "OrderCompletionTimeout", cfg.CompletionTimeout,
-		func(c *saga.Context[OrderState]) OrderCompletionTimeout { return OrderCompletionTimeout{OrderID: c.ID()} })
+		func(c *saga.Context[OrderState]) OrderCompletionTimeout {
+			return OrderCompletionTimeout{OrderID: c.ID()}
+		})
 	process := machine.NewRequest(m, "ProcessOrder", ProcessingQueue, cfg.ProcessTimeout,
 		func(c *saga.Context[OrderState]) ProcessOrder {
 			return ProcessOrder{OrderID: c.ID(), Attempt: c.Data.Attempts}
