@@ -4,13 +4,13 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/jetsaga/jetsaga/examples/ordermachine"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/machine"
+	"github.com/jetsaga/jetsaga/saga/machine/machinetest"
 	"github.com/jetsaga/jetsaga/sagatest"
 )
 
@@ -41,11 +41,6 @@ func lastRequest(t *testing.T, env *sagatest.Env) (ordermachine.ProcessOrder, st
 	return p, m.CorrelationID
 }
 
-func path(t *testing.T, env *sagatest.Env, o *ordermachine.Order, id string) []string {
-	t.Helper()
-	return sagatest.State(t, env, o.Saga, id).Path()
-}
-
 var day = 24 * time.Hour
 
 func submit(env *sagatest.Env, id string) {
@@ -58,10 +53,7 @@ func TestOrderCompletes(t *testing.T) {
 		submit(env, "o1")
 		env.Advance(2 * day)
 		env.Send(ordermachine.OrderAccepted{OrderID: "o1"})
-		want := []string{"Initial", "Submitted", "Accepted"}
-		if got := path(t, env, o, "o1"); !slices.Equal(got, want) {
-			t.Errorf("path %v, want %v", got, want)
-		}
+		machinetest.AssertPath(t, env, o.Saga, "o1", "Initial", "Submitted", "Accepted")
 		_, cid := lastRequest(t, env)
 		env.Advance(10 * time.Second)
 		env.Send(ordermachine.OrderProcessed{OrderID: "o1"}, saga.WithCorrelationID(cid))
@@ -116,10 +108,7 @@ func TestOrderStallsThenExpires(t *testing.T) {
 		if n := len(env.Messages(ordermachine.ProcessingQueue)); n != 3 {
 			t.Errorf("%d requests, want 3", n)
 		}
-		want := []string{"Initial", "Submitted", "Accepted", "Stalled"}
-		if got := path(t, env, o, "o1"); !slices.Equal(got, want) {
-			t.Errorf("path %v, want %v", got, want)
-		}
+		machinetest.AssertPath(t, env, o.Saga, "o1", "Initial", "Submitted", "Accepted", "Stalled")
 		env.Advance(10 * day)
 		env.Send(ordermachine.OrderAccepted{OrderID: "o1"}) // accepted again: three more
 		env.AdvanceTo(start.Add(30*day - time.Second))

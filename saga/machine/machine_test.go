@@ -462,3 +462,21 @@ func TestBuildErrors(t *testing.T) {
 		})
 	}
 }
+
+// IDs with subject wildcards, slashes and spaces travel in the request's
+// CorrelationID and come back in a Fault, which finds its instance.
+func TestHostileIDsInRequests(t *testing.T) {
+	o := newOrderMachine(t)
+	sagatest.Run(t, []saga.Saga{o.def}, func(t *testing.T, env *sagatest.Env) {
+		for _, id := range []string{"a.b.*", "o/1/>", " spaced id ", "zażółć/../x"} {
+			env.Send(Submit{Order: id, Total: 10})
+			env.Send(Pay{Order: id})
+			ms := env.Messages("warehouse")
+			req := ms[len(ms)-1]
+			env.Send(machine.NewFault(req, "no"), saga.WithCorrelationID(req.CorrelationID))
+			if got := stateOf(t, env, o, id); got != "Failed" {
+				t.Errorf("%q: state %s after the fault, want Failed", id, got)
+			}
+		}
+	})
+}
