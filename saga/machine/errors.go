@@ -19,12 +19,13 @@ var (
 	// ErrDuplicateEvent: an event bound twice in one state, or a message
 	// type bound to two events (events, schedules, requests).
 	ErrDuplicateEvent = errors.New("machine: event bound twice")
-	// ErrInvalidState: a state name that is empty, reserved or declared
-	// twice, or a state of another machine.
+	// ErrInvalidState: a state name that is not 1–64 characters of
+	// [A-Za-z0-9_-], reserved (Initial, Final) or declared twice, or a
+	// state this machine did not declare.
 	ErrInvalidState = errors.New("machine: invalid state")
 	// ErrUnhandledEvent is the reason (with saga.ErrPermanent) an event
 	// that the instance's current state does not accept is dead-lettered,
-	// under the default policy (see WhenUnhandled).
+	// under the default policy (see WithUnhandled).
 	ErrUnhandledEvent = errors.New("machine: event not accepted in the current state")
 	// ErrUnknownState is the reason (with saga.ErrPermanent) a message for
 	// an instance whose stored state is not a state of the machine — a

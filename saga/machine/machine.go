@@ -55,7 +55,11 @@ const (
 )
 
 // Option configures a Machine.
-type Option func(*config) error
+type Option interface{ apply(*config) error }
+
+type optionFunc func(*config) error
+
+func (f optionFunc) apply(c *config) error { return f(c) }
 
 type config struct {
 	unhandled UnhandledPolicy
@@ -66,13 +70,13 @@ type config struct {
 // WithUnhandled sets the policy for events that arrive in a state that
 // does not accept them. Default: UnhandledDeadLetter.
 func WithUnhandled(p UnhandledPolicy) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if p != UnhandledDeadLetter && p != UnhandledIgnore {
 			return fmt.Errorf("%w: WithUnhandled: unknown policy %d", saga.ErrInvalidOption, p)
 		}
 		c.unhandled = p
 		return nil
-	}
+	})
 }
 
 // WithHistory keeps the latest n transitions of each instance in its
@@ -80,23 +84,23 @@ func WithUnhandled(p UnhandledPolicy) Option {
 // an instance took, and for operators reading a record. Each costs about
 // 80 bytes of record. Default: 0, no history.
 func WithHistory(n int) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		if n < 0 || n > 1000 {
 			return fmt.Errorf("%w: WithHistory(%d): want 0 to 1000", saga.ErrInvalidOption, n)
 		}
 		c.history = n
 		return nil
-	}
+	})
 }
 
 // WithDefinitionOptions passes options to the saga definition the
 // machine builds (saga.DataVersion, saga.WhenNotFound,
 // saga.TimeoutEngine). saga.CheckLiveness is always on.
 func WithDefinitionOptions(opts ...saga.DefinitionOption) Option {
-	return func(c *config) error {
+	return optionFunc(func(c *config) error {
 		c.defOpts = append(c.defOpts, opts...)
 		return nil
-	}
+	})
 }
 
 // Machine is a state machine over a saga whose data is S, which embeds
@@ -148,9 +152,12 @@ func New[S any](name string, opts ...Option) *Machine[S] {
 		if o == nil {
 			continue
 		}
-		if err := o(&m.cfg); err != nil {
+		if err := o.apply(&m.cfg); err != nil {
 			m.fail(err)
 		}
+	}
+	if !namePattern.MatchString(name) {
+		m.fail(fmt.Errorf("%w: name %q: 1-64 characters of [A-Za-z0-9_-]", ErrInvalidMachine, name))
 	}
 	if _, ok := any(new(S)).(instancer); !ok {
 		m.fail(fmt.Errorf("%w: %T", ErrNoInstance, *new(S)))

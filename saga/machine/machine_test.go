@@ -448,6 +448,13 @@ func TestBuildErrors(t *testing.T) {
 			_, err := m.Build()
 			return err
 		}, machine.ErrInvalidState},
+		{"hostile machine name", func() error {
+			m := machine.New[order]("orders.>")
+			e := machine.NewEvent(m, saga.By(func(e Submit) string { return e.Order }))
+			m.Initially(machine.When(e).Finalize())
+			_, err := m.Build()
+			return err
+		}, machine.ErrInvalidMachine},
 		{"bad option", func() error {
 			_, err := machine.New[order]("p", machine.WithHistory(-1)).Build()
 			return err

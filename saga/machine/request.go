@@ -44,12 +44,13 @@ type Request[S, Req, Resp any] struct {
 	// TimeoutExpired is raised when the timeout expires before a
 	// response or a fault.
 	TimeoutExpired Event[S, Expired]
-	// Late is raised for a response (or a fault's Resp never: faults that
-	// come late are dropped) that arrives when the request is no longer
-	// pending: after its timeout, its fault, or its replacement. Where it
-	// is not bound (When(r.Late)), a late response is dropped: the
+	// Late is raised for a response that arrives when its request is no
+	// longer pending: after its timeout or fault, or after the request
+	// was sent again (its CorrelationID is not the pending one's). Where
+	// Late is not bound (When(r.Late)), such a response is dropped: the
 	// message is completed and the instance does not change. It never
-	// follows the unhandled policy.
+	// follows the unhandled policy, and is never Completed. A late Fault
+	// is dropped.
 	Late Event[S, Resp]
 }
 
