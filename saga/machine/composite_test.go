@@ -140,3 +140,29 @@ func expectFailure(t *testing.T, body func(t *testing.T)) string {
 	}
 	return string(out)
 }
+
+// A composite bound in Initial starts the instance with its first
+// constituent and raises once the last arrives.
+func TestCompositeInInitially(t *testing.T) {
+	m := machine.New[order]("pair")
+	ready := m.State("Ready")
+	packed := machine.NewEvent(m, saga.By(func(e Packed) string { return e.ID }))
+	paid := machine.NewEvent(m, saga.By(func(e Paid) string { return e.ID }))
+	open := machine.NewEvent(m, saga.By(func(e Open) string { return e.ID }))
+	both := machine.Composite(m, "Both", packed, paid)
+	m.Initially(machine.When(both).TransitionTo(ready))
+	m.During(ready, machine.When(open).Finalize())
+	d := m.MustBuild()
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		env.Send(Paid{ID: "p1"})
+		if got := sagatest.State(t, env, d, "p1").CurrentState(); got != "Initial" {
+			t.Fatalf("state %s after one of two, want Initial", got)
+		}
+		env.Send(Packed{ID: "p1"})
+		if got := sagatest.State(t, env, d, "p1").CurrentState(); got != "Ready" {
+			t.Fatalf("state %s after both, want Ready", got)
+		}
+		env.Send(Open{ID: "p1"})
+		env.AssertCompleted(t, d, "p1")
+	})
+}
