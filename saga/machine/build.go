@@ -10,7 +10,8 @@ import (
 
 // Build checks the machine and compiles it into a saga definition, run by
 // the same dispatcher (saga.WithSagas), sagatest and Explore as any saga.
-// Calls after the first return the same definition (or error).
+// Calls after the first return the same definition (or error):
+// declare every state, event and binding before the first Build.
 //
 // Build returns an error matching ErrInvalidMachine and
 // saga.ErrInvalidDefinition, and the sentinel of the first problem: the
