@@ -32,6 +32,7 @@ func encodeHeader(m *Message) nats.Header {
 	set(HeaderContentType, m.ContentType)
 	set(HeaderCorrelationID, m.CorrelationID)
 	set(HeaderSessionID, m.SessionID)
+	set(HeaderPartitionKey, m.PartitionKey)
 	set(HeaderReplyTo, m.ReplyTo)
 	set(HeaderSubject, m.Subject)
 	if !m.ScheduledAt.IsZero() {
@@ -81,6 +82,7 @@ func decodeHeader(h nats.Header, m *Message) {
 	m.ContentType = get(HeaderContentType)
 	m.CorrelationID = get(HeaderCorrelationID)
 	m.SessionID = get(HeaderSessionID)
+	m.PartitionKey = get(HeaderPartitionKey)
 	m.ReplyTo = get(HeaderReplyTo)
 	m.Subject = get(HeaderSubject)
 	if v := get(HeaderScheduledAt); v != "" {

@@ -103,7 +103,7 @@ func (h *housekeeper) maybePurge(ctx context.Context, q *jsQueue, part *jsPartit
 	ctx = context.WithoutCancel(ctx)
 	purge := func(kind string, upTo uint64) bool {
 		err := part.sched.Purge(ctx, jetstream.WithPurgeSubject(part.n.sSubj+".*."+kind+".>"), jetstream.WithPurgeSequence(upTo))
-		if err != nil {
+		if err != nil && h.d.check() == nil { // not the broker closing meanwhile
 			h.d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: purging sourced copies failed", slogErr(err), slogQueue(q.cfg.Name))
 		}
 		return err == nil

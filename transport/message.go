@@ -13,7 +13,8 @@ import (
 //
 // The string fields travel as headers: each is at most 4096 bytes of
 // UTF-8 without control characters (U+0000–U+001F, U+007F and
-// U+0080–U+009F); MessageID and SessionID at most 128 bytes.
+// U+0080–U+009F); MessageID, SessionID and PartitionKey at most 128
+// bytes.
 type Message struct {
 	// Body is the payload. Its size plus the encoded header fields must fit
 	// the server's max payload less a reserve of 512 bytes for the
@@ -37,6 +38,17 @@ type Message struct {
 	// SessionID groups messages that must be processed one at a time in
 	// sequence order. Required on queues with RequiresSession set.
 	SessionID string
+	// PartitionKey chooses the partition of a queue or topic with several
+	// (QueueConfig.Partitions), as Service Bus's PartitionKey does: every
+	// message with the same key goes to the same partition, so a tenant's
+	// or an account's messages and timeouts share one log, and a burst on
+	// one key fills only its partition (see docs/guarantees.md,
+	// "Partitions and noisy neighbours"). A message with a SessionID goes
+	// to its session's partition: a PartitionKey beside it must equal the
+	// SessionID. Duplicates are detected per partition: two messages with
+	// one MessageID and different keys may both be stored. Without a key
+	// the MessageID chooses the partition. At most 128 bytes.
+	PartitionKey string
 	// ReplyTo names the queue a reply should go to.
 	ReplyTo string
 	// Subject is an application label (Service Bus's Subject, formerly

@@ -109,6 +109,12 @@ func validateMessage(m *Message, requiresSession bool) error {
 	if requiresSession && m.SessionID == "" {
 		return ErrSessionRequired
 	}
+	if err := validID("PartitionKey", m.PartitionKey); err != nil {
+		return err
+	}
+	if m.PartitionKey != "" && m.SessionID != "" && m.PartitionKey != m.SessionID {
+		return invalid("PartitionKey", "%.64q differs from the SessionID %.64q: a session's messages stay in its partition", m.PartitionKey, m.SessionID)
+	}
 	for _, f := range [...]struct{ name, v string }{
 		{"ContentType", m.ContentType},
 		{"CorrelationID", m.CorrelationID},

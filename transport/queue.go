@@ -334,6 +334,8 @@ func (q *Queue) partitionOf(m *Message) int {
 		return 0
 	case m.SessionID != "":
 		return q.partitionOfSession(m.SessionID)
+	case m.PartitionKey != "":
+		return hashMod(m.PartitionKey, q.cfg.Partitions)
 	case m.MessageID != "":
 		return hashMod(m.MessageID, q.cfg.Partitions)
 	}

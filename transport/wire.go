@@ -17,6 +17,7 @@ const (
 	HeaderContentType   = "Jetsaga-Content-Type"
 	HeaderCorrelationID = "Jetsaga-Correlation-Id"
 	HeaderSessionID     = "Jetsaga-Session-Id"
+	HeaderPartitionKey  = "Jetsaga-Partition-Key"
 	HeaderReplyTo       = "Jetsaga-Reply-To"
 	HeaderSubject       = "Jetsaga-Subject"
 	HeaderScheduledAt   = "Jetsaga-Scheduled-At"

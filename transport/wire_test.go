@@ -26,6 +26,7 @@ var wireNames = map[string]string{
 	"HeaderContentType":              HeaderContentType,
 	"HeaderCorrelationID":            HeaderCorrelationID,
 	"HeaderSessionID":                HeaderSessionID,
+	"HeaderPartitionKey":             HeaderPartitionKey,
 	"HeaderReplyTo":                  HeaderReplyTo,
 	"HeaderSubject":                  HeaderSubject,
 	"HeaderScheduledAt":              HeaderScheduledAt,

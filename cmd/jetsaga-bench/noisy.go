@@ -20,12 +20,12 @@ import (
 // against, in the same run once there is one.
 //
 // With -noisy-partitions P > 1 the queue has P partitions and each
-// tenant's timeouts go to a partition of their own choosing (A to
-// partition 0, the others to the rest in turn), as a partition chosen by a
-// fairness key would place them when the keys do not collide: the bench
-// picks MessageIDs that the transport's MessageID hash puts there. It
-// measures what separate schedule streams and receives across partitions
-// give the tenants that do not share A's partition.
+// tenant's timeouts carry the tenant's PartitionKey, chosen so that A is
+// alone in its partition and the others share the rest (the bench picks
+// keys that the transport's hash puts there, as a service would whose
+// keys do not collide with A's). It measures what separate schedule
+// streams and receives across partitions give the tenants that do not
+// share A's partition.
 
 const (
 	noisyBurst   = 100_000 // tenant A's timeouts, all due at one instant
@@ -56,6 +56,10 @@ func benchNoisy(ctx context.Context, e *env) ([]Result, error) {
 		i -= nA
 		t := i / nEach
 		return string(rune('B' + t)), 1 + t%max(1, parts-1), t0.Add(time.Duration(i%nEach) * time.Second / time.Duration(nEach))
+	}
+	keys := make([]string, parts)
+	for p := range keys {
+		keys[p] = keyIn("tenant", p, parts)
 	}
 	burst, others := newFirings(nA), newFirings(noisyTenants*nEach)
 	var (
@@ -111,7 +115,9 @@ func benchNoisy(ctx context.Context, e *env) ([]Result, error) {
 	}
 	err = parallel(publishers, n, func(i int) error {
 		tenant, part, at := due(i)
-		_, err := q.Schedule(rctx, jetMessage(idIn(tenant+"-"+strconv.Itoa(i), part, parts)), at)
+		m := jetMessage(tenant + "-" + strconv.Itoa(i))
+		m.PartitionKey = keys[part]
+		_, err := q.Schedule(rctx, m, at)
 		return err
 	})
 	if err == nil {
@@ -155,15 +161,12 @@ func noisyFairness(parts int) string {
 	return fmt.Sprintf("%d partitions, A alone in one, the others in the rest", parts)
 }
 
-// idIn returns id, with a suffix if need be, such that a queue of parts
-// partitions puts a message with it as MessageID in partition part (the
-// transport hashes the MessageID with FNV-1a, 64 bits, modulo parts).
-func idIn(id string, part, parts int) string {
-	if parts <= 1 {
-		return id
-	}
+// keyIn returns a PartitionKey, prefix and a suffix, that a queue of parts
+// partitions puts in partition part (the transport hashes the key with
+// FNV-1a, 64 bits, modulo parts).
+func keyIn(prefix string, part, parts int) string {
 	for j := 0; ; j++ {
-		c := id + "-" + strconv.Itoa(j)
+		c := prefix + "-" + strconv.Itoa(j)
 		h := fnv.New64a()
 		h.Write([]byte(c))
 		if int(h.Sum64()%uint64(parts)) == part {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ func (s *suite) testPartition(t *testing.T) {
 	parallel(t, "Seqs", s.testPartitionSeqs)
 	parallel(t, "Sessions", s.testPartitionSessions)
 	parallel(t, "Scheduled", s.testPartitionScheduled)
+	parallel(t, "Key", s.testPartitionKey)
 }
 
 const partitions = 4
@@ -219,4 +221,75 @@ func (s *suite) testPartitionScheduled(t *testing.T) {
 	}
 	checkPartitionSeqs(t, "sent and activated seqs", seqs)
 	expectNone(t, q, max(time.Until(at.Add(s.f.ActivationSlack+quietMargin)), quietMargin))
+}
+
+// testPartitionKey checks that a PartitionKey chooses the partition: a
+// key's sent and scheduled messages all share one, whatever their
+// MessageIDs; the key reaches the receiver; and a key that is too long,
+// has a control character, or differs from the message's SessionID is
+// refused with ErrInvalidMessage.
+func (s *suite) testPartitionKey(t *testing.T) {
+	_, q := s.open(t, transport.QueueConfig{Partitions: partitions})
+	keys := []string{"tenant-a", "tenant-b", "acct.42", "*", ">", "a b.>", "ключ"}
+	partOf := map[string]int{}
+	var sent []uint64
+	for i := range 4 * len(keys) {
+		key := keys[i%len(keys)]
+		m := numbered(key, i)
+		m.PartitionKey = key
+		m.MessageID = fmt.Sprintf("id-%d", i) // would choose partitions of their own
+		seq := send(t, q, m).Seq
+		sent = append(sent, seq)
+		p := transport.Partition(seq)
+		if want, ok := partOf[key]; ok && p != want {
+			t.Errorf("PartitionKey %q: message %d in partition %d, earlier ones in %d", key, i, p, want)
+		}
+		partOf[key] = p
+	}
+	checkPartitionSeqs(t, "PartitionKey seqs", sent)
+	used := map[int]bool{}
+	for _, p := range partOf {
+		used[p] = true
+	}
+	if len(used) < 2 {
+		t.Errorf("%d keys all chose partition %v, want several partitions", len(keys), partOf)
+	}
+	for i, key := range keys {
+		m := numbered("later-"+key, i)
+		m.PartitionKey = key
+		if seq := schedule(t, q, m, time.Now().Add(time.Hour)); transport.Partition(seq) != partOf[key] {
+			t.Errorf("PartitionKey %q: scheduled in partition %d, its sent messages in %d", key, transport.Partition(seq), partOf[key])
+		}
+	}
+	for _, a := range receiveN(t, q, len(sent), awaitMargin) {
+		if a.PartitionKey == "" || transport.Partition(a.Seq) != partOf[a.PartitionKey] {
+			t.Errorf("received %s with PartitionKey %q in partition %d, want its key's partition %d",
+				describe(a.Message), a.PartitionKey, transport.Partition(a.Seq), partOf[a.PartitionKey])
+		}
+	}
+
+	_, sq := s.open(t, transport.QueueConfig{Partitions: partitions, RequiresSession: true})
+	same := numbered("same", 0)
+	same.SessionID, same.PartitionKey = "s-1", "s-1"
+	if seq := send(t, sq, same).Seq; transport.Partition(seq) != transport.Partition(send(t, sq, &transport.Message{SessionID: "s-1", Body: []byte("x")}).Seq) {
+		t.Errorf("a PartitionKey equal to the SessionID moved the message out of its session's partition")
+	}
+	for _, bad := range []struct {
+		q *transport.Queue
+		m transport.Message
+	}{
+		{q, transport.Message{PartitionKey: strings.Repeat("k", 129)}},
+		{q, transport.Message{PartitionKey: "tenant\x00a"}},
+		{q, transport.Message{PartitionKey: "tenant\na"}},
+		{sq, transport.Message{SessionID: "s-1", PartitionKey: "s-2"}},
+	} {
+		m := bad.m
+		m.Body = []byte("bad")
+		if _, err := bad.q.Send(t.Context(), &m); !errors.Is(err, transport.ErrInvalidMessage) {
+			t.Errorf("Send with PartitionKey %.40q (SessionID %q) = %v, want %v", m.PartitionKey, m.SessionID, err, transport.ErrInvalidMessage)
+		}
+		if _, err := bad.q.Schedule(t.Context(), &m, time.Now().Add(time.Hour)); !errors.Is(err, transport.ErrInvalidMessage) {
+			t.Errorf("Schedule with PartitionKey %.40q (SessionID %q) = %v, want %v", m.PartitionKey, m.SessionID, err, transport.ErrInvalidMessage)
+		}
+	}
 }
