@@ -21,6 +21,8 @@ type target struct {
 	m    any    // the decoded message
 	id   string // the instance ID; "" if correlation failed
 	err  error  // why decoding or correlation failed
+
+	done, doneID string // doneKey, and the id it was made for
 }
 
 // resolve finds the sagas a message goes to, decodes it and correlates it

@@ -60,8 +60,10 @@ func (d *Dispatcher) runTargets(ctx context.Context, del *transport.Delivery, ts
 		info.Saga, info.ID = t.rt.Name(), t.id
 		o, tries, conflicts, err := d.stepTarget(ctx, del, t, st.identity, done, info)
 		st.conflicts += conflicts
-		if err == nil && (o == Handled || o == Duplicate || o == Skipped || o == EffectsPending) && !slices.Contains(done, doneKey(t)) {
-			done = append(done, doneKey(t))
+		// The list tells a later delivery which instances a failed one
+		// committed on: with one target there is no failure after a commit.
+		if err == nil && len(ts) > 1 && (o == Handled || o == Duplicate || o == Skipped || o == EffectsPending) && !slices.Contains(done, t.doneKey()) {
+			done = append(done, t.doneKey())
 		}
 		if o == EffectsPending {
 			st.pending = append(st.pending, t)
@@ -97,7 +99,7 @@ func (d *Dispatcher) stepTarget(ctx context.Context, del *transport.Delivery, t 
 	var o Outcome
 	var err error
 	tries, conflicts := 0, 0
-	for t.err != nil || !slices.Contains(done, doneKey(t)) {
+	for t.err != nil || len(done) == 0 || !slices.Contains(done, t.doneKey()) {
 		tries++
 		if tries > 1 && t.err != nil && !errors.Is(t.err, ErrPermanent) {
 			d.correlate(ctx, del, t) // a Finder's transient failure
@@ -393,7 +395,12 @@ func callHandler(ctx context.Context, rt sagaRuntime, s *stepState, typ string, 
 // retention): it lists them (propDone), and is not run on them again.
 
 // doneKey names an instance in propDone: the digest of its store key.
-func doneKey(t *target) string { return recordfmt.InboxDigest(storeKey(t.rt.Name(), t.id)) }
+func (t *target) doneKey() string {
+	if t.doneID != t.id || t.done == "" {
+		t.done, t.doneID = recordfmt.InboxDigest(storeKey(t.rt.Name(), t.id)), t.id
+	}
+	return t.done
+}
 
 // doneList reads propDone.
 func doneList(v string) []string {
