@@ -1,0 +1,154 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// maxPerTick bounds the occurrences one tick sends (or skips) before it
+// writes its progress and goes on with a new tick, so that a long catch-up
+// is resumed, not restarted, after a crash.
+const maxPerTick = 256
+
+// Run receives the scheduler's pending occurrences as they fall due and
+// sends them, until ctx ends; then it returns nil. Run it in every process
+// that should send occurrences (one is enough; more take over from each
+// other): while none runs, pending occurrences wait, and the catch-up
+// policy decides what is sent when one runs again.
+func (s *Scheduler) Run(ctx context.Context) error {
+	q, err := s.queue(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		ds, err := q.Receive(ctx, 16)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: receive", slog.String("queue", s.queueName), slog.Any("error", err))
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for _, d := range ds {
+			s.handleTick(ctx, d)
+		}
+	}
+}
+
+// handleTick sends the occurrences a tick stands for and plans the next
+// one; a stale tick (the record names another) is dropped.
+func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
+	name, tickID := d.Properties[propTickName], d.Properties[propTickID]
+	if d.Subject != tickSubject || ValidateName(name) != nil || tickID == "" {
+		_ = d.DeadLetter(ctx, "NotATick", "a message on a schedule queue that the scheduler did not write")
+		return
+	}
+	for {
+		err := s.fire(ctx, name, tickID)
+		if errors.Is(err, transport.ErrStateConflict) {
+			continue
+		}
+		if err != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: occurrence not sent; retried when the tick is redelivered",
+				slog.String("schedule", name), slog.Any("error", err))
+			_ = d.Abandon(ctx)
+			return
+		}
+		_ = d.Complete(ctx)
+		return
+	}
+}
+
+// fire handles the tick tickID of the schedule name: it sends the pending
+// occurrence and any after it that are due by now, as the catch-up policy
+// says, then writes the record with the tick of the next occurrence.
+func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
+	q, r, rev, err := s.load(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return nil // deleted
+	}
+	if err != nil {
+		return err
+	}
+	if r.TickID != tickID || r.Paused || r.Ended || r.Next.IsZero() {
+		return nil // stale: re-planned, paused, or handled before
+	}
+	// Never early by our clock either: the broker activated the tick at
+	// FireAt by its own.
+	if wait := time.Until(r.FireAt); wait > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	p, err := s.planner(r)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	// The due occurrences: the pending one and those after it up to now.
+	var due []time.Time
+	t := r.Next
+	for len(due) < maxPerTick && !t.After(now) && (r.End.IsZero() || !t.After(r.End)) {
+		due = append(due, t)
+		if t, err = p.next(t); err != nil {
+			return err
+		}
+	}
+	late := func(t time.Time) bool {
+		return now.Sub(t.Add(jitter(OccurrenceID(r.Name, t), r.Jitter))) > r.CatchUp.Tolerance
+	}
+	for i, t := range due {
+		send := true
+		switch r.CatchUp.Policy {
+		case CatchUpSkip:
+			send = !late(t)
+		case CatchUpCoalesce:
+			// Late occurrences are a prefix of due; send the last of them.
+			send = !late(t) || i == len(due)-1 || !late(due[i+1])
+		}
+		if !send {
+			r.skipOne(t)
+			r.handled(t)
+			continue
+		}
+		m := s.occurrenceMessage(r.Message, r.Name, t, CauseSchedule)
+		if r.CatchUp.Policy == CatchUpCoalesce && late(t) {
+			n := 1
+			for j := i - 1; j >= 0 && late(due[j]); j-- {
+				n++
+			}
+			if n > 1 {
+				m.Properties[PropertyCoalesced] = itoa(n)
+			}
+		}
+		if _, err := s.send(ctx, r, m); err != nil {
+			return err
+		}
+		if late(t) {
+			r.Late++
+		}
+		r.Sent++
+		r.handled(t)
+	}
+	r.Next = t
+	if len(due) == maxPerTick && !t.After(now) {
+		// More are due: the next tick, at once, goes on.
+	} else if !r.End.IsZero() && t.After(r.End) {
+		r.Ended, r.Next = true, time.Time{}
+	}
+	return s.commit(ctx, q, r, rev)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
