@@ -97,12 +97,12 @@ func (s *Scheduler) target(ctx context.Context, r *record) (sender, error) {
 	return t, nil
 }
 
-func (s *Scheduler) planner(r *record) (*planner, error) { return newPlanner(r.Spec, s.cals) }
+func (s *Scheduler) planner(r *record) (*planner, error) { return newPlanner(r.Spec, s.cals, r.Start) }
 
 // first returns the first occurrence of a schedule: for a cron spec the
 // first instant at or after start, for a rule its due time from start.
 func first(p *planner, start time.Time) (time.Time, error) {
-	if p.spec.Rule == nil {
+	if p.spec.Rule == nil { // cron, or Every (whose first is start)
 		return p.next(start.Add(-time.Nanosecond))
 	}
 	return p.next(start)
@@ -115,20 +115,20 @@ func (s *Scheduler) Create(ctx context.Context, sch Schedule) error {
 	if err := ValidateName(sch.Name); err != nil {
 		return err
 	}
-	p, err := newPlanner(sch.Spec, s.cals)
+	now := time.Now()
+	if sch.Start.IsZero() {
+		sch.Start = now.UTC().Truncate(time.Second)
+	}
+	p, err := newPlanner(sch.Spec, s.cals, sch.Start)
 	if err != nil {
 		return err
 	}
 	if err := s.checkAction(sch); err != nil {
 		return err
 	}
-	now := time.Now()
 	r := &record{V: 1, Name: sch.Name, Spec: sch.Spec, Queue: sch.Action.Queue, Topic: sch.Action.Topic,
 		Message: storeMsg(sch.Action.Message), Start: sch.Start, End: sch.End, CatchUp: sch.CatchUp,
 		Jitter: sch.Jitter, Note: sch.Note, Created: now.UTC()}
-	if r.Start.IsZero() {
-		r.Start = now.UTC().Truncate(time.Second)
-	}
 	next, err := first(p, r.Start)
 	if err != nil {
 		return err
@@ -363,7 +363,7 @@ func (s *Scheduler) Upcoming(ctx context.Context, name string, n int) ([]time.Ti
 // firstAfter returns the first occurrence of r strictly after t: for a rule,
 // counted along its chain from the pending occurrence (or Start).
 func (s *Scheduler) firstAfter(p *planner, r *record, t time.Time) (time.Time, error) {
-	if r.Spec.Rule == nil {
+	if r.Spec.Rule == nil { // cron or Every: computed from t
 		return p.next(t)
 	}
 	o := r.Next

@@ -37,6 +37,10 @@ type Spec struct {
 	// a Cron is limited to. Required with a Rule that needs one; optional
 	// with Cron. Default: none.
 	Calendar calendar.Ref `json:"calendar,omitzero"`
+	// Every makes the occurrences Start, Start+Every, Start+2·Every, ...:
+	// elapsed time, whatever the zone and the calendar (which it does not
+	// take). At least a second. Default: 0.
+	Every time.Duration `json:"every,omitempty"`
 }
 
 // planner computes a spec's occurrences with its calendar resolved.
@@ -45,16 +49,32 @@ type planner struct {
 	cron cron
 	loc  *time.Location
 	cal  calendar.Calendar
+	// start anchors Every.
+	start time.Time
 }
 
 // validate reports what is wrong with s as an error wrapping ErrInvalidSpec
 // (or ErrNeverFires, for an expression that names no existing day).
 func (s Spec) validate() error {
+	n := 0
+	for _, set := range []bool{s.Cron != "", s.Rule != nil, s.Every != 0} {
+		if set {
+			n++
+		}
+	}
 	switch {
-	case s.Cron == "" && s.Rule == nil:
-		return fmt.Errorf("%w: neither a cron expression nor a rule", ErrInvalidSpec)
-	case s.Cron != "" && s.Rule != nil:
-		return fmt.Errorf("%w: both a cron expression and a rule: give one", ErrInvalidSpec)
+	case n == 0:
+		return fmt.Errorf("%w: neither a cron expression, a rule nor an interval", ErrInvalidSpec)
+	case n > 1:
+		return fmt.Errorf("%w: more than one of a cron expression, a rule and an interval: give one", ErrInvalidSpec)
+	case s.Every != 0:
+		if s.Every < time.Second {
+			return fmt.Errorf("%w: interval %s: at least 1s", ErrInvalidSpec, s.Every)
+		}
+		if s.Calendar != (calendar.Ref{}) || s.Zone != "" {
+			return fmt.Errorf("%w: an interval takes no zone and no calendar", ErrInvalidSpec)
+		}
+		return nil
 	case s.Cron != "":
 		if s.Zone == "" {
 			return fmt.Errorf("%w: cron %q without a zone (use \"UTC\" for UTC)", ErrInvalidSpec, s.Cron)
@@ -89,11 +109,14 @@ func (s Spec) validate() error {
 }
 
 // newPlanner resolves s's zone and calendar (from reg, if s names one).
-func newPlanner(s Spec, reg *calendar.Registry) (*planner, error) {
+func newPlanner(s Spec, reg *calendar.Registry, start time.Time) (*planner, error) {
 	if err := s.validate(); err != nil {
 		return nil, err
 	}
-	p := &planner{spec: s}
+	p := &planner{spec: s, start: start}
+	if s.Every != 0 {
+		return p, nil
+	}
 	if s.Calendar != (calendar.Ref{}) {
 		if reg == nil {
 			return nil, fmt.Errorf("%w: spec names calendar %s and the scheduler has no registry (WithCalendars)", ErrInvalidSpec, s.Calendar)
@@ -122,6 +145,12 @@ func newPlanner(s Spec, reg *calendar.Registry) (*planner, error) {
 // instant strictly after prev; for a rule the rule's due time counted from
 // prev (the previous occurrence, or the schedule's start for the first).
 func (p *planner) next(prev time.Time) (time.Time, error) {
+	if e := p.spec.Every; e != 0 {
+		if prev.Before(p.start) {
+			return p.start, nil
+		}
+		return p.start.Add((prev.Sub(p.start)/e + 1) * e), nil
+	}
 	if p.spec.Rule == nil {
 		return p.cron.next(prev, p.loc, p.cal)
 	}
@@ -140,10 +169,13 @@ func (p *planner) next(prev time.Time) (time.Time, error) {
 	return t.Truncate(time.Second), nil
 }
 
-// Zone returns the time zone occurrences are read in: Zone, or the rule's.
-func (s Spec) zone() string {
-	if s.Rule != nil {
+// ZoneName returns the time zone occurrences are read in: Zone, the rule's, or "UTC" for an interval.
+func (s Spec) ZoneName() string {
+	switch {
+	case s.Rule != nil:
 		return s.Rule.Zone
+	case s.Every != 0:
+		return "UTC"
 	}
 	return s.Zone
 }
@@ -152,9 +184,12 @@ func (s Spec) zone() string {
 // the rule's wording, and the calendar.
 func (s Spec) String() string {
 	var out string
-	if s.Rule != nil {
+	switch {
+	case s.Every != 0:
+		out = "every " + s.Every.String()
+	case s.Rule != nil:
 		out = s.Rule.String()
-	} else {
+	default:
 		out = fmt.Sprintf("cron %q in %s", s.Cron, s.Zone)
 	}
 	if s.Calendar != (calendar.Ref{}) {
