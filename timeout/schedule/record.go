@@ -20,18 +20,18 @@ const maxSkipRanges = 64
 
 // record is what the queue stores for a schedule, as JSON.
 type record struct {
-	V        int          `json:"v"`
-	Name     string       `json:"name"`
-	Spec     Spec         `json:"spec"`
-	Queue    string       `json:"queue,omitempty"`
-	Topic    string       `json:"topic,omitempty"`
-	Message  storedMsg    `json:"message"`
-	Start    time.Time    `json:"start"`
-	End      time.Time    `json:"end,omitzero"`
-	CatchUp  CatchUp      `json:"catch_up,omitzero"`
-	Jitter   time.Duration `json:"jitter,omitempty"`
-	Note     string       `json:"note,omitempty"`
-	Created  time.Time    `json:"created"`
+	V       int           `json:"v"`
+	Name    string        `json:"name"`
+	Spec    Spec          `json:"spec"`
+	Queue   string        `json:"queue,omitempty"`
+	Topic   string        `json:"topic,omitempty"`
+	Message storedMsg     `json:"message"`
+	Start   time.Time     `json:"start"`
+	End     time.Time     `json:"end,omitzero"`
+	CatchUp CatchUp       `json:"catch_up,omitzero"`
+	Jitter  time.Duration `json:"jitter,omitempty"`
+	Note    string        `json:"note,omitempty"`
+	Created time.Time     `json:"created"`
 
 	Next      time.Time `json:"next,omitzero"`
 	FireAt    time.Time `json:"fire_at,omitzero"`
