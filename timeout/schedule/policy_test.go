@@ -256,6 +256,13 @@ func TestTriggerAndDelete(t *testing.T) {
 		if _, err := h.s.Get(h.ctx, "s"); !errors.Is(err, schedule.ErrNotFound) {
 			t.Fatalf("Get after Delete: %v, want ErrNotFound", err)
 		}
+		home, err := h.b.Queue(h.ctx, schedule.DefaultQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := home.Counts(h.ctx); err != nil || c.Scheduled != 0 {
+			t.Fatalf("after Delete the scheduler's queue holds %d scheduled messages (%v), want 0", c.Scheduled, err)
+		}
 		time.Sleep(48 * time.Hour)
 		if _, msgs := h.received(base); len(msgs) != 1 {
 			t.Fatalf("a deleted schedule sent %d messages", len(msgs)-1)
@@ -371,4 +378,26 @@ func TestCreateRefuses(t *testing.T) {
 	if err := s.Create(t.Context(), schedule.Schedule{Name: "dup", Spec: ok, Action: schedule.Action{Queue: "work", Message: msg}}); !errors.Is(err, schedule.ErrExists) {
 		t.Fatalf("second Create: %v, want ErrExists", err)
 	}
+}
+
+// A pause that comes after the pending occurrence's tick activated, while
+// no runner runs: the runner that comes back must not send it.
+func TestPauseAfterTickActivated(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		base := time.Now().Add(time.Minute).Truncate(time.Minute)
+		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(9 * time.Second)})
+		h.run()
+		sleepUntil(base.Add(1*time.Second + 500*time.Millisecond))
+		h.stopRun()
+		sleepUntil(base.Add(3 * time.Second)) // the tick of 2 s is on the queue
+		if err := h.s.Pause(h.ctx, "s", "no"); err != nil {
+			t.Fatal(err)
+		}
+		h.run()
+		defer h.stopRun()
+		sleepUntil(base.Add(10 * time.Second))
+		got, _ := h.received(base)
+		equalInts(t, "sent", got, seq(0, 1))
+	})
 }

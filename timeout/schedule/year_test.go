@@ -55,10 +55,12 @@ var office = calendar.Ref{Name: "office", Version: "1"}
 
 var yearCases = []yearCase{
 	{
-		name: "cron-dst", // every half hour from 01:00 to 03:30: both DST changes
-		spec: func(zone string) schedule.Spec { return schedule.Spec{Cron: "*/30 1-3 * * *", Zone: zone} },
+		// At 15 and 45 past 01:00 to 03:00: both DST changes, and times in a
+		// gap that must fire at the jump, not a jump's length later.
+		name: "cron-dst",
+		spec: func(zone string) schedule.Spec { return schedule.Spec{Cron: "15,45 1-3 * * *", Zone: zone} },
 		want: func(loc *time.Location, _ calendar.Calendar, from, to time.Time) []time.Time {
-			return bruteCron(loc, from, to, func(h, m int, _ calendar.Date) bool { return m%30 == 0 && h >= 1 && h <= 3 })
+			return bruteCron(loc, from, to, func(h, m int, _ calendar.Date) bool { return (m == 15 || m == 45) && h >= 1 && h <= 3 })
 		},
 	},
 	{
