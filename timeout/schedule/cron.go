@@ -160,11 +160,8 @@ var daysIn = [13]int{0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}
 // "0 0 30 2 *" (February 30). With both day fields restricted a day
 // matches either, so the day of week always fires.
 func (c cron) canFire() error {
-	if !c.domStar && !c.dowStar {
-		return nil
-	}
-	if c.domStar || !c.dowStar {
-		// dom restricted (dow "*"), or both "*": a month must hold one of the days.
+	if c.dowStar {
+		// The day of month alone picks the days: a month must hold one of them.
 		for m := 1; m <= 12; m++ {
 			if c.month&(1<<m) == 0 {
 				continue
