@@ -453,7 +453,8 @@ func (s *Scheduler) Trigger(ctx context.Context, name string) (Occurrence, error
 }
 
 // Backfill sends the occurrences of the schedule named name whose nominal
-// times are in [from, to] and not after now, with PropertyCause
+// times are in [from, to] and not after now — before its Start too, except
+// for a Rule, whose occurrences are counted from Start — with PropertyCause
 // CauseBackfill, oldest first, and returns them. It leaves out those the
 // schedule sent itself (Occurrence.Sent false) as far as its record tells:
 // it sends those before the schedule's first, and those skipped by a pause
@@ -477,8 +478,8 @@ func (s *Scheduler) Backfill(ctx context.Context, name string, from, to time.Tim
 		return nil, err
 	}
 	var ts []time.Time
-	t, err := first(p, r.Start)
-	if r.Spec.Rule == nil && from.After(r.Start) {
+	t, err := first(p, r.Start) // a rule's occurrences are a chain from Start
+	if r.Spec.Rule == nil {
 		t, err = p.next(from.Add(-time.Nanosecond))
 	}
 	for ; err == nil && !t.After(to) && (r.End.IsZero() || !t.After(r.End)); t, err = p.next(t) {

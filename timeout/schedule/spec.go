@@ -146,10 +146,11 @@ func newPlanner(s Spec, reg *calendar.Registry, start time.Time) (*planner, erro
 // prev (the previous occurrence, or the schedule's start for the first).
 func (p *planner) next(prev time.Time) (time.Time, error) {
 	if e := p.spec.Every; e != 0 {
-		if prev.Before(p.start) {
-			return p.start, nil
+		k := prev.Sub(p.start) / e // the occurrences before start count back from it too
+		if prev.Before(p.start) && prev.Sub(p.start)%e != 0 {
+			k-- // floor, not truncation toward zero
 		}
-		return p.start.Add((prev.Sub(p.start)/e + 1) * e), nil
+		return p.start.Add((k + 1) * e), nil
 	}
 	if p.spec.Rule == nil {
 		return p.cron.next(prev, p.loc, p.cal)
