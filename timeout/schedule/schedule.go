@@ -135,8 +135,9 @@ type Schedule struct {
 	// Action says what each occurrence does. Required.
 	Action Action
 	// Start is the first instant an occurrence may have, and a Rule's
-	// anchor (its first occurrence is counted from Start). Default: when
-	// the schedule is created.
+	// anchor (its first occurrence is counted from Start). A Start in the
+	// past anchors a Rule, but the schedule sends no occurrence before it
+	// was created (Backfill does). Default: when the schedule is created.
 	Start time.Time
 	// End, if set, is the last instant an occurrence may have.
 	// Default: zero, no end.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -108,7 +109,9 @@ func first(p *planner, start time.Time) (time.Time, error) {
 	return p.next(start)
 }
 
-// Create stores a new schedule and plans its first occurrence. It returns
+// Create stores a new schedule and plans its first occurrence: the first at
+// or after Start, or, with a Start in the past, the first at or after now
+// (Backfill sends those before). It returns
 // ErrExists if the name is taken, and ErrInvalidName, ErrInvalidSpec,
 // ErrNeverFires or ErrInvalidSchedule for a schedule it refuses.
 func (s *Scheduler) Create(ctx context.Context, sch Schedule) error {
@@ -128,8 +131,13 @@ func (s *Scheduler) Create(ctx context.Context, sch Schedule) error {
 	}
 	r := &record{V: 1, Name: sch.Name, Spec: sch.Spec, Queue: sch.Action.Queue, Topic: sch.Action.Topic,
 		Message: storeMsg(sch.Action.Message), Start: sch.Start, End: sch.End, CatchUp: sch.CatchUp,
-		Jitter: sch.Jitter, Note: sch.Note, Created: now.UTC()}
+		Jitter: sch.Jitter, Note: sch.Note, Created: now.UTC(), Nonce: strconv.FormatUint(rand.Uint64(), 36)}
 	next, err := first(p, r.Start)
+	if err == nil && next.Before(now) {
+		// A Start in the past: the schedule begins now; Backfill sends the
+		// occurrences before.
+		next, err = s.firstAfter(p, r, now.Add(-time.Nanosecond))
+	}
 	if err != nil {
 		return err
 	}
@@ -216,7 +224,9 @@ func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, r
 		r.FireAt = r.Next.Add(jitter(OccurrenceID(r.Name, r.Next), r.Jitter))
 		// The revision replaced makes the tick's ID unique to this write:
 		// a tick cancelled by a pause must not make its ID taken on resume.
-		r.TickID = OccurrenceID(r.Name, r.Next) + "/" + strconv.FormatUint(rev, 10)
+		// With the record's nonce, a schedule deleted and created again
+		// under its name does not reuse a tick ID the queue still remembers.
+		r.TickID = OccurrenceID(r.Name, r.Next) + "/" + r.Nonce + "/" + strconv.FormatUint(rev, 10)
 		ticks = append(ticks, &transport.Message{MessageID: r.TickID, Subject: tickSubject, ScheduledAt: r.FireAt,
 			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID}})
 	}
