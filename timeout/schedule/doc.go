@@ -24,8 +24,11 @@
 // # How occurrences are sent
 //
 // The pending occurrence of a schedule is one message scheduled on the
-// scheduler's queue for its time (nominal plus jitter), written in the same
-// atomic write as the record that names it. When it activates, a Run
+// scheduler's queue for its time (nominal plus jitter), and the record names
+// it: the two are written in one atomic write, or, on a queue where such a
+// write is slow (transport.Queue.StateCommitsStaged), the message first and
+// the record after it, so that the record never names a message that was
+// not written. When it activates, a Run
 // receives it, sends the occurrence (and any later ones already due, as the
 // catch-up policy says) to the target, and writes the record with the next
 // occurrence's message, again in one write: a schedule never has more than
@@ -37,9 +40,11 @@
 // runs, the pending occurrence waits on the queue, and the next Run applies
 // the catch-up policy to everything due by then.
 //
-// An occurrence is never sent before its nominal time. On JetStream it is
-// sent up to about 250 ms after it (the server's scheduling tick), plus
-// the time a Run takes to send it.
+// An occurrence is never sent before its nominal time (by the clock of the
+// process that sends it). On JetStream its message activates
+// timeout.DefaultEarlyActivation early and Run holds it until its time, so
+// it is sent within the time a Run takes to send it, unless the server's
+// 250 ms scheduling tick is late by more than that lead.
 //
 // # Specs and time zones
 //

@@ -32,7 +32,6 @@ type record struct {
 	Jitter  time.Duration `json:"jitter,omitempty"`
 	Note    string        `json:"note,omitempty"`
 	Created time.Time     `json:"created"`
-	Nonce   string        `json:"nonce"` // random, per Create: makes tick IDs unique to this schedule
 
 	Next      time.Time `json:"next,omitzero"`
 	FireAt    time.Time `json:"fire_at,omitzero"`

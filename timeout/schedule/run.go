@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jetsaga/jetsaga/transport"
@@ -14,6 +15,10 @@ import (
 // writes its progress and goes on with a new tick, so that a long catch-up
 // is resumed, not restarted, after a crash.
 const maxPerTick = 256
+
+// runConcurrency is how many ticks a Run handles at once: most of them
+// wait for their time (ticks activate a lead early on JetStream).
+const runConcurrency = 256
 
 // Run receives the scheduler's pending occurrences as they fall due and
 // sends them, until ctx ends; then it returns nil. Run it in every process
@@ -25,8 +30,13 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Ticks of different schedules are independent (a schedule has one
+	// pending at a time): handle up to runConcurrency at once.
+	sem := make(chan struct{}, runConcurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
-		ds, err := q.Receive(ctx, 16)
+		ds, err := q.Receive(ctx, runConcurrency)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -40,7 +50,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			continue
 		}
 		for _, d := range ds {
-			s.handleTick(ctx, d)
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				s.handleTick(ctx, d)
+			})
 		}
 	}
 }
@@ -83,8 +97,8 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 	if r.TickID != tickID || r.Paused || r.Ended || r.Next.IsZero() {
 		return nil // stale: re-planned, paused, or handled before
 	}
-	// Never early by our clock either: the broker activated the tick at
-	// FireAt by its own.
+	// Never early: a tick activates up to the scheduler's lead before
+	// FireAt; hold it until then, by this process's clock.
 	if wait := time.Until(r.FireAt); wait > 0 {
 		select {
 		case <-ctx.Done():
@@ -106,8 +120,12 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 			return err
 		}
 	}
+	tolerance := r.CatchUp.Tolerance
+	if tolerance == 0 {
+		tolerance = DefaultTolerance
+	}
 	late := func(t time.Time) bool {
-		return now.Sub(t.Add(jitter(OccurrenceID(r.Name, t), r.Jitter))) > r.CatchUp.Tolerance
+		return now.Sub(t.Add(jitter(OccurrenceID(r.Name, t), r.Jitter))) > tolerance
 	}
 	for i, t := range due {
 		send := true

@@ -62,6 +62,16 @@ const (
 // not given WithQueue.
 const DefaultQueue = "jetsaga-schedules"
 
+// MaxLockDuration is the longest LockDuration the scheduler leaves on its
+// queue (it lowers a longer one when it opens the queue): a Run that dies
+// while it holds an occurrence's message delays that occurrence until the
+// lock expires (plus the broker's grace), and the catch-up policy then
+// applies to it.
+const MaxLockDuration = 10 * time.Second
+
+// DefaultTolerance is the catch-up tolerance of a schedule that gives none.
+const DefaultTolerance = time.Second
+
 // MaxJitter bounds Schedule.Jitter.
 const MaxJitter = time.Hour
 
@@ -104,8 +114,7 @@ type CatchUp struct {
 	// Policy applies to late occurrences. Default: CatchUpFire.
 	Policy CatchUpPolicy `json:"policy,omitempty"`
 	// Tolerance is how late an occurrence may be and still count as on
-	// time. Default: 0 (with CatchUpSkip or CatchUpCoalesce, give one: on
-	// JetStream occurrences are sent up to ~250 ms after their time).
+	// time. Default: DefaultTolerance.
 	Tolerance time.Duration `json:"tolerance,omitempty"`
 }
 

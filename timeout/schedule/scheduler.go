@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jetsaga/jetsaga/calendar"
+	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -65,8 +66,17 @@ func (s *Scheduler) queue(ctx context.Context) (*transport.Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p := q.Config().Partitions; p > 1 {
-		return nil, fmt.Errorf("%w: queue %s has %d partitions: the scheduler needs one", ErrInvalidOption, s.queueName, p)
+	cfg := q.Config()
+	if cfg.Partitions > 1 {
+		return nil, fmt.Errorf("%w: queue %s has %d partitions: the scheduler needs one", ErrInvalidOption, s.queueName, cfg.Partitions)
+	}
+	if cfg.LockDuration > MaxLockDuration {
+		// A Run killed while it holds a tick delays that occurrence until
+		// the tick's lock expires: keep it short.
+		cfg.LockDuration = MaxLockDuration
+		if q, err = s.b.OpenQueue(ctx, cfg); err != nil {
+			return nil, err
+		}
 	}
 	s.home = q
 	return q, nil
@@ -96,6 +106,15 @@ func (s *Scheduler) target(ctx context.Context, r *record) (sender, error) {
 	s.targets[key] = t
 	s.mu.Unlock()
 	return t, nil
+}
+
+// lead is how early a tick activates before its occurrence is due:
+// timeout.DefaultEarlyActivation on a broker that activates late, else 0.
+func (s *Scheduler) lead() time.Duration {
+	if s.b.ActivationTick() > 0 {
+		return timeout.DefaultEarlyActivation
+	}
+	return 0
 }
 
 func (s *Scheduler) planner(r *record) (*planner, error) { return newPlanner(r.Spec, s.cals, r.Start) }
@@ -131,7 +150,7 @@ func (s *Scheduler) Create(ctx context.Context, sch Schedule) error {
 	}
 	r := &record{V: 1, Name: sch.Name, Spec: sch.Spec, Queue: sch.Action.Queue, Topic: sch.Action.Topic,
 		Message: storeMsg(sch.Action.Message), Start: sch.Start, End: sch.End, CatchUp: sch.CatchUp,
-		Jitter: sch.Jitter, Note: sch.Note, Created: now.UTC(), Nonce: strconv.FormatUint(rand.Uint64(), 36)}
+		Jitter: sch.Jitter, Note: sch.Note, Created: now.UTC()}
 	next, err := first(p, r.Start)
 	if err == nil && next.Before(now) {
 		// A Start in the past: the schedule begins now; Backfill sends the
@@ -216,36 +235,50 @@ const (
 )
 
 // commit writes r at revision rev, with a tick for r.Next unless the
-// schedule is paused or ended.
+// schedule is paused or ended. The record never names a tick that was not
+// written: the two go in one atomic write, or, on a queue where such a
+// write is staged by the server and slow (StateCommitsStaged: one replica,
+// file storage), the tick first and the record after it. A tick written
+// for a record that was then not written (a crash, a concurrent write)
+// names an ID no record holds, and is dropped when it fires.
 func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, rev uint64) error {
-	var ticks []*transport.Message
+	var tick *transport.Message
 	r.TickID, r.TickSeq, r.FireAt = "", 0, time.Time{}
 	if !r.Paused && !r.Ended && !r.Next.IsZero() {
 		r.FireAt = r.Next.Add(jitter(OccurrenceID(r.Name, r.Next), r.Jitter))
-		// The revision replaced makes the tick's ID unique to this write:
-		// a tick cancelled by a pause must not make its ID taken on resume.
-		// With the record's nonce, a schedule deleted and created again
-		// under its name does not reuse a tick ID the queue still remembers.
-		r.TickID = OccurrenceID(r.Name, r.Next) + "/" + r.Nonce + "/" + strconv.FormatUint(rev, 10)
-		ticks = append(ticks, &transport.Message{MessageID: r.TickID, Subject: tickSubject, ScheduledAt: r.FireAt,
-			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID}})
+		// A random part makes the ID unique to this write, so that no
+		// tick ID is ever reused (a queue remembers cancelled ones).
+		r.TickID = OccurrenceID(r.Name, r.Next) + "/" + strconv.FormatUint(rand.Uint64(), 36)
+		// On a broker that activates late (JetStream's 250 ms tick) the tick
+		// activates a lead early, and Run holds it until FireAt.
+		tick = &transport.Message{MessageID: r.TickID, Subject: tickSubject, ScheduledAt: r.FireAt.Add(-s.lead()),
+			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID}}
 	}
-	// The tick's sequence number is known only once written; the record
-	// stores it with its next write. Until then Pause and Delete cancel
-	// nothing, and the tick, stale, is dropped when it fires.
+	if tick != nil && q.StateCommitsStaged() {
+		res, err := q.Send(ctx, tick)
+		if err != nil {
+			return err
+		}
+		r.TickSeq, tick = res.Seq, nil
+	}
 	v, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	res, err := q.CommitState(ctx, transport.StateCommit{Key: recordPrefix + r.Name, Value: v, Rev: rev, Schedule: ticks})
+	c := transport.StateCommit{Key: recordPrefix + r.Name, Value: v, Rev: rev}
+	if tick != nil {
+		c.Schedule = []*transport.Message{tick}
+	}
+	res, err := q.CommitState(ctx, c)
 	if err != nil {
 		return err
 	}
-	if len(res.Seqs) == 1 {
+	if tick != nil && len(res.Seqs) == 1 {
+		// The tick's sequence number is known only once written; store it
+		// for Pause, Delete and Replan to cancel it. Best effort: a
+		// conflict means someone wrote after us, with their own tick.
 		r.TickSeq = res.Seqs[0]
 		if v, err = json.Marshal(r); err == nil {
-			// Best effort: a conflict means someone wrote after us, with
-			// the seq of their own tick.
 			_, _ = q.CommitState(ctx, transport.StateCommit{Key: recordPrefix + r.Name, Value: v, Rev: res.Rev})
 		}
 	}
