@@ -404,3 +404,62 @@ func TestPauseAfterTickActivated(t *testing.T) {
 		equalInts(t, "sent", got, seq(0, 1))
 	})
 }
+
+// The examples docs/schedules.md gives for daylight saving time.
+func TestCronDSTExamples(t *testing.T) {
+	cases := []struct {
+		name, cron, zone string
+		after            time.Time
+		want             []string // UTC
+	}{
+		{"warsaw gap: 02:30 fires at the jump", "30 2 * * *", "Europe/Warsaw", time.Date(2027, 3, 27, 12, 0, 0, 0, time.UTC),
+			[]string{"2027-03-28T01:00:00Z", "2027-03-29T00:30:00Z"}},
+		{"warsaw gap: four times in the gap fire once", "*/15 2 * * *", "Europe/Warsaw", time.Date(2027, 3, 27, 12, 0, 0, 0, time.UTC),
+			[]string{"2027-03-28T01:00:00Z", "2027-03-29T00:00:00Z"}},
+		{"warsaw repeat: 02:30 fires once, summer time", "30 2 * * *", "Europe/Warsaw", time.Date(2027, 10, 30, 12, 0, 0, 0, time.UTC),
+			[]string{"2027-10-31T00:30:00Z", "2027-11-01T01:30:00Z"}},
+		{"new york repeat: 01:30 once", "30 1 * * *", "America/New_York", time.Date(2027, 11, 6, 12, 0, 0, 0, time.UTC),
+			[]string{"2027-11-07T05:30:00Z", "2027-11-08T06:30:00Z"}},
+		{"lord howe gap of half an hour: 02:15 at 02:30", "15 2 * * *", "Australia/Lord_Howe", time.Date(2027, 10, 2, 0, 0, 0, 0, time.UTC),
+			[]string{"2027-10-02T15:30:00Z", "2027-10-03T15:15:00Z"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				time.Sleep(time.Until(c.after))
+				h := newHarness(t)
+				h.create(schedule.Schedule{Name: "d", Spec: schedule.Spec{Cron: c.cron, Zone: c.zone}})
+				got, err := h.s.Upcoming(h.ctx, "d", len(c.want))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var gs []string
+				for _, g := range got {
+					gs = append(gs, g.UTC().Format(time.RFC3339))
+				}
+				if strings.Join(gs, " ") != strings.Join(c.want, " ") {
+					t.Fatalf("got %v, want %v", gs, c.want)
+				}
+			})
+		})
+	}
+}
+
+// Backfill of an interval schedule before its start counts back from it.
+func TestBackfillBeforeStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		base := time.Now().Add(time.Hour).Truncate(time.Minute)
+		h.create(schedule.Schedule{Name: "e", Spec: schedule.Spec{Every: 10 * time.Second}, Start: base})
+		sleepUntil(base.Add(-time.Second))
+		occ, err := h.s.Backfill(h.ctx, "e", base.Add(-35*time.Second), base.Add(-2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int
+		for _, o := range occ {
+			got = append(got, int(o.Nominal.Sub(base)/time.Second))
+		}
+		equalInts(t, "backfilled", got, []int{-30, -20, -10})
+	})
+}
