@@ -72,7 +72,7 @@ func (h *harness) run() {
 
 func (h *harness) create(sch schedule.Schedule) {
 	h.t.Helper()
-	if sch.Action.Queue == "" {
+	if sch.Action.Queue == "" && sch.Action.Topic == "" {
 		sch.Action = schedule.Action{Queue: "work", Message: &transport.Message{Subject: "Tick"}}
 	}
 	if err := h.s.Create(h.ctx, sch); err != nil {
@@ -461,5 +461,47 @@ func TestBackfillBeforeStart(t *testing.T) {
 			got = append(got, int(o.Nominal.Sub(base)/time.Second))
 		}
 		equalInts(t, "backfilled", got, []int{-30, -20, -10})
+	})
+}
+
+// A target that refuses (a topic not created yet) is tried again every
+// few seconds, and the tick is never dead-lettered: once the topic exists,
+// the late occurrences go out (catch-up: fire).
+func TestTargetFailureRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		base := time.Now().Add(time.Minute).Truncate(time.Minute)
+		h.create(schedule.Schedule{Name: "t", Spec: schedule.Spec{Every: 5 * time.Second}, Start: base, End: base.Add(40 * time.Second),
+			Action: schedule.Action{Topic: "events", Message: &transport.Message{Subject: "Tick"}}})
+		h.run()
+		defer h.stopRun()
+		sleepUntil(base.Add(2 * time.Minute)) // far longer than MaxDeliveryCount redeliveries would take
+		home, err := h.b.Queue(h.ctx, schedule.DefaultQueue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, _ := home.DeadLetterQueue().Counts(h.ctx); c.Active != 0 {
+			t.Fatalf("%d ticks dead-lettered", c.Active)
+		}
+		topic, err := h.b.OpenTopic(h.ctx, transport.TopicConfig{Name: "events"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sub, err := topic.OpenSubscription(h.ctx, "all", transport.SubscriptionConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sleepUntil(base.Add(3 * time.Minute))
+		ds, err := sub.Receive(h.ctx, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ds) != 9 {
+			t.Fatalf("got %d occurrences on the topic, want 9", len(ds))
+		}
+		info, _ := h.s.Get(h.ctx, "t")
+		if !info.Ended || info.Late != 9 {
+			t.Errorf("ended %v late %d, want ended and 9 late", info.Ended, info.Late)
+		}
 	})
 }

@@ -49,6 +49,9 @@ type record struct {
 	// Skips are the latest ranges of nominal times skipped (by a pause or
 	// the catch-up policy), inclusive, oldest first.
 	Skips [][2]time.Time `json:"skips,omitempty"`
+
+	// retryAt, when set, delays the tick of this write (not stored).
+	retryAt time.Time
 }
 
 type storedMsg struct {

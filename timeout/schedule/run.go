@@ -72,15 +72,41 @@ func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
 		if errors.Is(err, transport.ErrStateConflict) {
 			continue
 		}
-		if err != nil {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: occurrence not sent; retried when the tick is redelivered",
-				slog.String("schedule", name), slog.Any("error", err))
-			_ = d.Abandon(ctx)
+		if ctx.Err() != nil {
+			// Run is stopping: let another Run have the tick at once.
+			_ = d.Abandon(context.WithoutCancel(ctx))
 			return
+		}
+		if err != nil {
+			// A failure that may last (a calendar this process lacks, a
+			// target that refuses): try again later with a new tick, rather
+			// than redeliver this one until it is dead-lettered.
+			s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: occurrence not sent; trying again",
+				slog.String("schedule", name), slog.Duration("in", retryDelay), slog.Any("error", err))
+			if rerr := s.retryLater(ctx, name, tickID); rerr != nil {
+				_ = d.Abandon(ctx)
+				return
+			}
 		}
 		_ = d.Complete(ctx)
 		return
 	}
+}
+
+// retryDelay is how long after a failed tick a Run tries again.
+const retryDelay = 10 * time.Second
+
+// retryLater replaces the tick tickID of the schedule name, if its record
+// still names it, by one retryDelay from now.
+func (s *Scheduler) retryLater(ctx context.Context, name, tickID string) error {
+	_, err := s.update(ctx, name, func(r *record) (bool, error) {
+		if r.TickID != tickID {
+			return false, nil // stale anyway
+		}
+		r.retryAt = time.Now().Add(retryDelay)
+		return true, nil
+	})
+	return err
 }
 
 // fire handles the tick tickID of the schedule name: it sends the pending
@@ -116,7 +142,10 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 	t := r.Next
 	for len(due) < maxPerTick && !t.After(now) && (r.End.IsZero() || !t.After(r.End)) {
 		due = append(due, t)
-		if t, err = p.next(t); err != nil {
+		if t, err = p.next(t); errors.Is(err, ErrNeverFires) {
+			t = time.Time{} // no occurrence after this one: the schedule ends
+			break
+		} else if err != nil {
 			return err
 		}
 	}
@@ -161,9 +190,12 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 		r.handled(t)
 	}
 	r.Next = t
-	if len(due) == maxPerTick && !t.After(now) {
+	switch {
+	case t.IsZero():
+		r.Ended = true
+	case len(due) == maxPerTick && !t.After(now):
 		// More are due: the next tick, at once, goes on.
-	} else if !r.End.IsZero() && t.After(r.End) {
+	case !r.End.IsZero() && t.After(r.End):
 		r.Ended, r.Next = true, time.Time{}
 	}
 	return s.commit(ctx, q, r, rev)

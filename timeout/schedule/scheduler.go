@@ -251,7 +251,11 @@ func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, r
 		r.TickID = OccurrenceID(r.Name, r.Next) + "/" + strconv.FormatUint(rand.Uint64(), 36)
 		// On a broker that activates late (JetStream's 250 ms tick) the tick
 		// activates a lead early, and Run holds it until FireAt.
-		tick = &transport.Message{MessageID: r.TickID, Subject: tickSubject, ScheduledAt: r.FireAt.Add(-s.lead()),
+		at := r.FireAt.Add(-s.lead())
+		if at.Before(r.retryAt) {
+			at = r.retryAt
+		}
+		tick = &transport.Message{MessageID: r.TickID, Subject: tickSubject, ScheduledAt: at,
 			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID}}
 	}
 	if tick != nil && q.StateCommitsStaged() {
