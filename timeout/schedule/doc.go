@@ -40,6 +40,11 @@
 // runs, the pending occurrence waits on the queue, and the next Run applies
 // the catch-up policy to everything due by then.
 //
+// An occurrence that cannot be sent (a topic not created yet, a calendar
+// version missing from the registry given WithCalendars, which every
+// process that runs Run needs) is tried again every 10 seconds; it is never
+// dead-lettered.
+//
 // An occurrence is never sent before its nominal time (by the clock of the
 // process that sends it). On JetStream its message activates
 // timeout.DefaultEarlyActivation early and Run holds it until its time, so
