@@ -602,6 +602,11 @@ func (s *Scheduler) Replan(ctx context.Context, name string, ref calendar.Ref) e
 		var next time.Time
 		if r.Last.IsZero() {
 			next, err = first(p, r.Start)
+			if err == nil && next.Before(r.Created) {
+				// As Create: nothing before the schedule was created.
+				r.Next = time.Time{}
+				next, err = s.firstAfter(p, r, r.Created.Add(-time.Nanosecond))
+			}
 		} else {
 			next, err = p.next(r.Last)
 		}
