@@ -3,6 +3,7 @@ package schedule_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -502,6 +503,79 @@ func TestTargetFailureRetried(t *testing.T) {
 		info, _ := h.s.Get(h.ctx, "t")
 		if !info.Ended || info.Late != 9 {
 			t.Errorf("ended %v late %d, want ended and 9 late", info.Ended, info.Late)
+		}
+	})
+}
+
+// Overlap: a handler three times slower than the period, on a queue with
+// sessions and the action's message in one session: occurrences are
+// handled one at a time, in order, none dropped (what Temporal calls
+// buffer-all), while two competing handlers wait for the session.
+func TestOverlapBySession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := transport.NewMemory()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		ctx := t.Context()
+		if _, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "serial", RequiresSession: true, LockDuration: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := schedule.New(b, schedule.WithLogger(discard()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := time.Now().Add(time.Minute).Truncate(time.Minute)
+		if err := s.Create(ctx, schedule.Schedule{Name: "slow", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(9 * time.Second),
+			Action: schedule.Action{Queue: "serial", Message: &transport.Message{SessionID: "slow"}}}); err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { _ = s.Run(runCtx) }()
+		q, _ := b.Queue(ctx, "serial")
+		var mu sync.Mutex
+		var order []string
+		running, overlaps := 0, 0
+		for range 2 { // two competing handlers
+			go func() {
+				for runCtx.Err() == nil {
+					r, err := q.AcceptNextSession(runCtx)
+					if err != nil {
+						return
+					}
+					for {
+						rctx, rcancel := context.WithTimeout(runCtx, 5*time.Second)
+						d, err := r.Receive(rctx)
+						rcancel()
+						if err != nil {
+							break
+						}
+						mu.Lock()
+						if running++; running > 1 {
+							overlaps++
+						}
+						order = append(order, d.Properties[schedule.PropertyNominal])
+						mu.Unlock()
+						time.Sleep(3 * time.Second) // slower than the period
+						mu.Lock()
+						running--
+						mu.Unlock()
+						_ = d.Complete(runCtx)
+					}
+					_ = r.Close()
+				}
+			}()
+		}
+		sleepUntil(base.Add(40 * time.Second))
+		mu.Lock()
+		defer mu.Unlock()
+		if overlaps > 0 {
+			t.Errorf("%d occurrences handled while another was", overlaps)
+		}
+		if len(order) != 10 || !slices.IsSorted(order) {
+			t.Errorf("handled %v, want the 10 occurrences in order", order)
 		}
 	})
 }
