@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -136,7 +137,23 @@ func TestCatchUpPolicies(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newHarness(t)
+				var hookSent, hookSkipped, hookLate int64
+				coalescedHook := 0
+				h := newHarness(t, schedule.WithHooks(schedule.Hooks{
+					Sent: func(_ context.Context, p schedule.OccurrenceParams) {
+						hookSent++
+						if p.Late {
+							hookLate++
+						}
+						coalescedHook += p.Coalesced
+					},
+					Skipped: func(_ context.Context, p schedule.OccurrenceParams) {
+						if !p.Late || p.Lateness <= 2*time.Second {
+							t.Errorf("skipped %s with lateness %s, late %v", p.ID, p.Lateness, p.Late)
+						}
+						hookSkipped++
+					},
+				}))
 				base := time.Now().Add(time.Minute).Truncate(time.Minute)
 				h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base,
 					End: base.Add(14 * time.Second), CatchUp: schedule.CatchUp{Policy: c.policy, Tolerance: 2 * time.Second}})
@@ -159,6 +176,12 @@ func TestCatchUpPolicies(t *testing.T) {
 				}
 				if info.Skipped != c.skipped || info.Sent != int64(len(c.want)) {
 					t.Errorf("sent %d skipped %d, want %d and %d", info.Sent, info.Skipped, len(c.want), c.skipped)
+				}
+				if hookSent != info.Sent || hookSkipped != info.Skipped || hookLate != info.Late {
+					t.Errorf("hooks: sent %d skipped %d late %d, info: %d %d %d", hookSent, hookSkipped, hookLate, info.Sent, info.Skipped, info.Late)
+				}
+				if w := c.coalesced[7]; w != "" && strconv.Itoa(coalescedHook) != w {
+					t.Errorf("hooks: coalesced %d, want %s", coalescedHook, w)
 				}
 				h.stopRun()
 			})

@@ -165,7 +165,10 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 			// Late occurrences are a prefix of due; send the last of them.
 			send = !late(t) || i == len(due)-1 || !late(due[i+1])
 		}
+		params := OccurrenceParams{Schedule: r.Name, ID: OccurrenceID(r.Name, t), Nominal: t,
+			Lateness: now.Sub(t.Add(jitter(OccurrenceID(r.Name, t), r.Jitter))), Late: late(t)}
 		if !send {
+			s.call(ctx, params, func(h Hooks) func(context.Context, OccurrenceParams) { return h.Skipped })
 			r.skipOne(t)
 			r.handled(t)
 			continue
@@ -178,6 +181,7 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 			}
 			if n > 1 {
 				m.Properties[PropertyCoalesced] = itoa(n)
+				params.Coalesced = n
 			}
 		}
 		if _, err := s.send(ctx, r, m); err != nil {
@@ -187,6 +191,7 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 			r.Late++
 		}
 		r.Sent++
+		s.call(ctx, params, func(h Hooks) func(context.Context, OccurrenceParams) { return h.Sent })
 		r.handled(t)
 	}
 	r.Next = t
@@ -202,3 +207,12 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// call calls the hook pick selects of every Hooks given.
+func (s *Scheduler) call(ctx context.Context, p OccurrenceParams, pick func(Hooks) func(context.Context, OccurrenceParams)) {
+	for _, h := range s.hooks {
+		if f := pick(h); f != nil {
+			f(ctx, p)
+		}
+	}
+}

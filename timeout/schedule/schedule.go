@@ -1,6 +1,7 @@
 package schedule
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -245,6 +246,41 @@ func WithCalendars(reg *calendar.Registry) Option {
 			return fmt.Errorf("%w: nil registry", ErrInvalidOption)
 		}
 		s.cals = reg
+		return nil
+	})
+}
+
+// Hooks are callbacks Run calls as it handles occurrences, for metrics and
+// tracing (an OpenTelemetry adapter counts sent, skipped and late
+// occurrences with them). Each may be nil; they must not block.
+type Hooks struct {
+	// Sent is called after an occurrence was sent (or found sent before,
+	// after a crash).
+	Sent func(ctx context.Context, p OccurrenceParams)
+	// Skipped is called for each occurrence the catch-up policy skipped.
+	Skipped func(ctx context.Context, p OccurrenceParams)
+}
+
+// OccurrenceParams describe an occurrence Run handled.
+type OccurrenceParams struct {
+	// Schedule is the schedule's name; ID the occurrence ID.
+	Schedule, ID string
+	// Nominal is the occurrence's nominal time.
+	Nominal time.Time
+	// Lateness is how long after its nominal time (jitter included) it was
+	// handled.
+	Lateness time.Duration
+	// Late is true beyond the schedule's catch-up tolerance.
+	Late bool
+	// Coalesced is, on an occurrence CatchUpCoalesce sent for several, how
+	// many it stands for; else 0.
+	Coalesced int
+}
+
+// WithHooks adds hooks; several WithHooks all get called, in order.
+func WithHooks(h Hooks) Option {
+	return optionFunc(func(s *Scheduler) error {
+		s.hooks = append(s.hooks, h)
 		return nil
 	})
 }

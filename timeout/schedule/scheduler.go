@@ -26,6 +26,7 @@ type Scheduler struct {
 	queueName string
 	cals      *calendar.Registry
 	log       *slog.Logger
+	hooks     []Hooks
 
 	mu      sync.Mutex
 	home    *transport.Queue
