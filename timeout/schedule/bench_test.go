@@ -2,9 +2,12 @@ package schedule_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,17 +17,26 @@ import (
 	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
+var (
+	benchSchedules = flag.Int("schedules", 500, "BenchmarkOccurrenceLateness: how many schedules")
+	benchRounds    = flag.Int("rounds", 5, "BenchmarkOccurrenceLateness: how many occurrences of each")
+	benchEvery     = flag.Duration("every", time.Second, "BenchmarkOccurrenceLateness: their period")
+)
+
 // BenchmarkOccurrenceLateness measures how late occurrences reach their
 // target queue (EnqueuedAt − nominal time) with -schedules schedules every
-// second on an embedded nats-server, beside the baseline of the same
-// number of one-shot scheduled messages per second written straight to a
-// queue (transport.Queue.Schedule) for the same instants, in the same run:
+// -every, all due at the same instants, on an embedded nats-server, beside
+// the baseline of the same number of one-shot scheduled messages written
+// straight to a queue (transport.Queue.Schedule) for the same instants, in
+// the same run:
 //
 //	go test -run '^$' -bench OccurrenceLateness -benchtime 1x ./timeout/schedule
+//	go test -run '^$' -bench OccurrenceLateness -benchtime 1x ./timeout/schedule -args -schedules 10000 -rounds 2 -every 1m
 //
-// Each iteration runs 5 seconds of occurrences.
+// It also reports the server's resident memory at the end (the server runs
+// in the test process: the process's peak RSS, VmHWM, Linux only).
 func BenchmarkOccurrenceLateness(b *testing.B) {
-	const schedules, seconds = 500, 5
+	schedules, seconds, every := *benchSchedules, *benchRounds, *benchEvery
 	srv := testutil.StartServer(b, embedded.Options{})
 	nc, err := srv.Connect()
 	if err != nil {
@@ -49,15 +61,15 @@ func BenchmarkOccurrenceLateness(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		start := time.Now().Truncate(time.Second).Add(schedules/100*time.Second + 3*time.Second)
-		end := start.Add((seconds - 1) * time.Second)
+		start := time.Now().Truncate(time.Second).Add(time.Duration(schedules/100)*time.Second + 3*time.Second)
+		end := start.Add(time.Duration(seconds-1) * every)
 		for j := range schedules {
-			if err := s.Create(ctx, schedule.Schedule{Name: fmt.Sprintf("s%d", j), Spec: schedule.Spec{Every: time.Second},
+			if err := s.Create(ctx, schedule.Schedule{Name: fmt.Sprintf("s%d", j), Spec: schedule.Spec{Every: every},
 				Start: start, End: end, Action: schedule.Action{Queue: target.Name(), Message: &transport.Message{Subject: "Tick"}}}); err != nil {
 				b.Fatal(err)
 			}
 			for k := range seconds {
-				at := start.Add(time.Duration(k) * time.Second)
+				at := start.Add(time.Duration(k) * every)
 				if _, err := raw.Schedule(ctx, &transport.Message{MessageID: fmt.Sprintf("r%d-%d", j, k)}, at); err != nil {
 					b.Fatal(err)
 				}
@@ -79,12 +91,15 @@ func BenchmarkOccurrenceLateness(b *testing.B) {
 		b.ReportMetric(pct(base, 50), "raw-p50-ms")
 		b.ReportMetric(pct(base, 99), "raw-p99-ms")
 		b.ReportMetric(pct(sched, 0), "sched-min-ms")
+		if rss := peakRSS(); rss > 0 {
+			b.ReportMetric(float64(rss)/(1<<20), "peak-rss-MiB")
+		}
 	}
 }
 
 // drain receives n messages from q and returns their lateness in ms.
 func drain(b *testing.B, q *transport.Queue, n int, due func(*transport.Message) time.Time) []float64 {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out []float64
 	for len(out) < n {
@@ -105,4 +120,19 @@ func pct(v []float64, p int) float64 {
 	slices.Sort(v)
 	i := p * (len(v) - 1) / 100
 	return v[i]
+}
+
+// peakRSS returns the process's peak resident set (VmHWM) in bytes, or 0.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
