@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -149,6 +150,8 @@ func schedErr(err error) error {
 		return fmt.Errorf("%w: %w", ErrNotFound, err)
 	case errors.Is(err, schedule.ErrInvalidName), errors.Is(err, schedule.ErrInvalidOption):
 		return fmt.Errorf("%w: %w", ErrUsage, err)
+	case errors.Is(err, calendar.ErrUnknownCalendar):
+		return fmt.Errorf("%w: %w (give the calendar: --calendar NAME@VERSION=FILE)", ErrUsage, err)
 	}
 	return err
 }
@@ -392,4 +395,32 @@ func cmdSchedulesBackfill(c *call) error {
 		return fmt.Errorf("%w: %w", ErrPartial, err)
 	}
 	return nil
+}
+
+// schedulesPage is the console's page of schedules: what schedules list
+// shows, with the next three occurrences of each (of specs that need no
+// calendar).
+func (c *console) schedulesPage(r *http.Request) (string, string, any, error) {
+	queue := cmpOr(r.URL.Query().Get("queue"), envOr("JETSAGA_SCHEDULE_QUEUE", schedule.DefaultQueue))
+	page := struct {
+		Queue     string
+		Schedules []ScheduleView
+	}{Queue: queue}
+	s, err := schedule.New(c.env.broker, schedule.WithQueue(queue), schedule.WithLogger(c.log))
+	if err != nil {
+		return "schedules", "schedules", page, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	for i, err := range s.List(r.Context()) {
+		if err != nil {
+			return "schedules", "schedules", page, err
+		}
+		v := scheduleViewOf(i)
+		if ts, err := s.Upcoming(r.Context(), i.Name, 3); err == nil {
+			for _, t := range ts {
+				v.Upcoming = append(v.Upcoming, OccurrenceView{ID: schedule.OccurrenceID(i.Name, t), UTC: t.UTC(), Local: inZone(t, v.Zone)})
+			}
+		}
+		page.Schedules = append(page.Schedules, v)
+	}
+	return "schedules", "schedules", page, nil
 }

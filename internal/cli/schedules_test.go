@@ -164,6 +164,29 @@ func TestSchedulesCommands(t *testing.T) {
 		t.Fatalf("after delete: %d schedules, want 1", len(list))
 	}
 
+	// The console's page shows the same: the paused one with its note, the
+	// next occurrences of a cron spec in Warsaw time and in UTC.
+	jsonOf[actionView](w, 0, "schedules", "pause", "reminders", "--note", "audit <b>week</b>")
+	nightly := jsonOf[ScheduleView](w, 0, "schedules", "show", "reminders")
+	if err := s.Create(ctx, schedule.Schedule{Name: "hourly", Spec: schedule.Spec{Cron: "0 * * * *", Zone: "Europe/Warsaw"},
+		Action: schedule.Action{Queue: "reports", Message: msg}}); err != nil {
+		t.Fatal(err)
+	}
+	hourly := jsonOf[ScheduleView](w, 0, "schedules", "show", "hourly", "--next", "3")
+	srvc := w.console("", false)
+	code, body := get(t, client(t), srvc.URL+"/schedules")
+	if code != 200 {
+		t.Fatalf("console /schedules: %d\n%s", code, body)
+	}
+	for _, want := range []string{"reminders", "paused", "audit &lt;b&gt;week&lt;/b&gt;", nightly.Spec, "hourly",
+		hourly.Upcoming[0].Local, hourly.Upcoming[2].UTC.Format("2006-01-02 15:04:05Z")} {
+		if !strings.Contains(body, want) {
+			t.Errorf("console /schedules lacks %q", want)
+		}
+	}
+	w.must(ExitUsage, "schedules", "resume", "reminders") // a rule on a calendar: resume needs it
+	jsonOf[actionView](w, 0, "schedules", "resume", "reminders", "--calendar", "pl@1="+calFile)
+
 	// Every --json output as docs/operating.md documents it.
 	doc := readJSONDoc(t)
 	for _, args := range [][]string{
