@@ -228,7 +228,9 @@ type optionFunc func(*Scheduler) error
 func (f optionFunc) apply(s *Scheduler) error { return f(s) }
 
 // WithQueue keeps the schedules' records and their pending occurrences on
-// the queue named name, of one partition. Default: DefaultQueue.
+// the queue named name, of one partition, which must be the scheduler's
+// own: Run dead-letters any other message it receives there (reason
+// "NotATick"). Default: DefaultQueue.
 func WithQueue(name string) Option {
 	return optionFunc(func(s *Scheduler) error {
 		if err := transport.ValidateQueueName(name); err != nil {
