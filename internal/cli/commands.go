@@ -37,6 +37,8 @@ type opts struct {
 	listen       string
 	token        string
 	allowActions bool
+
+	sched schedOpts // schedules_ops.go
 }
 
 // flag kinds a command can take.
@@ -52,7 +54,8 @@ const (
 	fNewID
 	fIdle
 	fState
-	fMigrate // --saga, --to ENGINE, --engine
+	fMigrate   // --saga, --to ENGINE, --engine
+	fSchedules // schedules_ops.go
 )
 
 // register adds the connection flags, and the flags cmd takes (none for
@@ -150,6 +153,9 @@ func (o *opts) register(fs *flag.FlagSet, cmd *command) {
 		}
 		fs.DurationVar(&o.idle, "wait", 2*time.Second, "stop when no selected dead letter is received for this long")
 	}
+	if k&fSchedules != 0 {
+		o.sched.register(fs)
+	}
 	if k&fConsole != 0 {
 		fs.StringVar(&o.listen, "listen", "127.0.0.1:8470", "address to serve on (a non-loopback one needs --token)")
 		fs.StringVar(&o.token, "token", envOr("JETSAGA_CONSOLE_TOKEN", ""), "require this token: Authorization: Bearer, or ?token= once ($JETSAGA_CONSOLE_TOKEN)")
@@ -173,6 +179,8 @@ type command struct {
 	run      func(*call) error
 }
 
+// commands are cmds.go's, then groups in files of their own that append
+// theirs in init (schedules_ops.go), in file name order.
 var commands []*command
 
 func lookup(args []string) (*command, int) {

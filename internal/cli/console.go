@@ -88,6 +88,7 @@ func (c *console) handler() http.Handler {
 	mux.HandleFunc("GET /sagas/{saga}/{id...}", c.page(c.instancePage))
 	mux.HandleFunc("GET /timeouts", c.page(c.timeoutsPage))
 	mux.HandleFunc("GET /stuck", c.page(c.stuckPage))
+	mux.HandleFunc("GET /schedules", c.page(c.schedulesPage)) // schedules_ops.go
 	mux.HandleFunc("POST /queues/{queue}/cancel", c.action(c.cancelAction))
 	mux.HandleFunc("POST /queues/{queue}/resubmit", c.action(c.resubmitAction))
 	mux.HandleFunc("POST /topics/{topic}/cancel", c.action(c.topicCancelAction))

@@ -1,0 +1,138 @@
+package schedule_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
+	"github.com/jetsaga/jetsaga/timeout/schedule"
+	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/transport/embedded"
+)
+
+var (
+	benchSchedules = flag.Int("schedules", 500, "BenchmarkOccurrenceLateness: how many schedules")
+	benchRounds    = flag.Int("rounds", 5, "BenchmarkOccurrenceLateness: how many occurrences of each")
+	benchEvery     = flag.Duration("every", time.Second, "BenchmarkOccurrenceLateness: their period")
+)
+
+// BenchmarkOccurrenceLateness measures how late occurrences reach their
+// target queue (EnqueuedAt − nominal time) with -schedules schedules every
+// -every, all due at the same instants, on an embedded nats-server, beside
+// the baseline of the same number of one-shot scheduled messages written
+// straight to a queue (transport.Queue.Schedule) for the same instants, in
+// the same run:
+//
+//	go test -run '^$' -bench OccurrenceLateness -benchtime 1x ./timeout/schedule
+//	go test -run '^$' -bench OccurrenceLateness -benchtime 1x ./timeout/schedule -args -schedules 10000 -rounds 2 -every 1m
+//
+// It also reports the server's resident memory at the end (the server runs
+// in the test process: the process's peak RSS, VmHWM, Linux only).
+func BenchmarkOccurrenceLateness(b *testing.B) {
+	schedules, seconds, every := *benchSchedules, *benchRounds, *benchEvery
+	srv := testutil.StartServer(b, embedded.Options{})
+	nc, err := srv.Connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	br, err := transport.NewJetStream(nc, transport.WithLogger(discard()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range b.N {
+		target, err := br.OpenQueue(ctx, transport.QueueConfig{Name: "sched-" + strconv.Itoa(i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		raw, err := br.OpenQueue(ctx, transport.QueueConfig{Name: "raw-" + strconv.Itoa(i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := schedule.New(br, schedule.WithQueue("home-"+strconv.Itoa(i)), schedule.WithLogger(discard()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now().Truncate(time.Second).Add(time.Duration(schedules/100)*time.Second + 3*time.Second)
+		end := start.Add(time.Duration(seconds-1) * every)
+		for j := range schedules {
+			if err := s.Create(ctx, schedule.Schedule{Name: fmt.Sprintf("s%d", j), Spec: schedule.Spec{Every: every},
+				Start: start, End: end, Action: schedule.Action{Queue: target.Name(), Message: &transport.Message{Subject: "Tick"}}}); err != nil {
+				b.Fatal(err)
+			}
+			for k := range seconds {
+				at := start.Add(time.Duration(k) * every)
+				if _, err := raw.Schedule(ctx, &transport.Message{MessageID: fmt.Sprintf("r%d-%d", j, k)}, at); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if time.Now().After(start) {
+			b.Fatalf("set-up took past the first occurrence (%s): lower the count", start)
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		go func() { _ = s.Run(runCtx) }()
+		sched := drain(b, target, schedules*seconds, func(m *transport.Message) time.Time {
+			t, _ := time.Parse(time.RFC3339Nano, m.Properties[schedule.PropertyNominal])
+			return t
+		})
+		base := drain(b, raw, schedules*seconds, func(m *transport.Message) time.Time { return m.ScheduledAt })
+		cancel()
+		b.ReportMetric(pct(sched, 50), "sched-p50-ms")
+		b.ReportMetric(pct(sched, 99), "sched-p99-ms")
+		b.ReportMetric(pct(base, 50), "raw-p50-ms")
+		b.ReportMetric(pct(base, 99), "raw-p99-ms")
+		b.ReportMetric(pct(sched, 0), "sched-min-ms")
+		if rss := peakRSS(); rss > 0 {
+			b.ReportMetric(float64(rss)/(1<<20), "peak-rss-MiB")
+		}
+	}
+}
+
+// drain receives n messages from q and returns their lateness in ms.
+func drain(b *testing.B, q *transport.Queue, n int, due func(*transport.Message) time.Time) []float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out []float64
+	for len(out) < n {
+		ds, err := q.Receive(ctx, 256)
+		if err != nil {
+			b.Fatalf("received %d of %d: %v", len(out), n, err)
+		}
+		for _, d := range ds {
+			out = append(out, float64(d.EnqueuedAt.Sub(due(d.Message)))/1e6)
+			_ = d.CompleteNoWait(ctx)
+		}
+	}
+	return out
+}
+
+func pct(v []float64, p int) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	i := p * (len(v) - 1) / 100
+	return v[i]
+}
+
+// peakRSS returns the process's peak resident set (VmHWM) in bytes, or 0.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

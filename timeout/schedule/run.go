@@ -1,0 +1,218 @@
+package schedule
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// maxPerTick bounds the occurrences one tick sends (or skips) before it
+// writes its progress and goes on with a new tick, so that a long catch-up
+// is resumed, not restarted, after a crash.
+const maxPerTick = 256
+
+// runConcurrency is how many ticks a Run handles at once: most of them
+// wait for their time (ticks activate a lead early on JetStream).
+const runConcurrency = 256
+
+// Run receives the scheduler's pending occurrences as they fall due and
+// sends them, until ctx ends; then it returns nil. Run it in every process
+// that should send occurrences (one is enough; more take over from each
+// other): while none runs, pending occurrences wait, and the catch-up
+// policy decides what is sent when one runs again.
+func (s *Scheduler) Run(ctx context.Context) error {
+	q, err := s.queue(ctx)
+	if err != nil {
+		return err
+	}
+	// Ticks of different schedules are independent (a schedule has one
+	// pending at a time): handle up to runConcurrency at once.
+	sem := make(chan struct{}, runConcurrency)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		ds, err := q.Receive(ctx, runConcurrency)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: receive", slog.String("queue", s.queueName), slog.Any("error", err))
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for _, d := range ds {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				s.handleTick(ctx, d)
+			})
+		}
+	}
+}
+
+// handleTick sends the occurrences a tick stands for and plans the next
+// one; a stale tick (the record names another) is dropped.
+func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
+	name, tickID := d.Properties[propTickName], d.Properties[propTickID]
+	if d.Subject != tickSubject || ValidateName(name) != nil || tickID == "" {
+		_ = d.DeadLetter(ctx, "NotATick", "a message on a schedule queue that the scheduler did not write")
+		return
+	}
+	for {
+		err := s.fire(ctx, name, tickID)
+		if errors.Is(err, transport.ErrStateConflict) {
+			continue
+		}
+		if ctx.Err() != nil {
+			// Run is stopping: let another Run have the tick at once.
+			_ = d.Abandon(context.WithoutCancel(ctx))
+			return
+		}
+		if err != nil {
+			// A failure that may last (a calendar this process lacks, a
+			// target that refuses): try again later with a new tick, rather
+			// than redeliver this one until it is dead-lettered.
+			s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: occurrence not sent; trying again",
+				slog.String("schedule", name), slog.Duration("in", retryDelay), slog.Any("error", err))
+			if rerr := s.retryLater(ctx, name, tickID); rerr != nil {
+				_ = d.Abandon(ctx)
+				return
+			}
+		}
+		_ = d.Complete(ctx)
+		return
+	}
+}
+
+// retryDelay is how long after a failed tick a Run tries again.
+const retryDelay = 10 * time.Second
+
+// retryLater replaces the tick tickID of the schedule name, if its record
+// still names it, by one retryDelay from now.
+func (s *Scheduler) retryLater(ctx context.Context, name, tickID string) error {
+	_, err := s.update(ctx, name, func(r *record) (bool, error) {
+		if r.TickID != tickID {
+			return false, nil // stale anyway
+		}
+		r.retryAt = time.Now().Add(retryDelay)
+		return true, nil
+	})
+	return err
+}
+
+// fire handles the tick tickID of the schedule name: it sends the pending
+// occurrence and any after it that are due by now, as the catch-up policy
+// says, then writes the record with the tick of the next occurrence.
+func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
+	q, r, rev, err := s.load(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return nil // deleted
+	}
+	if err != nil {
+		return err
+	}
+	if r.TickID != tickID || r.Paused || r.Ended || r.Next.IsZero() {
+		return nil // stale: re-planned, paused, or handled before
+	}
+	// Never early: a tick activates up to the scheduler's lead before
+	// FireAt; hold it until then, by this process's clock.
+	if wait := time.Until(r.FireAt); wait > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	p, err := s.planner(r)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	// The due occurrences: the pending one and those after it up to now.
+	var due []time.Time
+	t := r.Next
+	for len(due) < maxPerTick && !t.After(now) && (r.End.IsZero() || !t.After(r.End)) {
+		due = append(due, t)
+		if t, err = p.next(t); errors.Is(err, ErrNeverFires) {
+			t = time.Time{} // no occurrence after this one: the schedule ends
+			break
+		} else if err != nil {
+			return err
+		}
+	}
+	tolerance := r.CatchUp.Tolerance
+	if tolerance == 0 {
+		tolerance = DefaultTolerance
+	}
+	late := func(t time.Time) bool {
+		return now.Sub(t.Add(jitter(OccurrenceID(r.Name, t), r.Jitter))) > tolerance
+	}
+	for i, t := range due {
+		send := true
+		switch r.CatchUp.Policy {
+		case CatchUpSkip:
+			send = !late(t)
+		case CatchUpCoalesce:
+			// Late occurrences are a prefix of due; send the last of them.
+			send = !late(t) || i == len(due)-1 || !late(due[i+1])
+		}
+		params := OccurrenceParams{Schedule: r.Name, ID: OccurrenceID(r.Name, t), Nominal: t,
+			Lateness: now.Sub(t.Add(jitter(OccurrenceID(r.Name, t), r.Jitter))), Late: late(t)}
+		if !send {
+			s.call(ctx, params, func(h Hooks) func(context.Context, OccurrenceParams) { return h.Skipped })
+			r.skipOne(t)
+			r.handled(t)
+			continue
+		}
+		m := s.occurrenceMessage(r.Message, r.Name, t, CauseSchedule)
+		if r.CatchUp.Policy == CatchUpCoalesce && late(t) {
+			n := 1
+			for j := i - 1; j >= 0 && late(due[j]); j-- {
+				n++
+			}
+			if n > 1 {
+				m.Properties[PropertyCoalesced] = itoa(n)
+				params.Coalesced = n
+			}
+		}
+		if _, err := s.send(ctx, r, m); err != nil {
+			return err
+		}
+		if late(t) {
+			r.Late++
+		}
+		r.Sent++
+		s.call(ctx, params, func(h Hooks) func(context.Context, OccurrenceParams) { return h.Sent })
+		r.handled(t)
+	}
+	r.Next = t
+	switch {
+	case t.IsZero():
+		r.Ended = true
+	case len(due) == maxPerTick && !t.After(now):
+		// More are due: the next tick, at once, goes on.
+	case !r.End.IsZero() && t.After(r.End):
+		r.Ended, r.Next = true, time.Time{}
+	}
+	return s.commit(ctx, q, r, rev)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// call calls the hook pick selects of every Hooks given.
+func (s *Scheduler) call(ctx context.Context, p OccurrenceParams, pick func(Hooks) func(context.Context, OccurrenceParams)) {
+	for _, h := range s.hooks {
+		if f := pick(h); f != nil {
+			f(ctx, p)
+		}
+	}
+}
