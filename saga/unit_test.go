@@ -83,7 +83,7 @@ func TestUnitStoreOrder(t *testing.T) {
 				return errors.New("transient")
 			}
 			store.note("handler")
-			return c.Send("notes", UnitNote{ID: m.ID})
+			return c.Send("notes", UnitNote(m))
 		})
 	sent := make(chan struct{}, 1)
 	hooks := saga.Hooks{Sent: func(context.Context, string, *transport.Message) {
