@@ -95,7 +95,14 @@ func newTable() string { return "ob" + strconv.FormatInt(tables.Add(1), 10) }
 // newPool returns a pool on a database of the test's own.
 func newPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	pool, err := pgxpool.New(t.Context(), pg.NewDatabase(t))
+	return poolOn(t, pg.NewDatabase(t))
+}
+
+// poolOn returns a pool on the database url names, closed when the test
+// ends.
+func poolOn(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(t.Context(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
