@@ -117,6 +117,9 @@ func TestSendCommitRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := receive(t, q, 2)
+	if got[lost.MessageID] != nil || len(got) != 2 {
+		t.Fatalf("received %v, want %s and %s (%s rolled back)", slicesKeys(got), full.MessageID, bareID, lost.MessageID)
+	}
 	m := got[full.MessageID]
 	if m == nil {
 		t.Fatalf("got %v, want %s", slicesKeys(got), full.MessageID)
