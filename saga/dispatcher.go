@@ -97,8 +97,10 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 			d.records = scheduledRecords{storeRecords: d.records.(storeRecords), store: ss, engine: eng, queue: queue}
 		}
 	}
-	if cache := newRecordCache(c.cacheSize); cache != nil {
-		d.records = &cachedRecords{next: d.records, cache: cache}
+	if _, units := store.(UnitStore); !units {
+		if cache := newRecordCache(c.cacheSize); cache != nil {
+			d.records = &cachedRecords{next: d.records, cache: cache}
+		}
 	}
 	if r, ok := c.timeouts.(*timeout.Router); !ok || len(r.Engines()) <= 1 {
 		d.mayKeepOutbox = true

@@ -129,8 +129,15 @@ func (d *Dispatcher) step(ctx context.Context, t *target, del *transport.Deliver
 	// The first attempt may start from a record that is no longer the
 	// one stored (see records); an attempt again starts from the store.
 	first := true
+	us, inUnits := d.store.(UnitStore)
 	for conflicts := 0; ; {
-		o, err := d.attempt(ctx, t, key, identity, del, waits < outboxWaits, first)
+		var o Outcome
+		var err error
+		if inUnits {
+			o, err = d.attemptInUnit(ctx, us, t, key, identity, del, waits < outboxWaits)
+		} else {
+			o, err = d.attempt(ctx, nil, t, key, identity, del, waits < outboxWaits, first)
+		}
 		first = false
 		if errors.Is(err, errStale) {
 			continue
@@ -184,8 +191,10 @@ var errStale = errors.New("saga: record may be stale; loading it again")
 //
 // With mayBeStale, it may start from a record that is no longer the one
 // stored (see records): then every decision but a commit is made again on
-// a record loaded from the store.
-func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity string, del *transport.Delivery, patient, mayBeStale bool) (Outcome, error) {
+// a record loaded from the store. With a unit u (see attemptInUnit), ctx
+// carries it, and the commit of the record commits u before the effects
+// are carried out.
+func (d *Dispatcher) attempt(ctx context.Context, u *stepUnit, t *target, key, identity string, del *transport.Delivery, patient, mayBeStale bool) (Outcome, error) {
 	now := d.cfg.now()
 	rec, rev, stale, err := d.records.load(ctx, key, mayBeStale)
 	var tombstone *record
@@ -247,14 +256,16 @@ func (d *Dispatcher) attempt(ctx context.Context, t *target, key, identity strin
 	}
 	s := &stepState{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
 		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token, timeoutDue: te.At}
-	return d.handleAndCommit(ctx, t, del, s, te, rev, stale)
+	return d.handleAndCommit(ctx, u, t, del, s, te, rev, stale)
 }
 
 // handleAndCommit runs the handler on the step's state s (or, for a
 // timeout te that its catch-up policy skips, no handler), commits the
 // record loaded at rev, and carries out the effects committed. With
-// stale, every decision but a commit is made again (see fresh).
-func (d *Dispatcher) handleAndCommit(ctx context.Context, t *target, del *transport.Delivery, s *stepState, te timeoutEntry, rev uint64, stale bool) (Outcome, error) {
+// stale, every decision but a commit is made again (see fresh). With a
+// unit u, the record's commit commits u, and the effects are carried out
+// after it.
+func (d *Dispatcher) handleAndCommit(ctx context.Context, u *stepUnit, t *target, del *transport.Delivery, s *stepState, te timeoutEntry, rev uint64, stale bool) (Outcome, error) {
 	rec, key, identity, now, token := s.rec, s.key, s.identity, s.now, s.timeout
 	typ := del.Properties[propType]
 	var late *LateTimeout
@@ -281,6 +292,9 @@ func (d *Dispatcher) handleAndCommit(ctx context.Context, t *target, del *transp
 			return "", err
 		}
 		return fresh(stale, "", err)
+	}
+	if err := u.commit(ctx); err != nil {
+		return "", err
 	}
 	if late != nil {
 		d.reportLate(ctx, *late)

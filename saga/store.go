@@ -77,3 +77,57 @@ type SchedulingStore interface {
 	// transport.ErrDuplicateMessage, and nothing is stored.
 	PutScheduled(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration, msgs []*transport.Message) (uint64, []uint64, error)
 }
+
+// UnitStore is a Store that can run a step in a unit of work: a
+// transaction of the database the records are in, which the step's
+// handler can write its own rows in (PostgreSQL's, for saga/pgstore).
+// It is optional: a dispatcher whose store is one runs every step's
+// attempt as
+//
+//	load the record in the unit
+//	run the handler with the unit's context
+//	commit the record (with its inbox and outbox) in the unit
+//	commit the unit
+//	carry out the effects the record's outbox holds
+//
+// and rolls the unit back on any other way out of the attempt: a handler
+// error or panic, a conflict (the attempt runs again in a new unit), a
+// failed commit. So the handler's own writes, the record, its inbox and
+// its outbox commit together or not at all, and a redelivered message
+// finds its effect recorded (its inbox entry) with the writes it made.
+// Messages and timeouts are carried out after the unit commits, as on any
+// store.
+//
+// The rules that matter most: Load, Put, PutTTL and Delete called with
+// the unit's context (or one derived from it) run in the unit while it is
+// open, and outside it, as with the context Begin was given, once Commit
+// or Rollback ended it; a Put in the unit is refused (ErrConflict) if the
+// record's revision changed since the unit loaded it, as outside — or the
+// unit's Load locks the record until the unit ends, so that it cannot
+// change. Revisions drawn in a unit that rolls back are never issued
+// again (the Store rule).
+//
+// A step in a unit always loads the record in the unit: the record cache
+// (WithRecordCache) is not used. Changes to a record outside steps
+// (CancelTimeouts, ReplanInstance, migrations, flush messages) use Load
+// and Put outside any unit.
+type UnitStore interface {
+	Store
+	// Begin opens a unit of work and returns the context that carries it
+	// (derived from ctx, for the store's Load and Put and for the
+	// handler's accessor) and the unit, to be ended by Commit or
+	// Rollback.
+	Begin(ctx context.Context) (context.Context, Unit, error)
+}
+
+// Unit is a unit of work a UnitStore opened. The dispatcher ends each
+// unit it opens exactly once, by Commit or Rollback.
+type Unit interface {
+	// Commit makes the unit's writes durable, all of them, or returns an
+	// error: then the writes may or may not be committed (a connection
+	// lost during a commit), and the step runs again, finding its own
+	// inbox entry if they were.
+	Commit(ctx context.Context) error
+	// Rollback discards the unit's writes.
+	Rollback(ctx context.Context) error
+}

@@ -89,16 +89,13 @@ func BenchmarkSagaSteps(b *testing.B) {
 			}
 			return s
 		}},
-		{"pgstore", func(b *testing.B) saga.Store {
-			if _, err := pool.Exec(b.Context(), "TRUNCATE jetsaga_sagas"); err != nil {
-				b.Fatal(err)
-			}
-			s, err := pgstore.New(b.Context(), pool)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return s
-		}},
+		// Each step in a transaction (the session), optimistic.
+		{"pgstore", func(b *testing.B) saga.Store { return benchStore(b, pool) }},
+		// The same, the step's load locking the row.
+		{"pgstore-locking", func(b *testing.B) saga.Store { return benchStore(b, pool, pgstore.WithLocking()) }},
+		// The store without its session: each statement on its own, and
+		// the dispatcher's record cache on (as before the session).
+		{"pgstore-nosession", func(b *testing.B) saga.Store { return withoutSession{benchStore(b, pool)} }},
 	}
 	for _, st := range stores {
 		b.Run(st.name, func(b *testing.B) {
@@ -106,6 +103,22 @@ func BenchmarkSagaSteps(b *testing.B) {
 		})
 	}
 }
+
+// benchStore empties the default table and returns a Store on it.
+func benchStore(b *testing.B, pool *pgxpool.Pool, opts ...pgstore.Option) *pgstore.Store {
+	if _, err := pool.Exec(b.Context(), "TRUNCATE jetsaga_sagas"); err != nil {
+		b.Fatal(err)
+	}
+	s, err := pgstore.New(b.Context(), pool, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// withoutSession hides the Store's Begin: the dispatcher sees a plain
+// saga.ExpiringStore.
+type withoutSession struct{ saga.ExpiringStore }
 
 // benchSteps queues b.N ticks on a fresh queue, then times a dispatcher
 // (concurrency 32) handling them all.
@@ -150,4 +163,93 @@ func benchSteps(b *testing.B, broker *transport.Broker, store saga.Store, queue 
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "steps/s")
 	b.ReportMetric(float64(conflicts.Load())/float64(b.N), "conflicts/op")
+}
+
+// BenchmarkContention measures saga steps per second on 20 hot instances
+// that 3 dispatchers (concurrency 8 each, a pool of 8 connections each)
+// step at once, with optimistic revisions and with row locking, in the
+// same run:
+//
+//	go test -run '^$' -bench Contention -benchtime 4000x ./saga/pgstore
+func BenchmarkContention(b *testing.B) {
+	srv := testutil.StartServer(b, embedded.Options{})
+	pool, err := pgxpool.New(b.Context(), pg.NewDatabase(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	if err := pgstore.Migrate(b.Context(), pool); err != nil {
+		b.Fatal(err)
+	}
+	url := pool.Config().ConnString()
+	var round atomic.Int64
+	for _, mode := range modes {
+		b.Run(mode.name, func(b *testing.B) {
+			if _, err := pool.Exec(b.Context(), "TRUNCATE jetsaga_sagas"); err != nil {
+				b.Fatal(err)
+			}
+			queue := "hot" + strconv.FormatInt(round.Add(1), 10)
+			var handled, conflicts atomic.Int64
+			done := make(chan struct{})
+			n := int64(b.N)
+			hooks := saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, r saga.StepResult) {
+				conflicts.Add(int64(r.Conflicts))
+				if r.Outcome != saga.Handled {
+					b.Errorf("step %s/%s: %s: %v", info.Saga, info.ID, r.Outcome, r.Err)
+				}
+				if handled.Add(1) == n {
+					close(done)
+				}
+			}}
+			var ds []*saga.Dispatcher
+			for range 3 {
+				cfg, err := pgxpool.ParseConfig(url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cfg.MaxConns = 8
+				p, err := pgxpool.NewWithConfig(b.Context(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer p.Close()
+				s, err := pgstore.New(b.Context(), p, mode.opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				d, err := saga.NewDispatcher(natsBroker(b, srv.ClientURL()), s, queue, saga.WithSagas(counterSaga()), saga.WithConcurrency(8),
+					saga.WithConflictRetries(1000), saga.WithLogger(testutil.Logger()), saga.WithHooks(hooks))
+				if err != nil {
+					b.Fatal(err)
+				}
+				ds = append(ds, d)
+			}
+			for i := range b.N {
+				if _, err := ds[0].Send(b.Context(), tick{Instance: fmt.Sprintf("hot-%02d", i%20), N: i}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runCtx, stop := context.WithCancel(b.Context())
+			finished := make(chan error, len(ds))
+			b.ResetTimer()
+			start := time.Now()
+			for _, d := range ds {
+				go func() { finished <- d.Run(runCtx) }()
+			}
+			select {
+			case <-done:
+			case <-b.Context().Done():
+			}
+			elapsed := time.Since(start)
+			b.StopTimer()
+			stop()
+			for range ds {
+				if err := <-finished; err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "steps/s")
+			b.ReportMetric(float64(conflicts.Load())/float64(b.N), "conflicts/op")
+		})
+	}
 }

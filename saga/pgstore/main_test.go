@@ -43,6 +43,7 @@ func TestMain(m *testing.M) {
 var (
 	sharedOnce sync.Once
 	shared     *pgxpool.Pool
+	sharedURL  string
 	sharedErr  error
 	tables     atomic.Int64
 )
@@ -52,9 +53,8 @@ var (
 func sharedPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	sharedOnce.Do(func() {
-		var u string
-		if u, sharedErr = pg.CreateDatabase(context.Background()); sharedErr == nil {
-			shared, sharedErr = pgxpool.New(context.Background(), u)
+		if sharedURL, sharedErr = pg.CreateDatabase(context.Background()); sharedErr == nil {
+			shared, sharedErr = pgxpool.New(context.Background(), sharedURL)
 		}
 	})
 	if sharedErr != nil {

@@ -20,6 +20,7 @@ type config struct {
 	logger     *slog.Logger
 	cleanEvery time.Duration
 	cleanBatch int
+	locking    bool
 }
 
 // DefaultTable is the table a Store uses unless WithTable says otherwise.
@@ -109,6 +110,23 @@ func WithCleanupInterval(d time.Duration) Option {
 			return fmt.Errorf("%w: cleanup interval %v: must be positive", ErrInvalidOption, d)
 		}
 		c.cleanEvery = d
+		return nil
+	})
+}
+
+// WithLocking makes a step lock its saga's row (Default: off, optimistic
+// revisions only): Load in the step's transaction (see Begin) is a
+// SELECT ... FOR UPDATE, so that another step on the same instance waits
+// for this one to commit or roll back, rather than running its handler
+// on the same revision and losing its commit (saga.ErrConflict, and the
+// handler runs again, its writes rolled back). Worth it for hot
+// instances, which many messages reach at once; each waiting step holds
+// a connection of the pool meanwhile. Loads outside a step (the jetsaga
+// command, CancelTimeouts) never lock, and the revision check of every
+// write stays.
+func WithLocking() Option {
+	return optionFunc(func(c *config) error {
+		c.locking = true
 		return nil
 	})
 }

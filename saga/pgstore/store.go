@@ -26,6 +26,7 @@ type Store struct {
 	every     time.Duration
 	batch     int
 	listPage  int
+	locking   bool
 }
 
 var (
@@ -37,7 +38,7 @@ var (
 // live while its expires_at is NULL or in the future (of the server's
 // clock): a row past it is absent to every statement.
 type statements struct {
-	load, create, update, delete, list, cleanup string
+	load, lock, create, update, delete, list, cleanup string
 }
 
 const live = "(expires_at IS NULL OR expires_at > now())"
@@ -45,6 +46,7 @@ const live = "(expires_at IS NULL OR expires_at > now())"
 func statementsFor(n names) statements {
 	return statements{
 		load: "SELECT value, rev FROM " + n.table + " WHERE key = $1 AND " + live,
+		lock: "SELECT value, rev FROM " + n.table + " WHERE key = $1 AND " + live + " FOR UPDATE",
 		// Create: insert, or take the place of an expired row (lazily
 		// removed here). A live row makes no row come back: ErrConflict.
 		create: "INSERT INTO " + n.table + " AS r (key, value, rev, expires_at) " +
@@ -85,6 +87,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	return &Store{
 		pool: pool, table: c.table, names: n, sql: statementsFor(n),
 		maxRecord: c.maxRecord, logger: c.logger, every: c.cleanEvery, batch: c.cleanBatch, listPage: 1000,
+		locking: c.locking,
 	}, nil
 }
 
@@ -92,11 +95,18 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 func (s *Store) Table() string { return s.table }
 
 // Load returns the value and revision of key, or saga.ErrNotFound if
-// there is no live row (none, or one past its expiry).
+// there is no live row (none, or one past its expiry). In a step's
+// transaction (see Begin) it reads in it, and with WithLocking locks the
+// row until the transaction ends.
 func (s *Store) Load(ctx context.Context, key string) ([]byte, uint64, error) {
 	var value []byte
 	var rev int64
-	err := s.pool.QueryRow(ctx, s.sql.load, key).Scan(&value, &rev)
+	q, inTx := s.db(ctx)
+	stmt := s.sql.load
+	if inTx && s.locking {
+		stmt = s.sql.lock
+	}
+	err := q.QueryRow(ctx, stmt, key).Scan(&value, &rev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, 0, fmt.Errorf("%w: %s", saga.ErrNotFound, key)
 	}
@@ -133,13 +143,14 @@ func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64, t
 		value = []byte{} // the column is NOT NULL; nil would be NULL
 	}
 	var row pgx.Row
+	q, _ := s.db(ctx)
 	switch {
 	case rev == 0:
-		row = s.pool.QueryRow(ctx, s.sql.create, key, value, ttlMicros)
+		row = q.QueryRow(ctx, s.sql.create, key, value, ttlMicros)
 	case rev > math.MaxInt64:
 		return 0, fmt.Errorf("%w: %s: revision %d was never issued", saga.ErrConflict, key, rev)
 	default:
-		row = s.pool.QueryRow(ctx, s.sql.update, key, value, ttlMicros, int64(rev))
+		row = q.QueryRow(ctx, s.sql.update, key, value, ttlMicros, int64(rev))
 	}
 	var n int64
 	err := row.Scan(&n)
@@ -162,7 +173,8 @@ func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
 		rev = 0 // never issued: matches no row
 	}
 	var deleted, existed bool
-	if err := s.pool.QueryRow(ctx, s.sql.delete, key, int64(rev)).Scan(&deleted, &existed); err != nil {
+	q, _ := s.db(ctx)
+	if err := q.QueryRow(ctx, s.sql.delete, key, int64(rev)).Scan(&deleted, &existed); err != nil {
 		return fmt.Errorf("pgstore: delete %s: %w", key, err)
 	}
 	switch {

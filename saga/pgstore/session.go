@@ -1,0 +1,116 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/jetsaga/jetsaga/saga"
+)
+
+// The synchronized storage session: Store is a saga.UnitStore, so a
+// dispatcher runs each step in a transaction of the store's pool, and Tx
+// gives the step's handler that transaction for its own writes.
+
+var _ saga.UnitStore = (*Store)(nil)
+
+// session is a step's transaction, as the context Begin returns carries
+// it.
+type session struct {
+	store *Store
+	tx    pgx.Tx
+	mu    sync.Mutex // guards ended
+	ended bool
+}
+
+type sessionKey struct{}
+
+// Begin opens a transaction on the store's pool for a step (see
+// saga.UnitStore): Load, Put, PutTTL and Delete with the context returned
+// run in it until it ends, and Tx returns it to the step's handler. With
+// WithLocking, Load in it locks the row (SELECT ... FOR UPDATE) until it
+// ends.
+func (s *Store) Begin(ctx context.Context) (context.Context, saga.Unit, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return ctx, nil, fmt.Errorf("pgstore: begin: %w", err)
+	}
+	ss := &session{store: s, tx: tx}
+	return context.WithValue(ctx, sessionKey{}, ss), ss, nil
+}
+
+// Commit commits the step's transaction.
+func (ss *session) Commit(ctx context.Context) error {
+	ss.end()
+	if err := ss.tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgstore: commit: %w", err)
+	}
+	return nil
+}
+
+// Rollback rolls the step's transaction back.
+func (ss *session) Rollback(ctx context.Context) error {
+	ss.end()
+	if err := ss.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("pgstore: rollback: %w", err)
+	}
+	return nil
+}
+
+func (ss *session) end() {
+	ss.mu.Lock()
+	ss.ended = true
+	ss.mu.Unlock()
+}
+
+func (ss *session) open() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return !ss.ended
+}
+
+// sessionOf returns the open session ctx carries, if any.
+func sessionOf(ctx context.Context) (*session, bool) {
+	ss, ok := ctx.Value(sessionKey{}).(*session)
+	if !ok || !ss.open() {
+		return nil, false
+	}
+	return ss, true
+}
+
+// Tx returns the transaction of the step whose handler ctx was given to,
+// when the dispatcher's store is a Store: the handler's writes in it
+// commit with the saga's record, its inbox and its outbox, or roll back
+// with them (a handler error, a conflict, a crash). ok is false outside a
+// step's handler (or once the step's transaction ended).
+//
+// The handler must not Commit or Rollback it (the dispatcher does, after
+// the handler returns), nor use it after it returned or from another
+// goroutine; a nested transaction (tx.Begin) is a savepoint, and may be
+// rolled back on its own.
+func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
+	ss, ok := sessionOf(ctx)
+	if !ok {
+		return nil, false
+	}
+	return ss.tx, true
+}
+
+// querier is what the store's statements run on: a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// db returns where a call with ctx runs: in the step's transaction if ctx
+// carries one of this store's that is open, otherwise on the pool.
+func (s *Store) db(ctx context.Context) (querier, bool) {
+	if ss, ok := sessionOf(ctx); ok && ss.store == s {
+		return ss.tx, true
+	}
+	return s.pool, false
+}
