@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/jetsaga/jetsaga/internal/pgtest"
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga/pgstore/outbox"
 	"github.com/jetsaga/jetsaga/transport"
@@ -409,5 +410,43 @@ func TestSchemaChecked(t *testing.T) {
 	}
 	if _, err := outbox.New(ctx, pool, broker, outbox.WithTable("billing.outbox")); err != nil {
 		t.Fatalf("schema-qualified: %v", err)
+	}
+}
+
+// TestRelayListensAgainAfterRestart: a relay that only notifications wake
+// (its poll longer than the test) still relays after PostgreSQL restarts
+// (immediate shutdown) under it: it listens again on a new connection,
+// and passes once it does, for rows committed while it could not listen.
+func TestRelayListensAgainAfterRestart(t *testing.T) {
+	ctx := t.Context()
+	pool := newPool(t)
+	broker, _ := newBroker(t)
+	q, err := broker.OpenQueue(ctx, transport.QueueConfig{Name: "after-restart"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl := newOutbox(t, pool, broker, outbox.WithPollInterval(time.Hour))
+	testutil.RunUntilCleanup(t, tbl.Run)
+	send := func(id string) {
+		t.Helper()
+		testutil.Await(t, 30*time.Second, func() string { // the pool reconnects after the restart
+			err := inTx(t, pool, func(tx pgx.Tx) error {
+				_, err := tbl.Send(ctx, tx, "after-restart", &transport.Message{Body: []byte(id), MessageID: id})
+				return err
+			})
+			if err != nil {
+				return err.Error()
+			}
+			return ""
+		})
+	}
+	send("before")
+	receive(t, q, 1)
+	if err := pg.Restart(ctx, pgtest.Immediate); err != nil {
+		t.Fatal(err)
+	}
+	send("after")
+	if got := receive(t, q, 1); got["after"] == nil {
+		t.Fatalf("got %v, want after", slicesKeys(got))
 	}
 }

@@ -12,6 +12,11 @@ import (
 	"github.com/jetsaga/jetsaga/transport"
 )
 
+// recordTimeout bounds the writes that record a pass's outcome (the
+// deletes, the dead rows, the commit), which run even if the pass's
+// context ends.
+const recordTimeout = 30 * time.Second
+
 // row is a claimed row of the table.
 type row struct {
 	id  int64
@@ -44,7 +49,8 @@ func (t *Table) Relay(ctx context.Context) (int, error) {
 	// Once claimed, what was published is recorded even if ctx ends: a
 	// row left behind is published again (the queue drops the duplicate
 	// within its DuplicateWindow), and that is better avoided.
-	record := context.WithoutCancel(ctx)
+	record, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
 	for _, r := range rows {
 		err := t.publish(ctx, r)
 		if err == nil {
