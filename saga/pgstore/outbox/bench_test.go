@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 // in a transaction of its own and committed, relayed by one relay, the
 // clock stopped when the last is relayed — beside the baseline of the
 // same messages sent to the queue directly (Queue.Send, one at a time),
-// on the same nats-server in the same run. msgs/s is the figure.
+// on the same nats-server in the same run; and both again with 4 ×
+// GOMAXPROCS concurrent senders or writers. msgs/s is the figure.
 //
 //	go test -run '^$' -bench BenchmarkOutbox -benchtime 2000x ./outbox/   (in saga/pgstore)
 func BenchmarkOutbox(b *testing.B) {
@@ -38,6 +40,45 @@ func BenchmarkOutbox(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("direct-send-parallel", func(b *testing.B) {
+		run++
+		var n atomic.Int64
+		b.SetParallelism(4) // 4 × GOMAXPROCS senders
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := q.Send(ctx, msg(int(n.Add(1)))); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("outbox-parallel", func(b *testing.B) {
+		run++
+		tbl := newOutbox(b, pool, broker)
+		testutil.RunUntilCleanup(b, tbl.Run)
+		var n atomic.Int64
+		b.SetParallelism(4) // 4 × GOMAXPROCS writers
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				i := int(n.Add(1))
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					_, err := tbl.Send(ctx, tx, "bench", msg(i))
+					return err
+				})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.StopTimer()
+		start := time.Now()
+		testutil.AwaitTrue(b, time.Minute, "the outbox relayed", func() bool { return pending(b, pool, tbl) == 0 })
+		total := b.Elapsed() + time.Since(start)
+		b.ReportMetric(float64(b.N)/total.Seconds(), "msgs/s")
 	})
 	b.Run("outbox", func(b *testing.B) {
 		run++
