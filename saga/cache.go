@@ -75,6 +75,11 @@ func (c *cachedRecords) keepOutbox(key string, rev uint64, rec *record) bool {
 // handler error, a pending outbox — is made again on a fresh load (see
 // errStale).
 //
+// A dispatcher whose store is a UnitStore has no cache: its steps load
+// in their unit of work (see UnitStore), where a record from the cache
+// could cost the handler's own writes a rollback, and WithLocking-style
+// stores lock the record as they load it.
+//
 // This needs revisions that never come back for a key: a record deleted
 // (or expired) and written again must not reach a revision it had before.
 // kvstore (stream sequences) and memstore (one counter) guarantee it.

@@ -154,7 +154,10 @@
 // come back for a key, also after a delete (see [Store]). With a
 // [SchedulingStore] (saga/queuestore, state in the dispatcher's own
 // queue), the timeouts a step requests are not carried out after the
-// commit but written in it, in the same atomic write as the record.
+// commit but written in it, in the same atomic write as the record. With
+// a [UnitStore] (saga/pgstore), each step runs in a unit of work of the
+// store — a database transaction the handler can write its own rows in —
+// which commits with the record or rolls back, those rows included.
 //
 // # Committed, effects pending
 //

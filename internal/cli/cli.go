@@ -82,6 +82,7 @@ type runConfig struct {
 	engines    map[string]EngineOpener
 	isTerminal func(io.Reader) bool
 	logger     *slog.Logger
+	stores     []*storeFlag // WithStore
 }
 
 // EngineOpener opens a timeout engine that jetsaga lists and cancels
@@ -151,6 +152,7 @@ func (c *call) run(args []string) error {
 	root.SetOutput(io.Discard)
 	c.o.defaults()
 	c.o.register(root, nil)
+	c.rc.registerStores(root)
 	if err := root.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			c.usage(c.stdout)
@@ -178,6 +180,7 @@ func (c *call) run(args []string) error {
 	fs := flag.NewFlagSet("jetsaga "+cmd.path, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	c.o.register(fs, cmd)
+	c.rc.registerStores(fs)
 	positional, err := parseInterleaved(fs, rest[n:])
 	if errors.Is(err, flag.ErrHelp) {
 		c.commandUsage(c.stdout, cmd)

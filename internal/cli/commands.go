@@ -253,6 +253,7 @@ func (c *call) commandUsage(w io.Writer, cmd *command) {
 	var o opts
 	o.defaults()
 	o.register(fs, cmd)
+	c.rc.registerStores(fs)
 	fmt.Fprintf(w, "\nFlags:\n")
 	fs.SetOutput(w)
 	fs.PrintDefaults()

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -40,6 +41,10 @@ type env struct {
 	// stateQueue: the saga records are in this queue's state
 	// (saga/queuestore), not in the bucket.
 	stateQueue string
+	// store, if set, is the store a store flag selects (WithStore),
+	// which storeLabel names.
+	store      saga.ListingStore
+	storeLabel string
 	engines    map[string]EngineScheduler // extra engines, by name
 	closers    []func()
 	rc         runConfig
@@ -113,6 +118,10 @@ func connect(ctx context.Context, o opts, rc runConfig) (*env, error) {
 		return nil, err
 	}
 	e := &env{nc: nc, js: js, broker: broker, prefix: co.prefix, bucket: co.bucket, stateQueue: co.stateQueue, engines: map[string]EngineScheduler{}, rc: rc}
+	if err := e.openStore(ctx); err != nil {
+		e.close()
+		return nil, err
+	}
 	if co.temporalAddress != "" || co.temporalNamespace != "" {
 		s, closeFn, err := rc.engines["temporal"](ctx, co.temporalAddress, cmp.Or(co.temporalNamespace, "default"))
 		if err != nil {

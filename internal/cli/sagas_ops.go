@@ -57,6 +57,9 @@ func instanceKey(sagaType, id string) string {
 
 // storeName says where the saga records are, as records reads them.
 func (e *env) storeName() string {
+	if e.store != nil {
+		return e.storeLabel
+	}
 	if e.stateQueue != "" {
 		return "the state of queue " + e.stateQueue
 	}
@@ -68,6 +71,9 @@ func (e *env) storeName() string {
 // (saga/queuestore), or else the KV bucket --bucket names (saga/kvstore).
 // Neither is created or reconfigured: ErrNotFound if it does not exist.
 func (e *env) records(ctx context.Context) (saga.ListingStore, error) {
+	if e.store != nil {
+		return e.store, nil // a store flag's (WithStore)
+	}
 	if e.stateQueue != "" {
 		// e.queue attaches to the queue as it exists (ErrNotFound if it
 		// does not), so the store's own open finds it attached.

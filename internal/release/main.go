@@ -391,7 +391,7 @@ func check() error {
 		}
 	}
 
-	for _, cmd := range []string{rootPath + "/cmd/jetsaga", rootPath + "/timeout/temporal/cmd/jetsaga"} {
+	for _, cmd := range []string{rootPath + "/cmd/jetsaga", rootPath + "/timeout/temporal/cmd/jetsaga", rootPath + "/saga/pgstore/cmd/jetsaga"} {
 		bin := filepath.Join(tmp, "bin", strings.ReplaceAll(cmd, "/", "_"))
 		empty := filepath.Join(tmp, "empty-"+path.Base(path.Dir(path.Dir(cmd))))
 		if err := os.MkdirAll(empty, 0o755); err != nil {

@@ -93,6 +93,18 @@ func BenchmarkSagaSteps(b *testing.B) {
 		{"pgstore", func(b *testing.B) saga.Store { return benchStore(b, pool) }},
 		// The same, the step's load locking the row.
 		{"pgstore-locking", func(b *testing.B) saga.Store { return benchStore(b, pool, pgstore.WithLocking()) }},
+		// The session on a pool of 16 connections (pgxpool's default
+		// here is 4): a step holds its connection from load to commit.
+		{"pgstore-pool16", func(b *testing.B) saga.Store {
+			cfg := pool.Config()
+			cfg.MaxConns = 16
+			p, err := pgxpool.NewWithConfig(b.Context(), cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(p.Close)
+			return benchStore(b, p)
+		}},
 		// The store without its session: each statement on its own, and
 		// the dispatcher's record cache on (as before the session).
 		{"pgstore-nosession", func(b *testing.B) saga.Store { return withoutSession{benchStore(b, pool)} }},

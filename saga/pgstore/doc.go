@@ -46,10 +46,23 @@
 // DefaultMaxRecordSize (1 MiB; WithMaxRecordSize) is ErrRecordTooLarge,
 // inside saga.Permanent: the step fails for good rather than retrying.
 //
-// # What is atomic
+// # The step's transaction
 //
-// Today only the record: each Put or Delete is one statement. Running a
-// handler's own writes in the step's transaction, and a transactional
-// outbox for the messages a step sends, are planned and not built (see
-// docs/postgres.md).
+// Store is a saga.UnitStore: a dispatcher runs each step in a transaction
+// of the store's pool (Begin), in which it loads the record, runs the
+// handler and writes the record with its inbox and outbox. The handler
+// gets that transaction from Tx(ctx) and writes the service's own rows in
+// it: they commit with the saga's state or roll back with it (a handler
+// error or panic, a conflict, a crash), and a redelivered message finds
+// its inbox entry beside them and writes nothing twice. Messages and
+// timeouts are carried out after the commit. The dispatcher's record
+// cache is not used: each step loads in its transaction.
+//
+// WithLocking makes the step's load lock the row (SELECT ... FOR UPDATE),
+// so that steps on a hot instance wait for each other instead of
+// conflicting; optimistic revisions are the default.
+//
+// The handler must not commit or roll back the transaction, and holds a
+// connection of the pool while it runs: size the pool to the dispatchers'
+// concurrency.
 package pgstore

@@ -23,6 +23,11 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) saga.Store { return newStore(t) }, features)
 }
 
+// TestConformanceLocking runs the suite on a Store WithLocking.
+func TestConformanceLocking(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) saga.Store { return newStore(t, pgstore.WithLocking()) }, features)
+}
+
 const brokenEnv = "PGSTORE_RUN_BROKEN"
 
 // TestSuiteCatchesReusedRevisions runs the suite on a Store broken to
