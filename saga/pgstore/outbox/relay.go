@@ -17,6 +17,14 @@ import (
 // context ends.
 const recordTimeout = 30 * time.Second
 
+// publishTimeout bounds the publication of one row: the pass's
+// transaction, and its claim on the rows, stay open meanwhile.
+const publishTimeout = 30 * time.Second
+
+// maxListenPause bounds the pause before the relay listens again after
+// its connection broke.
+const maxListenPause = 5 * time.Second
+
 // row is a claimed row of the table.
 type row struct {
 	id  int64
@@ -112,6 +120,8 @@ func (t *Table) claim(ctx context.Context, tx pgx.Tx) ([]row, error) {
 }
 
 func (t *Table) publish(ctx context.Context, r row) error {
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
 	q, err := t.broker.Queue(ctx, r.q)
 	if err != nil {
 		return err
@@ -141,7 +151,8 @@ func refused(err error) bool {
 // missed; it relays batch after batch while batches come back full. A
 // failed pass (the broker or the database unreachable) is logged at Warn
 // and tried again after a pause that doubles from 100 ms up to the poll
-// interval.
+// interval; a row's publication is bounded by 30 s. A broken LISTEN
+// connection is replaced after at most 5 s, and a pass follows.
 //
 // Rows are published in id order by one relay; several relays (in one
 // process or many) take different rows at once, so across relays rows
@@ -223,7 +234,7 @@ func (t *Table) listen(ctx context.Context, wake chan<- struct{}) {
 			return
 		case <-time.After(pause):
 		}
-		pause = min(2*pause, t.poll)
+		pause = min(2*pause, t.poll, maxListenPause)
 	}
 }
 
