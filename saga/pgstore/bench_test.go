@@ -107,7 +107,7 @@ func BenchmarkSagaSteps(b *testing.B) {
 		}},
 		// The store without its session: each statement on its own, and
 		// the dispatcher's record cache on (as before the session).
-		{"pgstore-nosession", func(b *testing.B) saga.Store { return withoutSession{benchStore(b, pool)} }},
+		{"pgstore-nosession", func(b *testing.B) saga.Store { return benchStore(b, pool).WithoutSession() }},
 	}
 	for _, st := range stores {
 		b.Run(st.name, func(b *testing.B) {
@@ -127,10 +127,6 @@ func benchStore(b *testing.B, pool *pgxpool.Pool, opts ...pgstore.Option) *pgsto
 	}
 	return s
 }
-
-// withoutSession hides the Store's Begin: the dispatcher sees a plain
-// saga.ExpiringStore.
-type withoutSession struct{ saga.ExpiringStore }
 
 // benchSteps queues b.N ticks on a fresh queue, then times a dispatcher
 // (concurrency 32) handling them all.

@@ -49,13 +49,23 @@ func orderSaga() saga.Saga {
 	return d
 }
 
-// TestDispatcherOnPgstore runs sagas with timeouts on an embedded
+// TestDispatcherOnPgstore runs sagas with timeouts (with the step's
+// transaction, and WithoutSession) on an embedded
 // nats-server with their state in PostgreSQL, two dispatchers competing
 // for the queue (and so for the instances: conflicts on the record's
 // revision are retried on fresh state).
 func TestDispatcherOnPgstore(t *testing.T) {
+	t.Run("session", func(t *testing.T) { testDispatcherOnPgstore(t, false) })
+	t.Run("without-session", func(t *testing.T) { testDispatcherOnPgstore(t, true) })
+}
+
+func testDispatcherOnPgstore(t *testing.T, withoutSession bool) {
 	ctx := t.Context()
 	store := newStore(t)
+	var sagaStore saga.Store = store
+	if withoutSession {
+		sagaStore = store.WithoutSession()
+	}
 	srv := testutil.StartServer(t, embedded.Options{})
 	nc, err := srv.Connect()
 	if err != nil {
@@ -68,7 +78,7 @@ func TestDispatcherOnPgstore(t *testing.T) {
 	}
 	var first *saga.Dispatcher
 	for range 2 {
-		d, err := saga.NewDispatcher(broker, store, "orders", saga.WithSagas(orderSaga()), saga.WithLogger(testutil.Logger()))
+		d, err := saga.NewDispatcher(broker, sagaStore, "orders", saga.WithSagas(orderSaga()), saga.WithLogger(testutil.Logger()))
 		if err != nil {
 			t.Fatal(err)
 		}

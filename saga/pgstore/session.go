@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -113,4 +115,48 @@ func (s *Store) db(ctx context.Context) (querier, bool) {
 		return ss.tx, true
 	}
 	return s.pool, false
+}
+
+// WithoutSession returns the store without step transactions: a
+// saga.ExpiringStore and saga.ListingStore on the same table that is not
+// a saga.UnitStore. A dispatcher on it writes each record in one
+// statement, as it does on kvstore, and keeps its record cache
+// (saga.WithRecordCache), which saves most loads: for services whose
+// handlers write nothing of their own in PostgreSQL, at a fraction of
+// the session's cost per step (see BENCHMARKS.md). Tx then always reports
+// false, and WithLocking has no effect.
+func (s *Store) WithoutSession() *StoreWithoutSession { return &StoreWithoutSession{s: s} }
+
+// StoreWithoutSession is a Store without step transactions (see
+// Store.WithoutSession).
+type StoreWithoutSession struct{ s *Store }
+
+var (
+	_ saga.ExpiringStore = (*StoreWithoutSession)(nil)
+	_ saga.ListingStore  = (*StoreWithoutSession)(nil)
+)
+
+// Load is Store.Load.
+func (p *StoreWithoutSession) Load(ctx context.Context, key string) ([]byte, uint64, error) {
+	return p.s.Load(ctx, key)
+}
+
+// Put is Store.Put.
+func (p *StoreWithoutSession) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	return p.s.Put(ctx, key, value, rev)
+}
+
+// PutTTL is Store.PutTTL.
+func (p *StoreWithoutSession) PutTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	return p.s.PutTTL(ctx, key, value, rev, ttl)
+}
+
+// Delete is Store.Delete.
+func (p *StoreWithoutSession) Delete(ctx context.Context, key string, rev uint64) error {
+	return p.s.Delete(ctx, key, rev)
+}
+
+// ListKeys is Store.ListKeys.
+func (p *StoreWithoutSession) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	return p.s.ListKeys(ctx, prefix)
 }

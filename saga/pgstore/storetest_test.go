@@ -28,6 +28,11 @@ func TestConformanceLocking(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) saga.Store { return newStore(t, pgstore.WithLocking()) }, features)
 }
 
+// TestConformanceWithoutSession runs the suite on Store.WithoutSession.
+func TestConformanceWithoutSession(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) saga.Store { return newStore(t).WithoutSession() }, features)
+}
+
 const brokenEnv = "PGSTORE_RUN_BROKEN"
 
 // TestSuiteCatchesReusedRevisions runs the suite on a Store broken to
