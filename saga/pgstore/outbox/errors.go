@@ -23,4 +23,9 @@ var (
 	// error (transport.ErrInvalidMessage, transport.ErrMessageTooLarge,
 	// transport.ErrInvalidQueueName). Nothing is written.
 	ErrInvalidMessage = errors.New("outbox: invalid message")
+
+	// ErrNoTx is returned by Send, Schedule and SendSaga for a nil
+	// transaction (or dispatcher): the message is written only in the
+	// caller's transaction.
+	ErrNoTx = errors.New("outbox: no transaction")
 )

@@ -89,7 +89,7 @@ func (t *Table) Name() string { return t.table }
 // queue name is ErrInvalidMessage, and nothing is written. Queue names
 // and every field of m reach SQL only as parameters. Whether the queue
 // requires sessions is not known here: a message without a SessionID for
-// such a queue is refused by the relay (see Run).
+// such a queue is refused by the relay (see Run). A nil tx is ErrNoTx.
 func (t *Table) Send(ctx context.Context, tx pgx.Tx, queue string, m *transport.Message) (string, error) {
 	if m == nil {
 		return "", fmt.Errorf("%w: nil message", ErrInvalidMessage)
@@ -113,6 +113,9 @@ func (t *Table) Schedule(ctx context.Context, tx pgx.Tx, queue string, m *transp
 // through the outbox is one started by Dispatcher.Send. Without
 // saga.WithMessageID the row gets a random MessageID, as in Send.
 func (t *Table) SendSaga(ctx context.Context, tx pgx.Tx, d *saga.Dispatcher, m any, opts ...saga.SendOption) (string, error) {
+	if d == nil {
+		return "", fmt.Errorf("%w: nil dispatcher", ErrNoTx)
+	}
 	msg, err := d.Message(m, opts...)
 	if err != nil {
 		return "", err
@@ -121,6 +124,9 @@ func (t *Table) SendSaga(ctx context.Context, tx pgx.Tx, d *saga.Dispatcher, m a
 }
 
 func (t *Table) write(ctx context.Context, tx pgx.Tx, queue string, m *transport.Message, at time.Time) (string, error) {
+	if tx == nil {
+		return "", ErrNoTx
+	}
 	if err := transport.ValidateQueueName(queue); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidMessage, err)
 	}

@@ -344,6 +344,9 @@ func TestHostileInput(t *testing.T) {
 	if !errors.Is(err, outbox.ErrInvalidMessage) {
 		t.Errorf("zero schedule time: got %v, want %v", err, outbox.ErrInvalidMessage)
 	}
+	if _, err := tbl.Send(ctx, nil, "q", &transport.Message{}); !errors.Is(err, outbox.ErrNoTx) {
+		t.Errorf("nil transaction: got %v, want %v", err, outbox.ErrNoTx)
+	}
 	if n := pending(t, pool, tbl); n != 0 {
 		t.Fatalf("%d rows written for refused messages, want 0", n)
 	}
