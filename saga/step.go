@@ -20,7 +20,8 @@ import (
 // and again after a handler's transient error (immediate retries). The
 // record cache may supply the record (see commit.go); a step that started
 // from it and comes to any decision other than a commit runs again on a
-// fresh load.
+// fresh load. With a UnitStore, each attempt runs in a unit of work of
+// the store (unit.go), always on a record loaded in it.
 
 // A stepped delivery is what the step stage made of it, for the settle
 // stage (settle.go) to act on.
