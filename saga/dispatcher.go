@@ -164,11 +164,23 @@ func (d *Dispatcher) SendTo(ctx context.Context, queue string, m any, opts ...Se
 	if err != nil {
 		return transport.SendResult{}, err
 	}
-	e, err := d.envelope(m, opts)
+	msg, err := d.Message(m, opts...)
 	if err != nil {
 		return transport.SendResult{}, err
 	}
-	return q.Send(ctx, transportMessage(e))
+	return q.Send(ctx, msg)
+}
+
+// Message returns the transport message that Send and SendTo send for m,
+// encoded as sagas' messages are, with opts applied, without sending it:
+// for code that sends it another way, such as a transactional outbox
+// (saga/pgstore/outbox).
+func (d *Dispatcher) Message(m any, opts ...SendOption) (*transport.Message, error) {
+	e, err := d.envelope(m, opts)
+	if err != nil {
+		return nil, err
+	}
+	return transportMessage(e), nil
 }
 
 // envelope encodes m, as sagas' messages are, with opts applied.
@@ -196,12 +208,15 @@ func WithMessageID(id string) SendOption { return func(e *envelope) { e.ID = id 
 // it without waiting for the server's reply, so that acknowledgement may
 // reach the server a moment after Run returned; if it is lost (the
 // process exits at once), the message is redelivered and handled as the
-// duplicate it is. It returns an error if the queue cannot be opened.
+// duplicate it is. It returns an error if the queue cannot be opened. It
+// runs the services given with WithService beside the queue, and stops
+// them (and waits for them) as it returns.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	q, err := d.open(ctx)
 	if err != nil {
 		return err
 	}
+	defer d.runServices(ctx)()
 	subs, err := d.subscribe(ctx)
 	if err != nil {
 		return err
@@ -218,4 +233,29 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	wg.Wait()
 	r.wg.Wait() // the timeouts held until their due time
 	return nil
+}
+
+// runServices starts the services given with WithService and returns the
+// function that stops them and waits for them to return. A service's
+// context ends when that function is called, not when ctx ends: a service
+// keeps working while Run drains. A service that returns an error is
+// logged at Error and not started again.
+func (d *Dispatcher) runServices(ctx context.Context) (stop func()) {
+	if len(d.cfg.services) == 0 {
+		return func() {}
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	for _, s := range d.cfg.services {
+		wg.Go(func() {
+			if err := s.Run(sctx); err != nil && sctx.Err() == nil {
+				d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: a service stopped with an error",
+					slog.String("service", fmt.Sprintf("%T", s)), slog.Any("error", err))
+			}
+		})
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+	}
 }

@@ -42,6 +42,8 @@ type config struct {
 
 	inboxRetention time.Duration // WithInboxRetention; 0: InboxRetention(queue)
 
+	services []Service // WithService
+
 	// loseCompletion (tests): a step whose message it returns true for
 	// does not complete it, as if its worker died right after the commit.
 	loseCompletion func(*transport.Delivery) bool
@@ -423,3 +425,25 @@ const (
 	// and returned nil; the messages it sent were sent.
 	NotFoundHandled Outcome = "not-found-handled"
 )
+
+// Service is background work that runs beside a dispatcher, such as the
+// relay of a transactional outbox (saga/pgstore/outbox): Run works until
+// its context ends, then returns.
+type Service interface {
+	Run(ctx context.Context) error
+}
+
+// WithService runs s beside the dispatcher: Dispatcher.Run starts s.Run
+// once it has opened its queue, keeps it running while it drains, then
+// ends s's context and waits for s.Run to return before it returns
+// itself. An error s.Run returns before then is logged at Error; s is not
+// started again. Give the option once per service.
+func WithService(s Service) Option {
+	return optionFunc(func(c *config) error {
+		if s == nil {
+			return fmt.Errorf("%w: nil service", ErrInvalidOption)
+		}
+		c.services = append(c.services, s)
+		return nil
+	})
+}
