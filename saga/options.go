@@ -210,7 +210,9 @@ func WithConcurrency(n int) Option {
 // off. Default: DefaultRecordCache. The cache needs a Store whose
 // revisions never come back for a key (a record deleted or expired and
 // written again must not reach a revision it had before): kvstore and
-// memstore qualify; turn it off for a store that reuses revisions.
+// memstore qualify; turn it off for a store that reuses revisions. A
+// dispatcher whose store is a UnitStore has no cache: its steps load in
+// their unit of work.
 func WithRecordCache(n int) Option {
 	return optionFunc(func(c *config) error {
 		if n < 0 {
