@@ -48,7 +48,9 @@
 //
 // [Queue.Peek] and [Queue.Browse] list active and scheduled messages (with
 // State, Seq, ScheduledAt, EnqueuedAt) from a sequence number, page by
-// page, without receiving them.
+// page, without receiving them. They are not a snapshot: a scheduled
+// message that activates while they read (the active messages first, then
+// the scheduled ones) may be in neither list.
 //
 // # Receiving
 //
