@@ -57,12 +57,16 @@ func (q *jsQueue) store(ctx context.Context, part *jsPartition, key string, msg 
 		case pubErr == nil:
 			seq = ack.Sequence
 			return nil
+		case isWrongLastSeq(pubErr):
+			// The server's answer, also when the try's time ran out as it
+			// came: resolved below, never returned as it is.
 		case tctx.Err() != nil:
 			unanswered = true
 			return pubErr
-		case !isWrongLastSeq(pubErr):
+		default:
 			return pubErr
-		case !unanswered:
+		}
+		if !unanswered {
 			dup = true // refused at the first ask: the key held a message
 			return nil
 		}

@@ -3,6 +3,7 @@ package tries
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -68,7 +69,7 @@ func (r *Runner) Do(ctx context.Context, check func() error, f func(ctx context.
 			r.noteAnswer(time.Since(began))
 		}
 		if err == nil || ctx.Err() != nil || check() != nil || !unanswered && !transient(err) {
-			return err
+			return ended(ctx, err)
 		}
 		if NoResponders(err) {
 			// As during an election; but also what a deleted stream
@@ -82,12 +83,22 @@ func (r *Runner) Do(ctx context.Context, check func() error, f func(ctx context.
 		if !unanswered {
 			select {
 			case <-ctx.Done():
-				return err
+				return ended(ctx, err)
 			case <-time.After(backoff << min(try, 3)):
 			}
 		}
 		limit = min(2*limit, maxTryLimit)
 	}
+}
+
+// ended returns err, the last try's, as Do's error; an outcome not
+// settled when ctx ended is said in terms the caller knows: ctx's end
+// (the outcome is unknown, as after a timeout).
+func ended(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ErrAgain) {
+		return fmt.Errorf("%w: %w", context.Cause(ctx), err)
+	}
+	return err
 }
 
 // noRespondersPatience is how long Do asks again while requests meet no

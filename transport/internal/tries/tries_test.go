@@ -62,3 +62,19 @@ func TestFirstLimitFollowsAnswers(t *testing.T) {
 		t.Errorf("after slow answers: got %v, want %v", got, maxTryLimit)
 	}
 }
+
+// An outcome still not settled when the caller's context ends is
+// reported as that context's end: the caller knows what a timeout means
+// (the write may or may not have been applied), not ErrAgain.
+func TestDoNotSettledByDeadline(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	var r Runner
+	err := r.Do(ctx, func() error { return nil }, func(context.Context) error {
+		time.Sleep(5 * time.Millisecond) // an answer that takes a while
+		return ErrAgain
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Do = %v, want an error matching %v", err, context.DeadlineExceeded)
+	}
+}
