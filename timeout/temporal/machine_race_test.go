@@ -1,0 +1,286 @@
+package temporal
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
+	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/saga/kvstore"
+	"github.com/jetsaga/jetsaga/saga/machine"
+	"github.com/jetsaga/jetsaga/timeout"
+)
+
+// The race machine sends one request per instance, waits in Waiting for
+// its answer or its timeout, and reports which of Completed,
+// TimeoutExpired and Late it handled.
+
+type (
+	raceData    struct{ machine.Instance }
+	raceBegin   struct{ ID string }
+	raceAsk     struct{ ID string }
+	raceAnswer  struct{ ID string }
+	raceOutcome struct {
+		ID   string
+		What string
+	}
+)
+
+func raceMachine(t testing.TB, name, asks, outcomes string, timeout time.Duration) *saga.Definition[raceData] {
+	t.Helper()
+	m := machine.New[raceData](name)
+	waiting, expired := m.State("Waiting"), m.State("Expired")
+	begin := machine.NewEvent(m, saga.By(func(e raceBegin) string { return e.ID }))
+	ask := machine.NewRequest(m, "Ask", asks, timeout,
+		func(c *saga.Context[raceData]) raceAsk { return raceAsk{ID: c.ID()} },
+		saga.By(func(e raceAnswer) string { return e.ID }))
+	report := func(what string) func(ctx context.Context, c *saga.Context[raceData], _ raceAnswer) error {
+		return func(ctx context.Context, c *saga.Context[raceData], _ raceAnswer) error {
+			return c.Send(outcomes, raceOutcome{ID: c.ID(), What: what})
+		}
+	}
+	m.Initially(machine.When(begin).Request(ask).TransitionTo(waiting))
+	m.During(waiting,
+		machine.When(ask.Completed).Then(report("completed")).Finalize(),
+		machine.When(ask.TimeoutExpired).
+			Then(func(ctx context.Context, c *saga.Context[raceData], _ machine.Expired) error {
+				return c.Send(outcomes, raceOutcome{ID: c.ID(), What: "expired"})
+			}).
+			TransitionTo(expired))
+	m.During(expired, machine.When(ask.Late).Then(report("late")).Finalize())
+	return m.MustBuild()
+}
+
+// TestMachineRequestRacesTimeoutOnTemporal is saga/machine's
+// request/timeout race with the request's timeout on the Temporal
+// engine (a timeout.Router routes the machine's timeouts to it): 300
+// requests with a 3 s timeout, each answered from 1,000 ms before to
+// 600 ms after its timeout. Each instance handles exactly one of
+// Completed and TimeoutExpired, every expired one handles its answer as
+// Late, nothing is dead-lettered or lost; and on Temporal, every request
+// had one timeout workflow, which fired for each expired instance and
+// was cancelled, or fired and was dropped, for each completed one.
+func TestMachineRequestRacesTimeoutOnTemporal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 300 requests on Temporal take about 20 s")
+	}
+	const n = 300
+	const timeoutAfter = 3 * time.Second
+	srv, ns := servers(t)
+	c := srv.Client(t)
+	b := broker(t, ns)
+	e, tq := servedEngine(t, c, b)
+	name, queue, asks, outcomesQueue := "race-"+tq, "orders-"+tq, "asks-"+tq, "outcomes-"+tq
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	nc, err := ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: "race-" + tq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every timeout of the machine's saga goes to Temporal; the rest
+	// (none here) to the queue engine.
+	router := &timeout.Router{Default: timeout.NewQueue(b), Routes: []timeout.Route{e.Route(0, name)}}
+	d, err := saga.NewDispatcher(b, store, queue,
+		saga.WithSagas(raceMachine(t, name, asks, outcomesQueue, timeoutAfter)),
+		saga.WithTimeouts(router), saga.WithConcurrency(32), saga.WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.RunUntilCleanup(t, d.Run)
+
+	// The responder answers each request after a delay around its
+	// timeout, counted from when the request was sent.
+	askq, err := b.Queue(ctx, asks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	testutil.RunUntilCleanup(t, func(ctx context.Context) error {
+		i := 0
+		for ctx.Err() == nil {
+			ds, err := askq.Receive(ctx, 64)
+			if err != nil {
+				continue
+			}
+			for _, del := range ds {
+				req, err := saga.Decode[raceAsk](del.Message)
+				if err != nil {
+					t.Errorf("request: %v", err)
+					continue
+				}
+				offset := time.Duration(i%17-10) * 100 * time.Millisecond // -1000 ms .. +600 ms
+				delay := time.Until(del.EnqueuedAt.Add(timeoutAfter + offset))
+				i++
+				replyTo, cid := del.ReplyTo, del.CorrelationID
+				wg.Add(1)
+				time.AfterFunc(delay, func() {
+					defer wg.Done()
+					if _, err := d.SendTo(context.WithoutCancel(ctx), replyTo, raceAnswer(req), saga.WithCorrelationID(cid)); err != nil && ctx.Err() == nil {
+						t.Errorf("answer %s: %v", req.ID, err)
+					}
+				})
+				if err := del.Complete(ctx); err != nil && ctx.Err() == nil {
+					t.Errorf("complete: %v", err)
+				}
+			}
+		}
+		return nil
+	})
+
+	outq, err := b.Queue(ctx, outcomesQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := d.Send(ctx, raceBegin{ID: fmt.Sprintf("r%03d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q, err := b.Queue(ctx, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadLetters := func() {
+		t.Helper()
+		ms, err := q.DeadLetterQueue().Peek(ctx, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			t.Errorf("dead letter: %s %s", m.DeadLetterReason, m.DeadLetterDescription)
+		}
+		if len(ms) > 0 {
+			t.FailNow()
+		}
+	}
+	got := make(map[string][]string)
+	counts := make(map[string]int)
+	testutil.Await(t, 90*time.Second, func() string {
+		deadLetters()
+		rctx, stop := context.WithTimeout(ctx, time.Second)
+		defer stop()
+		ds, err := outq.Receive(rctx, 256)
+		if err != nil && rctx.Err() == nil {
+			return err.Error()
+		}
+		for _, del := range ds {
+			o, err := saga.Decode[raceOutcome](del.Message)
+			if err != nil {
+				return err.Error()
+			}
+			got[o.ID] = append(got[o.ID], o.What)
+			counts[o.What]++
+			_ = del.Complete(ctx)
+		}
+		if counts["completed"]+counts["expired"] < n || counts["late"] < counts["expired"] {
+			return fmt.Sprintf("outcomes so far: %v", counts)
+		}
+		return ""
+	})
+	for id, whats := range got {
+		switch {
+		case len(whats) == 1 && whats[0] == "completed":
+		case len(whats) == 2 && whats[0] == "expired" && whats[1] == "late":
+		default:
+			t.Errorf("%s: outcomes %v, want [completed] or [expired late]", id, whats)
+		}
+	}
+	if len(got) != n {
+		t.Errorf("%d instances reported, want %d", len(got), n)
+	}
+	if counts["completed"] == 0 || counts["expired"] == 0 {
+		t.Errorf("outcomes %v: want both sides of the race", counts)
+	}
+	deadLetters()
+
+	// On Temporal: one timeout workflow per request, all closed; fired
+	// for every expired instance; cancelled (or fired and dropped by the
+	// machine) for every completed one.
+	wfs, total := raceWorkflows(t, ctx, c, e, tq, n)
+	if len(wfs) != n || total != n {
+		t.Errorf("%d timeout workflows on Temporal for %d instances, want %d, one per request", total, len(wfs), n)
+	}
+	byOutcome := make(map[string]int)
+	for id, outcome := range wfs {
+		byOutcome[got[id][0]+"/"+outcome]++
+		if got[id][0] == "expired" && outcome != outcomeFired {
+			t.Errorf("%s: expired, but its timeout workflow ended %q", id, outcome)
+		}
+		if outcome != outcomeFired && outcome != outcomeCancelled {
+			t.Errorf("%s: timeout workflow ended %q", id, outcome)
+		}
+	}
+	t.Logf("outcomes %v; instance outcome/timeout workflow outcome: %v", counts, byOutcome)
+}
+
+// raceWorkflows awaits the n timeout workflows of task queue tq closed in
+// Temporal's visibility store and returns each one's outcome by saga
+// instance, and how many there are.
+func raceWorkflows(t *testing.T, ctx context.Context, c client.Client, e *Engine, tq string, n int) (map[string]string, int) {
+	t.Helper()
+	var closed map[string]string
+	total := 0
+	testutil.Await(t, 30*time.Second, func() string {
+		closed = make(map[string]string)
+		running := 0
+		total = 0
+		var token []byte
+		for {
+			resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+				PageSize: 1000, NextPageToken: token,
+				Query: fmt.Sprintf("WorkflowType = '%s' AND TaskQueue = '%s'", WorkflowType, tq),
+			})
+			if err != nil {
+				return err.Error()
+			}
+			for _, ex := range resp.GetExecutions() {
+				if ex.GetCloseTime() == nil {
+					running++
+					continue
+				}
+				var m memo
+				if err := e.cfg.dataConverter.FromPayload(ex.GetMemo().GetFields()[MemoKey], &m); err != nil {
+					return err.Error()
+				}
+				closed[m.Instance] = ex.GetExecution().GetWorkflowId()
+				total++
+			}
+			if token = resp.GetNextPageToken(); len(token) == 0 {
+				break
+			}
+		}
+		if running > 0 || total < n {
+			return fmt.Sprintf("%d timeout workflows closed, %d running", len(closed), running)
+		}
+		return ""
+	})
+	out := make(map[string]string, len(closed))
+	for _, id := range slices.Sorted(maps.Keys(closed)) {
+		var r result
+		if err := c.GetWorkflow(ctx, closed[id], "").Get(ctx, &r); err != nil {
+			t.Fatalf("%s: timeout workflow: %v", id, err)
+		}
+		out[id] = r.Outcome
+	}
+	return out, total
+}
