@@ -86,14 +86,17 @@ func (d *Definition[S]) instanceLabel() []string {
 	return lines
 }
 
-// mermaidLabel joins lines into the text of a quoted Mermaid label:
-// characters that would end the quote or start markup are written as
-// Mermaid's entity codes, so that no name can change the diagram's
-// structure.
+// mermaidLabel joins lines into the text of a quoted Mermaid label. A
+// character that would end the quote, start markup (HTML, Markdown) or
+// an entity code is written as a look-alike that Mermaid shows as it is
+// (" as ', < and > as ‹ and ›, ` as ', # and & in their full-width
+// forms), and a line break as a space, so that no name can change the
+// diagram's structure. Mermaid's own entity codes (#quot;) are not used:
+// Mermaid 11 shows them as placeholders.
 func mermaidLabel(lines ...string) string {
 	esc := strings.NewReplacer(
-		`"`, "#quot;", "#", "#35;", "<", "#lt;", ">", "#gt;", "&", "#amp;",
-		"\n", " ", "\r", " ", "`", "#96;",
+		`"`, "'", "`", "'", "<", "‹", ">", "›", "#", "＃", "&", "＆",
+		"\n", " ", "\r", " ",
 	)
 	for i, l := range lines {
 		lines[i] = esc.Replace(l)
