@@ -343,6 +343,17 @@
 // test that leaves one, and [Dispatcher.StuckInstances] lists them, over
 // a store that can list its keys ([ListingStore]).
 //
+// # Diagrams
+//
+// [Definition.Mermaid] draws a saga from what its definition declares,
+// as Mermaid flowchart text: the messages that start it, those it
+// handles, its timeouts (with their catch-up policy) and completion, and
+// in the instance's box its data version, the liveness check and its
+// NotFoundPolicy. What a handler decides at run time — whether it
+// completes the instance, which timeouts it requests, what it expects —
+// is not in the definition, and not in the diagram. Package saga/machine
+// draws a state machine's states and transitions (Machine.Mermaid).
+//
 // # Operating
 //
 // [Dispatcher.Instance] shows one instance's state and pending timeouts

@@ -99,7 +99,7 @@ func (r *Router) pick(t Timeout) (Scheduler, error) {
 	for i := range r.Routes {
 		rt := &r.Routes[i]
 		named := slices.Contains(rt.Sagas, t.Saga)
-		if delay < rt.Beyond || len(rt.Sagas) > 0 && !named {
+		if rt.Beyond > 0 && delay < rt.Beyond || len(rt.Sagas) > 0 && !named { // Beyond 0 takes past-due ones too
 			continue
 		}
 		if best == nil {

@@ -1,0 +1,307 @@
+package temporal
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
+	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/saga/kvstore"
+	"github.com/jetsaga/jetsaga/saga/machine"
+	"github.com/jetsaga/jetsaga/timeout"
+)
+
+// The race machine sends one request per instance, waits in Waiting for
+// its answer or its timeout, and reports which of Completed,
+// TimeoutExpired and Late it handled.
+
+type (
+	raceData    struct{ machine.Instance }
+	raceBegin   struct{ ID string }
+	raceAsk     struct{ ID string }
+	raceAnswer  struct{ ID string }
+	raceOutcome struct {
+		ID   string
+		What string
+		// Timeout is the MessageID of the timeout that expired the
+		// request: its timeout ID, which names its workflow.
+		Timeout string
+	}
+)
+
+func raceMachine(t testing.TB, name, asks, outcomes string, timeout time.Duration) *saga.Definition[raceData] {
+	t.Helper()
+	m := machine.New[raceData](name)
+	waiting, expired := m.State("Waiting"), m.State("Expired")
+	begin := machine.NewEvent(m, saga.By(func(e raceBegin) string { return e.ID }))
+	ask := machine.NewRequest(m, "Ask", asks, timeout,
+		func(c *saga.Context[raceData]) raceAsk { return raceAsk{ID: c.ID()} },
+		saga.By(func(e raceAnswer) string { return e.ID }))
+	report := func(what string) func(ctx context.Context, c *saga.Context[raceData], _ raceAnswer) error {
+		return func(ctx context.Context, c *saga.Context[raceData], _ raceAnswer) error {
+			return c.Send(outcomes, raceOutcome{ID: c.ID(), What: what})
+		}
+	}
+	m.Initially(machine.When(begin).Request(ask).TransitionTo(waiting))
+	m.During(waiting,
+		machine.When(ask.Completed).Then(report("completed")).Finalize(),
+		machine.When(ask.TimeoutExpired).
+			Then(func(ctx context.Context, c *saga.Context[raceData], _ machine.Expired) error {
+				return c.Send(outcomes, raceOutcome{ID: c.ID(), What: "expired", Timeout: c.Incoming().MessageID})
+			}).
+			TransitionTo(expired))
+	m.During(expired, machine.When(ask.Late).Then(report("late")).Finalize())
+	return m.MustBuild()
+}
+
+// TestMachineRequestRacesTimeoutOnTemporal is saga/machine's
+// request/timeout race with the request's timeout on the Temporal
+// engine (a timeout.Router routes the machine's timeouts to it): 200
+// requests with a 3 s timeout, each answered from 1,000 ms before to
+// 1,500 ms after its timeout. Each instance handles exactly one of
+// Completed and TimeoutExpired, every expired one handles its answer as
+// Late, nothing is dead-lettered or lost; and on Temporal, each expired
+// instance's timeout workflow fired, and none of those listed ended
+// otherwise than fired or cancelled, or belongs to a request that has
+// another.
+func TestMachineRequestRacesTimeoutOnTemporal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 200 requests on Temporal take 15-60 s")
+	}
+	const n = 200
+	const timeoutAfter = 3 * time.Second
+	srv, ns := servers(t)
+	c := srv.Client(t)
+	b := broker(t, ns)
+	e, tq := servedEngine(t, c, b)
+	name, queue, asks, outcomesQueue := "race-"+tq, "orders-"+tq, "asks-"+tq, "outcomes-"+tq
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+
+	nc, err := ns.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: "race-" + tq})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every timeout of the machine's saga goes to Temporal; the rest
+	// (none here) to the queue engine.
+	router := &timeout.Router{Default: timeout.NewQueue(b), Routes: []timeout.Route{e.Route(0, name)}}
+	d, err := saga.NewDispatcher(b, store, queue,
+		saga.WithSagas(raceMachine(t, name, asks, outcomesQueue, timeoutAfter)),
+		saga.WithTimeouts(router), saga.WithConcurrency(32), saga.WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.RunUntilCleanup(t, d.Run)
+
+	// send sends m with MessageID id, as a service would: again after an
+	// error, which leaves the outcome unknown (the queue's duplicate
+	// detection drops a second copy).
+	send := func(ctx context.Context, queue string, m any, id string, opts ...saga.SendOption) {
+		opts = append(opts, saga.WithMessageID(id))
+		var err error
+		for range 5 {
+			if _, err = d.SendTo(ctx, queue, m, opts...); err == nil || ctx.Err() != nil {
+				return
+			}
+			t.Logf("sending %s (will send again): %v", id, err)
+		}
+		t.Errorf("sending %s: %v", id, err)
+	}
+
+	// The responder answers each request after a delay around its
+	// timeout, counted from when the request was sent.
+	askq, err := b.Queue(ctx, asks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	testutil.RunUntilCleanup(t, func(ctx context.Context) error {
+		i := 0
+		for ctx.Err() == nil {
+			ds, err := askq.Receive(ctx, 64)
+			if err != nil {
+				continue
+			}
+			for _, del := range ds {
+				req, err := saga.Decode[raceAsk](del.Message)
+				if err != nil {
+					t.Errorf("request: %v", err)
+					continue
+				}
+				offset := time.Duration(i%26-10) * 100 * time.Millisecond // -1000 ms .. +1500 ms
+				delay := time.Until(del.EnqueuedAt.Add(timeoutAfter + offset))
+				i++
+				replyTo, cid := del.ReplyTo, del.CorrelationID
+				wg.Add(1)
+				time.AfterFunc(delay, func() {
+					defer wg.Done()
+					send(context.WithoutCancel(ctx), replyTo, raceAnswer(req), "answer-"+req.ID, saga.WithCorrelationID(cid))
+				})
+				if err := del.Complete(ctx); err != nil && ctx.Err() == nil {
+					t.Errorf("complete: %v", err)
+				}
+			}
+		}
+		return nil
+	})
+
+	outq, err := b.Queue(ctx, outcomesQueue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		id := fmt.Sprintf("r%03d", i)
+		send(ctx, queue, raceBegin{ID: id}, "begin-"+id)
+	}
+	q, err := b.Queue(ctx, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadLetters := func() {
+		t.Helper()
+		ms, err := q.DeadLetterQueue().Peek(ctx, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			t.Errorf("dead letter: %s %s", m.DeadLetterReason, m.DeadLetterDescription)
+		}
+		if len(ms) > 0 {
+			t.FailNow()
+		}
+	}
+	got := make(map[string][]string)
+	counts := make(map[string]int)
+	expiredBy := make(map[string]string) // instance: timeout ID
+	// Minutes, not seconds: on a loaded machine the Temporal worker
+	// answers cancels slowly (each may take up to the engine's 30 s
+	// cancel timeout) and they hold the dispatcher's slots meanwhile.
+	testutil.Await(t, 3*time.Minute, func() string {
+		deadLetters()
+		rctx, stop := context.WithTimeout(ctx, time.Second)
+		defer stop()
+		ds, err := outq.Receive(rctx, 256)
+		if err != nil && rctx.Err() == nil {
+			return err.Error()
+		}
+		for _, del := range ds {
+			o, err := saga.Decode[raceOutcome](del.Message)
+			if err != nil {
+				return err.Error()
+			}
+			got[o.ID] = append(got[o.ID], o.What)
+			counts[o.What]++
+			if o.What == "expired" {
+				expiredBy[o.ID] = o.Timeout
+			}
+			_ = del.Complete(ctx)
+		}
+		if counts["completed"]+counts["expired"] < n || counts["late"] < counts["expired"] {
+			return fmt.Sprintf("outcomes so far: %v", counts)
+		}
+		return ""
+	})
+	for id, whats := range got {
+		switch {
+		case len(whats) == 1 && whats[0] == "completed":
+		case len(whats) == 2 && whats[0] == "expired" && whats[1] == "late":
+		default:
+			t.Errorf("%s: outcomes %v, want [completed] or [expired late]", id, whats)
+		}
+	}
+	if len(got) != n {
+		t.Errorf("%d instances reported, want %d", len(got), n)
+	}
+	if counts["completed"] == 0 || counts["expired"] == 0 {
+		t.Errorf("outcomes %v: want both sides of the race", counts)
+	}
+	deadLetters()
+
+	// On Temporal: each expired instance's timeout workflow fired.
+	for _, id := range slices.Sorted(maps.Keys(expiredBy)) {
+		var r result
+		wid := workflowID(e.Name(), queue, expiredBy[id])
+		if err := c.GetWorkflow(ctx, wid, "").Get(ctx, &r); err != nil || r.Outcome != outcomeFired {
+			t.Errorf("%s: expired, but its timeout workflow %s ended %+v, %v; want fired", id, wid, r, err)
+		}
+	}
+	// As far as the visibility store shows them (it lags, more so on a
+	// loaded machine): no request had two timeout workflows; each ended
+	// fired or cancelled. A completed instance's was cancelled, or fired
+	// and was dropped by the machine, or is not listed: not yet visible,
+	// or never started, where the answer's step committed before the
+	// dispatcher had scheduled the timeout (the step then drops the
+	// schedule).
+	wfs := raceWorkflows(t, ctx, c, e, tq)
+	byOutcome := make(map[string]int)
+	for id, whats := range got {
+		outcome, ok := wfs[id]
+		if !ok {
+			outcome = "not listed"
+		}
+		byOutcome[whats[0]+"/"+outcome]++
+		if ok && outcome != outcomeFired && outcome != outcomeCancelled {
+			t.Errorf("%s: timeout workflow ended %q", id, outcome)
+		}
+	}
+	t.Logf("outcomes %v; instance outcome/timeout workflow outcome: %v", counts, byOutcome)
+}
+
+// raceWorkflows returns the outcome, by saga instance, of each timeout
+// workflow of task queue tq that Temporal's visibility store lists as
+// closed. An instance with two timeout workflows fails t.
+func raceWorkflows(t *testing.T, ctx context.Context, c client.Client, e *Engine, tq string) map[string]string {
+	t.Helper()
+	closed := make(map[string]string)
+	var token []byte
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			PageSize: 1000, NextPageToken: token,
+			Query: fmt.Sprintf("WorkflowType = '%s' AND TaskQueue = '%s' AND ExecutionStatus != 'Running'", WorkflowType, tq),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ex := range resp.GetExecutions() {
+			var m memo
+			if err := e.cfg.dataConverter.FromPayload(ex.GetMemo().GetFields()[MemoKey], &m); err != nil {
+				t.Fatal(err)
+			}
+			if _, dup := closed[m.Instance]; dup {
+				t.Errorf("%s: two timeout workflows", m.Instance)
+			}
+			closed[m.Instance] = ex.GetExecution().GetWorkflowId()
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	out := make(map[string]string, len(closed))
+	for _, id := range slices.Sorted(maps.Keys(closed)) {
+		var r result
+		if err := c.GetWorkflow(ctx, closed[id], "").Get(ctx, &r); err != nil {
+			t.Fatalf("%s: timeout workflow: %v", id, err)
+		}
+		out[id] = r.Outcome
+	}
+	return out
+}
