@@ -180,6 +180,16 @@ type SendOption func(*envelope)
 // WithSessionID sets the outgoing message's SessionID.
 func WithSessionID(id string) SendOption { return func(e *envelope) { e.SessionID = id } }
 
+// WithPartitionKey sets the outgoing message's PartitionKey, which
+// chooses its partition on a queue with several (transport.Message's
+// PartitionKey): give one tenant's messages one key, and a burst of one
+// tenant's work fills only its partition. A worker of a release before
+// this option carries out an outbox without the key, which sends the
+// message to another partition, where its MessageID is not known: during a
+// rolling deploy from such a release, a message whose step crashed before
+// its effects were carried out may be delivered twice.
+func WithPartitionKey(key string) SendOption { return func(e *envelope) { e.PartitionKey = key } }
+
 // WithCorrelationID sets the outgoing message's CorrelationID.
 func WithCorrelationID(id string) SendOption { return func(e *envelope) { e.CorrelationID = id } }
 

@@ -259,6 +259,7 @@ func transportMessage(e *envelope) *transport.Message {
 		CorrelationID: e.CorrelationID,
 		ReplyTo:       e.ReplyTo,
 		SessionID:     e.SessionID,
+		PartitionKey:  e.PartitionKey,
 		Properties:    props,
 	}
 }

@@ -336,7 +336,7 @@ func (d *Dispatcher) timeoutMessage(ctx context.Context, te timeoutEntry, tok st
 	delete(props, timeout.PropertyDue)
 	return &envelope{
 		ID: m.MessageID, Type: typ, Body: m.Body, ContentType: m.ContentType,
-		CorrelationID: m.CorrelationID, ReplyTo: m.ReplyTo, SessionID: m.SessionID, Properties: props,
+		CorrelationID: m.CorrelationID, ReplyTo: m.ReplyTo, SessionID: m.SessionID, PartitionKey: m.PartitionKey, Properties: props,
 	}, nil
 }
 

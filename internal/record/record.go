@@ -319,6 +319,7 @@ type Envelope struct {
 	CorrelationID string            `json:"correlation_id,omitempty"`
 	ReplyTo       string            `json:"reply_to,omitempty"`
 	SessionID     string            `json:"session_id,omitempty"`
+	PartitionKey  string            `json:"partition_key,omitempty"`
 	Properties    map[string]string `json:"properties,omitempty"`
 }
 
