@@ -30,8 +30,14 @@ func header(cfg config, e *env) []string {
 	h := []string{
 		fmt.Sprintf("%s, %s/%s, %d CPUs; load average %s", time.Now().UTC().Format("2006-01-02"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), loadAvg()),
 		"versions: " + versions(),
-		fmt.Sprintf("(a) %d timers due over %v, %d goroutines scheduling; (b) %d pending an hour away, %d cancelled one at a time; (c) %d instances in flight for %v, a %v timer between the two steps; (d) %d timers pending, each system in a child process",
-			cfg.timers, cfg.window, cfg.conc, cfg.cancelPending, cfg.cancels, cfg.sagaWindow, cfg.sagaTime, cfg.sagaDelay, cfg.pending),
+	}
+	if strings.ContainsAny(cfg.workloads, "abcd") {
+		h = append(h, fmt.Sprintf("(a) %d timers due over %v, %d goroutines scheduling; (b) %d pending an hour away, %d cancelled one at a time; (c) %d instances in flight for %v, a %v timer between the two steps; (d) %d timers pending, each system in a child process",
+			cfg.timers, cfg.window, cfg.conc, cfg.cancelPending, cfg.cancels, cfg.sagaWindow, cfg.sagaTime, cfg.sagaDelay, cfg.pending))
+	}
+	if cfg.runs('e') {
+		h = append(h, fmt.Sprintf("(e) %d rounds, each system in turn (the order rotated) with %d instances in flight for %v; pools of %d connections",
+			cfg.txRounds, cfg.txWindow, cfg.txTime, cfg.txPool))
 	}
 	if e.pg != nil {
 		h = append(h, "PostgreSQL: "+e.pg.describe())
@@ -82,6 +88,9 @@ func versions() string {
 func printReport(w io.Writer, head []string, rs []result) {
 	for _, h := range head {
 		fmt.Fprintf(w, "%s  \n", h)
+	}
+	if len(rs) == 0 {
+		return // only workload (e) ran: printTx
 	}
 	var raw result
 	for _, r := range rs {
@@ -159,6 +168,55 @@ func printReport(w io.Writer, head []string, rs []result) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Configurations:")
+	fmt.Fprintln(w)
+	for _, r := range rs {
+		fmt.Fprintf(w, "- **%s**: %s\n", r.Name, r.Config)
+	}
+}
+
+// printTx writes workload (e)'s table: each system's median steps/s and
+// CPU per step over its rounds, the rounds' steps/s, the ratio to kvstore
+// (the baseline) and to DBOS, and the pgstore/DBOS ratio against issue
+// 33's target.
+func printTx(w io.Writer, rs []txResult) {
+	var base, dbos float64
+	for _, r := range rs {
+		s, _ := r.median()
+		switch r.Key {
+		case "kvstore":
+			base = s
+		case "dbos":
+			dbos = s
+		}
+	}
+	tableHead(w, "(e) two-step saga/workflow, each step writing business rows in the framework's PostgreSQL transaction (median of the rounds)",
+		"system", "steps/s", "rounds' steps/s", "× kvstore", "× DBOS", "CPU per step", "instances")
+	for _, r := range rs {
+		if len(r.Rounds) == 0 {
+			fmt.Fprintf(w, "| %s | %s |%s\n", r.Name, missing(result{Errors: map[string]string{"e": r.Err}}, "e"), strings.Repeat(" |", 5))
+			continue
+		}
+		s, cpu := r.median()
+		var each []string
+		n := 0
+		for _, x := range r.Rounds {
+			each = append(each, num(x.StepsPerS))
+			n += x.Instances
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %d |\n", r.Name, num(s), strings.Join(each, " / "), ratio(s, base), ratio(s, dbos), dur(cpu), n)
+	}
+	fmt.Fprintln(w)
+	for _, r := range rs {
+		if s, _ := r.median(); strings.HasPrefix(r.Key, "pgstore") && s > 0 && dbos > 0 {
+			verdict := "below"
+			if s >= 1.5*dbos {
+				verdict = "meets"
+			}
+			fmt.Fprintf(w, "%s / DBOS: %.2f× (%s the target of 1.5×)  \n", r.Name, s/dbos, verdict)
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Configurations (e):")
 	fmt.Fprintln(w)
 	for _, r := range rs {
 		fmt.Fprintf(w, "- **%s**: %s\n", r.Name, r.Config)
