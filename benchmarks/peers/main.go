@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -55,7 +56,7 @@ type config struct {
 	txTime        time.Duration // (e) how long each round starts instances
 	txWindow      int           // (e) instances in flight
 	txRounds      int           // (e) rounds, each system once a round
-	txPool        int           // (e) PostgreSQL connections, and the dispatcher's concurrency
+	txPools       []int         // (e) PostgreSQL connections, and the dispatcher's concurrency: a row each
 	conc          int           // goroutines scheduling / starting
 	only          []string
 	workloads     string
@@ -102,10 +103,10 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.sagaWindow, "saga-window", 2000, "(c) instances in flight")
 	fs.DurationVar(&cfg.sagaDelay, "saga-delay", 100*time.Millisecond, "(c) the timer between the two steps")
 	fs.IntVar(&cfg.pending, "pending", 10000, "(d) timers pending while memory is measured")
-	fs.DurationVar(&cfg.txTime, "tx-time", 5*time.Second, "(e) how long each system starts instances in a round")
+	fs.DurationVar(&cfg.txTime, "tx-time", 3*time.Second, "(e) how long each system starts instances in a round")
 	fs.IntVar(&cfg.txWindow, "tx-window", 200, "(e) instances in flight")
 	fs.IntVar(&cfg.txRounds, "tx-rounds", 3, "(e) rounds: every system once a round, the order rotated")
-	fs.IntVar(&cfg.txPool, "tx-pool", 20, "(e) connections of each system's pgxpool (DBOS's default is 20), and the jetsaga dispatcher's concurrency")
+	pools := fs.String("tx-pools", "4,20", "(e) comma-separated pool sizes, a row of each system at each: the connections of its pgxpool (pgxpool's default here is max(4, CPUs), DBOS's own 20), and the jetsaga dispatcher's concurrency")
 	fs.IntVar(&cfg.conc, "conc", 16, "goroutines scheduling timers and starting sagas")
 	only := fs.String("only", "", "comma-separated peers to run: "+strings.Join(peerKeys, ",")+" (raw always runs: it is the baseline)")
 	fs.StringVar(&cfg.workloads, "workloads", "abcde", "workloads to run, of a (lateness), b (cancel), c (saga), d (pending memory), e (saga with transactional steps on PostgreSQL)")
@@ -122,13 +123,20 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if cfg.timers < 1 || cfg.cancelPending < 1 || cfg.cancels < 1 || cfg.sagaWindow < 1 || cfg.pending < 1 || cfg.conc < 1 || cfg.window <= 0 || cfg.sagaTime <= 0 ||
-		cfg.txTime <= 0 || cfg.txWindow < 1 || cfg.txRounds < 1 || cfg.txPool < 1 {
+		cfg.txTime <= 0 || cfg.txWindow < 1 || cfg.txRounds < 1 {
 		return cfg, fmt.Errorf("counts and durations must be positive")
 	}
 	for _, w := range cfg.workloads {
 		if !strings.ContainsRune("abcde", w) {
 			return cfg, fmt.Errorf("-workloads %q: only a, b, c, d, e", cfg.workloads)
 		}
+	}
+	for f := range strings.SplitSeq(*pools, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 100 {
+			return cfg, fmt.Errorf("-tx-pools %q: pool sizes are 1 to 100", *pools)
+		}
+		cfg.txPools = append(cfg.txPools, n)
 	}
 	for name := range strings.SplitSeq(*only, ",") {
 		if name = strings.TrimSpace(name); name == "" {

@@ -36,8 +36,8 @@ func header(cfg config, e *env) []string {
 			cfg.timers, cfg.window, cfg.conc, cfg.cancelPending, cfg.cancels, cfg.sagaWindow, cfg.sagaTime, cfg.sagaDelay, cfg.pending))
 	}
 	if cfg.runs('e') {
-		h = append(h, fmt.Sprintf("(e) %d rounds, each system in turn (the order rotated) with %d instances in flight for %v; pools of %d connections",
-			cfg.txRounds, cfg.txWindow, cfg.txTime, cfg.txPool))
+		h = append(h, fmt.Sprintf("(e) %d rounds, each system in turn (the order rotated) with %d instances in flight for %v; pools of %v connections",
+			cfg.txRounds, cfg.txWindow, cfg.txTime, cfg.txPools))
 	}
 	if e.pg != nil {
 		h = append(h, "PostgreSQL: "+e.pg.describe())
@@ -175,25 +175,26 @@ func printReport(w io.Writer, head []string, rs []result) {
 }
 
 // printTx writes workload (e)'s table: each system's median steps/s and
-// CPU per step over its rounds, the rounds' steps/s, the ratio to kvstore
-// (the baseline) and to DBOS, and the pgstore/DBOS ratio against issue
-// 33's target.
+// CPU per step over its rounds at each pool size, the rounds' steps/s,
+// the ratios to kvstore (the baseline) and to DBOS at the same pool size,
+// and each pgstore/DBOS ratio against issue 33's target.
 func printTx(w io.Writer, rs []txResult) {
-	var base, dbos float64
+	base, dbos := map[int]float64{}, map[int]float64{}
+	dbosRounds := map[int][]sagaResult{}
 	for _, r := range rs {
 		s, _ := r.median()
 		switch r.Key {
 		case "kvstore":
-			base = s
+			base[r.Pool] = s
 		case "dbos":
-			dbos = s
+			dbos[r.Pool], dbosRounds[r.Pool] = s, r.Rounds
 		}
 	}
-	tableHead(w, "(e) two-step saga/workflow, each step writing business rows in the framework's PostgreSQL transaction (median of the rounds)",
-		"system", "steps/s", "rounds' steps/s", "× kvstore", "× DBOS", "CPU per step", "instances")
+	tableHead(w, "(e) two-step saga/workflow, each step writing business rows in the framework's PostgreSQL transaction (medians of the rounds)",
+		"system", "pool", "steps/s", "rounds' steps/s", "× kvstore", "× DBOS", "CPU per step", "instances")
 	for _, r := range rs {
 		if len(r.Rounds) == 0 {
-			fmt.Fprintf(w, "| %s | %s |%s\n", r.Name, missing(result{Errors: map[string]string{"e": r.Err}}, "e"), strings.Repeat(" |", 5))
+			fmt.Fprintf(w, "| %s | %d | %s |%s\n", r.Name, r.Pool, missing(result{Errors: map[string]string{"e": r.Err}}, "e"), strings.Repeat(" |", 5))
 			continue
 		}
 		s, cpu := r.median()
@@ -203,23 +204,35 @@ func printTx(w io.Writer, rs []txResult) {
 			each = append(each, num(x.StepsPerS))
 			n += x.Instances
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %d |\n", r.Name, num(s), strings.Join(each, " / "), ratio(s, base), ratio(s, dbos), dur(cpu), n)
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %d |\n", r.Name, r.Pool, num(s), strings.Join(each, " / "),
+			ratio(s, base[r.Pool]), ratio(s, dbos[r.Pool]), dur(cpu), n)
 	}
 	fmt.Fprintln(w)
 	for _, r := range rs {
-		if s, _ := r.median(); strings.HasPrefix(r.Key, "pgstore") && s > 0 && dbos > 0 {
+		if s, _ := r.median(); strings.HasPrefix(r.Key, "pgstore") && s > 0 && dbos[r.Pool] > 0 {
 			verdict := "below"
-			if s >= 1.5*dbos {
+			if s >= 1.5*dbos[r.Pool] {
 				verdict = "meets"
 			}
-			fmt.Fprintf(w, "%s / DBOS: %.2f× (%s the target of 1.5×)  \n", r.Name, s/dbos, verdict)
+			// Round by round: the two ran minutes apart at most.
+			var each []string
+			if d := dbosRounds[r.Pool]; len(d) == len(r.Rounds) {
+				for i, x := range r.Rounds {
+					each = append(each, ratio(x.StepsPerS, d[i].StepsPerS))
+				}
+			}
+			fmt.Fprintf(w, "%s / DBOS, pool %d: %.2f× (%s the target of 1.5×); round by round %s  \n", r.Name, r.Pool, s/dbos[r.Pool], verdict, strings.Join(each, " / "))
 		}
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Configurations (e):")
 	fmt.Fprintln(w)
+	seen := map[string]bool{}
 	for _, r := range rs {
-		fmt.Fprintf(w, "- **%s**: %s\n", r.Name, r.Config)
+		if !seen[r.Key] {
+			seen[r.Key] = true
+			fmt.Fprintf(w, "- **%s**: %s\n", r.Name, r.Config)
+		}
 	}
 }
 

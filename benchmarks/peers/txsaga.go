@@ -83,9 +83,10 @@ func txCheck(ctx context.Context, pool *pgxpool.Pool, n int) error {
 	return nil
 }
 
-// A txSystem is one row of workload (e).
+// A txSystem is one row of workload (e): a system at a pool size.
 type txSystem struct {
 	key, name, config string
+	pool              int
 	// open makes a fresh saga (and database) for one round.
 	open func(ctx context.Context, done func(id int)) (txRun, error)
 	pg   bool // runs on PostgreSQL: its processes count in CPU per step
@@ -98,42 +99,46 @@ type txRun interface {
 	check(ctx context.Context, n int) error
 }
 
-// txSystems are the rows, in the order of the first round; cfg.only
+// txSystems are the rows at pool size n (connections, and the jetsaga
+// dispatcher's concurrency), in the order of the first round; cfg.only
 // keeps the jetsaga rows with "jetsaga" and DBOS's with "dbos-pg".
-func txSystems(e *env) []txSystem {
-	conc := e.cfg.txPool
+func txSystems(e *env, n int) []txSystem {
 	var out []txSystem
 	if len(e.cfg.only) == 0 || slices.Contains(e.cfg.only, "jetsaga") {
 		out = append(out,
 			txSystem{key: "kvstore", name: "jetsaga, kvstore (no business write)",
-				config: fmt.Sprintf("saga.Dispatcher on kvstore (the default store), WithConcurrency(%d), the same two steps without business rows: the baseline", conc),
+				config: "saga.Dispatcher on kvstore (the default store), WithConcurrency(pool), the same two steps without business rows: the baseline",
 				open: func(ctx context.Context, done func(int)) (txRun, error) {
-					return openTxJetsaga(ctx, e, done, "")
+					return openTxJetsaga(ctx, e, done, "", n)
 				}},
 			txSystem{key: "pgstore", name: "jetsaga, pgstore", pg: true,
-				config: fmt.Sprintf("saga.Dispatcher on pgstore (the step's transaction; optimistic revisions), WithConcurrency(%d), a pgxpool of %d; the handler writes through pgstore.Tx(ctx); step two by a message step one sends (c.Send, after the commit)", conc, conc),
+				config: "saga.Dispatcher on pgstore (the step's transaction; optimistic revisions), WithConcurrency(pool), a pgxpool of pool connections; the handler writes through pgstore.Tx(ctx); step two by a message step one sends (c.Send, after the commit)",
 				open: func(ctx context.Context, done func(int)) (txRun, error) {
-					return openTxJetsaga(ctx, e, done, "optimistic")
+					return openTxJetsaga(ctx, e, done, "optimistic", n)
 				}},
 			txSystem{key: "pgstore-locking", name: "jetsaga, pgstore WithLocking", pg: true,
 				config: "as above, pgstore.WithLocking() (the step's load is SELECT ... FOR UPDATE)",
 				open: func(ctx context.Context, done func(int)) (txRun, error) {
-					return openTxJetsaga(ctx, e, done, "locking")
+					return openTxJetsaga(ctx, e, done, "locking", n)
 				}})
 	}
 	if len(e.cfg.only) == 0 || slices.Contains(e.cfg.only, "dbos-pg") {
 		out = append(out, txSystem{key: "dbos", name: "DBOS, PostgreSQL", pg: true,
-			config: fmt.Sprintf("DBOS Transact Go, Config.SystemDBPool a pgxpool of %d, a DataSource on that same pool (NewDataSource: DBOS writes the step's checkpoint in the step's transaction); a workflow (RunWorkflow with a workflow ID) of two dbos.RunAsTransaction steps, started in the bench process", conc),
+			config: "DBOS Transact Go, Config.SystemDBPool a pgxpool of pool connections, a DataSource on that same pool (NewDataSource: DBOS then writes the step's checkpoint in the step's transaction); a workflow (RunWorkflow with a workflow ID) of two dbos.RunAsTransaction steps, started in the bench process",
 			open: func(ctx context.Context, done func(int)) (txRun, error) {
-				return openTxDBOS(ctx, e, done)
+				return openTxDBOS(ctx, e, done, n)
 			}})
+	}
+	for i := range out {
+		out[i].pool = n
 	}
 	return out
 }
 
-// txResult is one system's rounds.
+// txResult is one system's rounds at one pool size.
 type txResult struct {
 	Key, Name, Config string
+	Pool              int
 	Rounds            []sagaResult
 	Err               string
 }
@@ -155,12 +160,15 @@ func (r txResult) median() (stepsPerS float64, cpu time.Duration) {
 	return s[len(s)/2], c[len(c)/2]
 }
 
-// runTx runs workload (e): cfg.txRounds rounds, each every system in
-// turn (the order rotated each round), each for cfg.txTime with
-// cfg.txWindow instances in flight.
+// runTx runs workload (e): cfg.txRounds rounds, each running every system
+// at every pool size of cfg.txPools in turn (the order rotated each
+// round), each for cfg.txTime with cfg.txWindow instances in flight.
 func runTx(ctx context.Context, cfg config, e *env) ([]txResult, error) {
+	var systems []txSystem
+	for _, n := range cfg.txPools {
+		systems = append(systems, txSystems(e, n)...)
+	}
 	var pgProcs func() []int
-	systems := txSystems(e)
 	for _, s := range systems {
 		if s.pg {
 			pg, err := e.ensurePostgres(ctx)
@@ -173,7 +181,7 @@ func runTx(ctx context.Context, cfg config, e *env) ([]txResult, error) {
 	}
 	res := make([]txResult, len(systems))
 	for i, s := range systems {
-		res[i] = txResult{Key: s.key, Name: s.name, Config: s.config}
+		res[i] = txResult{Key: s.key, Name: s.name, Config: s.config, Pool: s.pool}
 	}
 	run := cfg
 	run.sagaTime, run.sagaWindow = cfg.txTime, cfg.txWindow
@@ -184,7 +192,7 @@ func runTx(ctx context.Context, cfg config, e *env) ([]txResult, error) {
 			if res[i].Err != "" {
 				continue
 			}
-			logf("(e) round %d: %s, %d in flight for %v", round+1, s.name, cfg.txWindow, cfg.txTime)
+			logf("(e) round %d: %s, pool %d, %d in flight for %v", round+1, s.name, s.pool, cfg.txWindow, cfg.txTime)
 			var r txRun
 			p := peer{name: s.name, saga: func(ctx context.Context, _ time.Duration, done func(int)) (sagas, error) {
 				var err error
@@ -204,15 +212,15 @@ func runTx(ctx context.Context, cfg config, e *env) ([]txResult, error) {
 			if r != nil {
 				r.close()
 			}
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
 			if err != nil {
-				logf("(e) %s: %v", s.name, err)
+				logf("(e) %s, pool %d: %v", s.name, s.pool, err)
 				res[i].Err = err.Error()
 				continue
 			}
 			res[i].Rounds = append(res[i].Rounds, sr)
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
 		}
 	}
 	return res, nil
@@ -251,7 +259,7 @@ type txJetsaga struct {
 // openTxJetsaga starts a dispatcher of the two-step saga on a fresh
 // kvstore bucket (mode "") or a fresh database with pgstore (mode
 // "optimistic" or "locking").
-func openTxJetsaga(ctx context.Context, e *env, done func(int), mode string) (*txJetsaga, error) {
+func openTxJetsaga(ctx context.Context, e *env, done func(int), mode string, pool int) (*txJetsaga, error) {
 	nc, err := e.natsConnect()
 	if err != nil {
 		return nil, err
@@ -276,7 +284,7 @@ func openTxJetsaga(ctx context.Context, e *env, done func(int), mode string) (*t
 			return fail(err)
 		}
 	} else {
-		if s.pool, err = txPool(ctx, e, "jetsaga"); err != nil {
+		if s.pool, err = txPool(ctx, e, "jetsaga", pool); err != nil {
 			return fail(err)
 		}
 		if err := pgstore.Migrate(ctx, s.pool); err != nil {
@@ -332,7 +340,7 @@ func openTxJetsaga(ctx context.Context, e *env, done func(int), mode string) (*t
 		}
 	}}
 	if s.d, err = saga.NewDispatcher(s.b, store, s.queue, saga.WithSagas(def), saga.WithLogger(quietLogger()),
-		saga.WithConcurrency(e.cfg.txPool), saga.WithHooks(hooks)); err != nil {
+		saga.WithConcurrency(pool), saga.WithHooks(hooks)); err != nil {
 		return fail(err)
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -360,9 +368,9 @@ func (s *txJetsaga) close() {
 	}
 }
 
-// txPool makes a fresh database with the business tables and a pool of
-// cfg.txPool connections on it.
-func txPool(ctx context.Context, e *env, prefix string) (*pgxpool.Pool, error) {
+// txPool makes a fresh database with the business tables and a pool of n
+// connections on it.
+func txPool(ctx context.Context, e *env, prefix string, n int) (*pgxpool.Pool, error) {
 	url, err := e.pg.newDatabase(ctx, "tx"+prefix)
 	if err != nil {
 		return nil, err
@@ -371,7 +379,7 @@ func txPool(ctx context.Context, e *env, prefix string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc.MaxConns = int32(e.cfg.txPool)
+	pc.MaxConns = int32(n)
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, err
@@ -392,8 +400,8 @@ type txDBOS struct {
 	pre  string
 }
 
-func openTxDBOS(ctx context.Context, e *env, done func(int)) (*txDBOS, error) {
-	pool, err := txPool(ctx, e, "dbos")
+func openTxDBOS(ctx context.Context, e *env, done func(int), n int) (*txDBOS, error) {
+	pool, err := txPool(ctx, e, "dbos", n)
 	if err != nil {
 		return nil, err
 	}
