@@ -56,6 +56,7 @@ type config struct {
 	txTime        time.Duration // (e) how long each round starts instances
 	txWindow      int           // (e) instances in flight
 	txRounds      int           // (e) rounds, each system once a round
+	txSecond      string        // (e) how jetsaga's step one leads to step two: message or timeout
 	txPools       []int         // (e) PostgreSQL connections, and the dispatcher's concurrency: a row each
 	conc          int           // goroutines scheduling / starting
 	only          []string
@@ -106,6 +107,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&cfg.txTime, "tx-time", 3*time.Second, "(e) how long each system starts instances in a round")
 	fs.IntVar(&cfg.txWindow, "tx-window", 200, "(e) instances in flight")
 	fs.IntVar(&cfg.txRounds, "tx-rounds", 3, "(e) rounds: every system once a round, the order rotated")
+	fs.StringVar(&cfg.txSecond, "tx-second", "message", "(e) what starts jetsaga's second step: message (c.Send) or timeout (c.RequestTimeout(0, ...))")
 	pools := fs.String("tx-pools", "4,20", "(e) comma-separated pool sizes, a row of each system at each: the connections of its pgxpool (pgxpool's default here is max(4, CPUs), DBOS's own 20), and the jetsaga dispatcher's concurrency")
 	fs.IntVar(&cfg.conc, "conc", 16, "goroutines scheduling timers and starting sagas")
 	only := fs.String("only", "", "comma-separated peers to run: "+strings.Join(peerKeys, ",")+" (raw always runs: it is the baseline)")
@@ -130,6 +132,9 @@ func parseFlags(args []string) (config, error) {
 		if !strings.ContainsRune("abcde", w) {
 			return cfg, fmt.Errorf("-workloads %q: only a, b, c, d, e", cfg.workloads)
 		}
+	}
+	if cfg.txSecond != "message" && cfg.txSecond != "timeout" {
+		return cfg, fmt.Errorf("-tx-second %q: message or timeout", cfg.txSecond)
 	}
 	for f := range strings.SplitSeq(*pools, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))

@@ -29,7 +29,8 @@ import (
 //
 // jetsaga runs it as a saga on pgstore (the handler writes through
 // pgstore.Tx(ctx)), optimistic and WithLocking, started by a message, its
-// second step by a second message the first step sends; DBOS runs it as a
+// second step by a second message the first step sends (-tx-second
+// timeout: by a timeout due at once); DBOS runs it as a
 // workflow of two dbos.RunAsTransaction steps on a DataSource over the
 // system database's own pool (DBOS then writes the step's checkpoint in
 // the step's transaction). kvstore, the default store, runs the same two
@@ -103,23 +104,28 @@ type txRun interface {
 // dispatcher's concurrency), in the order of the first round; cfg.only
 // keeps the jetsaga rows with "jetsaga" and DBOS's with "dbos-pg".
 func txSystems(e *env, n int) []txSystem {
+	viaTimeout := e.cfg.txSecond == "timeout"
+	second := "step two by a message step one sends (c.Send, after the commit)"
+	if viaTimeout {
+		second = "step two by a timeout step one requests, due at once (c.RequestTimeout(0, ...))"
+	}
 	var out []txSystem
 	if len(e.cfg.only) == 0 || slices.Contains(e.cfg.only, "jetsaga") {
 		out = append(out,
 			txSystem{key: "kvstore", name: "jetsaga, kvstore (no business write)",
-				config: "saga.Dispatcher on kvstore (the default store), WithConcurrency(pool), the same two steps without business rows: the baseline",
+				config: "saga.Dispatcher on kvstore (the default store), WithConcurrency(pool), the same two steps without business rows: the baseline; " + second,
 				open: func(ctx context.Context, done func(int)) (txRun, error) {
-					return openTxJetsaga(ctx, e, done, "", n)
+					return openTxJetsaga(ctx, e, done, "", n, viaTimeout)
 				}},
 			txSystem{key: "pgstore", name: "jetsaga, pgstore", pg: true,
-				config: "saga.Dispatcher on pgstore (the step's transaction; optimistic revisions), WithConcurrency(pool), a pgxpool of pool connections; the handler writes through pgstore.Tx(ctx); step two by a message step one sends (c.Send, after the commit)",
+				config: "saga.Dispatcher on pgstore (the step's transaction; optimistic revisions), WithConcurrency(pool), a pgxpool of pool connections; the handler writes through pgstore.Tx(ctx); " + second,
 				open: func(ctx context.Context, done func(int)) (txRun, error) {
-					return openTxJetsaga(ctx, e, done, "optimistic", n)
+					return openTxJetsaga(ctx, e, done, "optimistic", n, viaTimeout)
 				}},
 			txSystem{key: "pgstore-locking", name: "jetsaga, pgstore WithLocking", pg: true,
 				config: "as above, pgstore.WithLocking() (the step's load is SELECT ... FOR UPDATE)",
 				open: func(ctx context.Context, done func(int)) (txRun, error) {
-					return openTxJetsaga(ctx, e, done, "locking", n)
+					return openTxJetsaga(ctx, e, done, "locking", n, viaTimeout)
 				}})
 	}
 	if len(e.cfg.only) == 0 || slices.Contains(e.cfg.only, "dbos-pg") {
@@ -245,6 +251,10 @@ type txConfirmMsg struct {
 
 func (txConfirmMsg) MessageName() string { return "peers.TxConfirm" }
 
+type txConfirmTimeout struct{}
+
+func (txConfirmTimeout) MessageName() string { return "peers.TxConfirmTimeout" }
+
 type txData struct {
 	ID int `json:"id"`
 }
@@ -259,7 +269,7 @@ type txJetsaga struct {
 // openTxJetsaga starts a dispatcher of the two-step saga on a fresh
 // kvstore bucket (mode "") or a fresh database with pgstore (mode
 // "optimistic" or "locking").
-func openTxJetsaga(ctx context.Context, e *env, done func(int), mode string, pool int) (*txJetsaga, error) {
+func openTxJetsaga(ctx context.Context, e *env, done func(int), mode string, pool int, viaTimeout bool) (*txJetsaga, error) {
 	nc, err := e.natsConnect()
 	if err != nil {
 		return nil, err
@@ -312,29 +322,35 @@ func openTxJetsaga(ctx context.Context, e *env, done func(int), mode string, poo
 					return err
 				}
 			}
+			if viaTimeout {
+				_, err := c.RequestTimeout(0, txConfirmTimeout{})
+				return err
+			}
 			return c.Send(s.queue, txConfirmMsg{ID: m.ID})
 		})
-	saga.Handles(def, saga.By(func(m txConfirmMsg) string { return strconv.Itoa(m.ID) }),
-		func(ctx context.Context, c *saga.Context[txData], m txConfirmMsg) error {
-			if write {
-				tx, ok := pgstore.Tx(ctx)
-				if !ok {
-					return saga.Permanent(errNoTx)
-				}
-				if err := txConfirm(ctx, tx, m.ID); err != nil {
-					return err
-				}
+	confirm := func(ctx context.Context, c *saga.Context[txData]) error {
+		if write {
+			tx, ok := pgstore.Tx(ctx)
+			if !ok {
+				return saga.Permanent(errNoTx)
 			}
-			c.MarkComplete()
-			return nil
-		})
+			if err := txConfirm(ctx, tx, c.Data.ID); err != nil {
+				return err
+			}
+		}
+		c.MarkComplete()
+		return nil
+	}
+	saga.Handles(def, saga.By(func(m txConfirmMsg) string { return strconv.Itoa(m.ID) }),
+		func(ctx context.Context, c *saga.Context[txData], _ txConfirmMsg) error { return confirm(ctx, c) })
+	saga.OnTimeout(def, func(ctx context.Context, c *saga.Context[txData], _ txConfirmTimeout) error { return confirm(ctx, c) })
 	// An instance is done once its second step committed and its message
 	// was settled.
 	hooks := saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, r saga.StepResult) {
 		switch {
 		case r.Outcome != saga.Handled:
 			logf("(e) jetsaga %s step %s/%s: %s: %v", cmp.Or(mode, "kvstore"), info.MessageType, info.ID, r.Outcome, r.Err)
-		case info.MessageType == txConfirmMsg{}.MessageName():
+		case info.MessageType == txConfirmMsg{}.MessageName() || info.MessageType == txConfirmTimeout{}.MessageName():
 			id, _ := strconv.Atoi(info.ID)
 			done(id)
 		}
