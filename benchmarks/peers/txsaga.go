@@ -326,7 +326,7 @@ func openTxJetsaga(ctx context.Context, e *env, done func(int), mode string, poo
 				_, err := c.RequestTimeout(0, txConfirmTimeout{})
 				return err
 			}
-			return c.Send(s.queue, txConfirmMsg{ID: m.ID})
+			return c.Send(s.queue, txConfirmMsg(m))
 		})
 	confirm := func(ctx context.Context, c *saga.Context[txData]) error {
 		if write {
