@@ -180,21 +180,22 @@ func printReport(w io.Writer, head []string, rs []result) {
 // and each pgstore/DBOS ratio against issue 33's target.
 func printTx(w io.Writer, rs []txResult) {
 	base, dbos := map[int]float64{}, map[int]float64{}
+	dbosCPU := map[int]time.Duration{}
 	dbosRounds := map[int][]sagaResult{}
 	for _, r := range rs {
-		s, _ := r.median()
+		s, cpu := r.median()
 		switch r.Key {
 		case "kvstore":
 			base[r.Pool] = s
 		case "dbos":
-			dbos[r.Pool], dbosRounds[r.Pool] = s, r.Rounds
+			dbos[r.Pool], dbosCPU[r.Pool], dbosRounds[r.Pool] = s, cpu, r.Rounds
 		}
 	}
 	tableHead(w, "(e) two-step saga/workflow, each step writing business rows in the framework's PostgreSQL transaction (medians of the rounds)",
-		"system", "pool", "steps/s", "rounds' steps/s", "× kvstore", "× DBOS", "CPU per step", "instances")
+		"system", "pool", "steps/s", "rounds' steps/s", "× kvstore", "× DBOS", "CPU per step", "CPU × DBOS", "instances")
 	for _, r := range rs {
 		if len(r.Rounds) == 0 {
-			fmt.Fprintf(w, "| %s | %d | %s |%s\n", r.Name, r.Pool, missing(result{Errors: map[string]string{"e": r.Err}}, "e"), strings.Repeat(" |", 5))
+			fmt.Fprintf(w, "| %s | %d | %s |%s\n", r.Name, r.Pool, missing(result{Errors: map[string]string{"e": r.Err}}, "e"), strings.Repeat(" |", 6))
 			continue
 		}
 		s, cpu := r.median()
@@ -204,8 +205,8 @@ func printTx(w io.Writer, rs []txResult) {
 			each = append(each, num(x.StepsPerS))
 			n += x.Instances
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %d |\n", r.Name, r.Pool, num(s), strings.Join(each, " / "),
-			ratio(s, base[r.Pool]), ratio(s, dbos[r.Pool]), dur(cpu), n)
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %d |\n", r.Name, r.Pool, num(s), strings.Join(each, " / "),
+			ratio(s, base[r.Pool]), ratio(s, dbos[r.Pool]), dur(cpu), ratio(float64(cpu), float64(dbosCPU[r.Pool])), n)
 	}
 	fmt.Fprintln(w)
 	for _, r := range rs {

@@ -80,10 +80,15 @@ func TestPrintTx(t *testing.T) {
 	round := func(s float64) sagaResult {
 		return sagaResult{Instances: 100, StepsPerS: s, CPUPer: 300 * time.Microsecond}
 	}
+	slow := func(s float64) sagaResult { // DBOS at pool 4: twice the CPU per step
+		r := round(s)
+		r.CPUPer *= 2
+		return r
+	}
 	rs := []txResult{
 		{Key: "kvstore", Name: "kv", Config: "baseline", Pool: 4, Rounds: []sagaResult{round(6000), round(4000), round(5000)}},
 		{Key: "pgstore", Name: "pg", Config: "session", Pool: 4, Rounds: []sagaResult{round(2000), round(1000), round(3000)}},
-		{Key: "dbos", Name: "DBOS", Config: "tx steps", Pool: 4, Rounds: []sagaResult{round(1000), round(1000), round(1000)}},
+		{Key: "dbos", Name: "DBOS", Config: "tx steps", Pool: 4, Rounds: []sagaResult{slow(1000), slow(1000), slow(1000)}},
 		{Key: "pgstore", Name: "pg", Config: "session", Pool: 20, Rounds: []sagaResult{round(1120)}},
 		{Key: "dbos", Name: "DBOS", Config: "tx steps", Pool: 20, Rounds: []sagaResult{round(800)}},
 		{Key: "pgstore-locking", Name: "pg locking", Config: "locking", Pool: 20, Err: "business rows wrong | x"},
@@ -92,10 +97,10 @@ func TestPrintTx(t *testing.T) {
 	printTx(&b, rs)
 	out := b.String()
 	for _, want := range []string{
-		"| kv | 4 | 5000 | 6000 / 4000 / 5000 | 1.00× | 5.00× | 300 µs | 300 |",
-		"| pg | 4 | 2000 | 2000 / 1000 / 3000 | 0.40× | 2.00× | 300 µs | 300 |",
-		"| pg | 20 | 1120 | 1120 |  | 1.40× | 300 µs | 100 |",
-		"| pg locking | 20 | failed: business rows wrong / x | | | | | |",
+		"| kv | 4 | 5000 | 6000 / 4000 / 5000 | 1.00× | 5.00× | 300 µs | 0.50× | 300 |",
+		"| pg | 4 | 2000 | 2000 / 1000 / 3000 | 0.40× | 2.00× | 300 µs | 0.50× | 300 |",
+		"| pg | 20 | 1120 | 1120 |  | 1.40× | 300 µs | 1.00× | 100 |",
+		"| pg locking | 20 | failed: business rows wrong / x | | | | | | |",
 		"pg / DBOS, pool 4: 2.00× (meets the target of 1.5×); round by round 2.00× / 1.00× / 3.00×",
 		"pg / DBOS, pool 20: 1.40× (below the target of 1.5×); round by round 1.40×",
 		"- **pg**: session\n",
