@@ -174,6 +174,9 @@ func runTx(ctx context.Context, cfg config, e *env) ([]txResult, error) {
 	for _, n := range cfg.txPools {
 		systems = append(systems, txSystems(e, n)...)
 	}
+	if len(systems) == 0 {
+		return nil, nil // -only left none of them
+	}
 	var pgProcs func() []int
 	for _, s := range systems {
 		if s.pg {
