@@ -30,10 +30,10 @@ import (
 // jetsaga runs it as a saga on pgstore (the handler writes through
 // pgstore.Tx(ctx)), optimistic and WithLocking, started by a message, its
 // second step by a second message the first step sends (-tx-second
-// timeout: by a timeout due at once); DBOS runs it as a
-// workflow of two dbos.RunAsTransaction steps on a DataSource over the
-// system database's own pool (DBOS then writes the step's checkpoint in
-// the step's transaction). kvstore, the default store, runs the same two
+// timeout: by a timeout due at once); DBOS runs it as a workflow of two
+// dbos.RunAsTransaction steps on a DataSource over the system database's
+// own pool (DBOS then writes the step's checkpoint in the step's
+// transaction). kvstore, the default store, runs the same two
 // steps without the business writes: the baseline row. The systems run
 // in interleaved rounds, a fresh database each, and each run is checked:
 // every order confirmed, the balances their sum.
@@ -49,7 +49,7 @@ const txAccounts = 1000
 
 func txAmount(id int) int64 { return int64(id%97 + 1) }
 
-// q is what both systems' transactions execute on (pgx.Tx, dbos.Tx).
+// txExec is what both systems' transactions offer (pgx.Tx, dbos.Tx).
 type txExec[R any] interface {
 	Exec(ctx context.Context, sql string, args ...any) (R, error)
 }
