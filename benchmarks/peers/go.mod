@@ -6,6 +6,7 @@ require (
 	github.com/dbos-inc/dbos-transact-golang v1.8.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jetsaga/jetsaga v0.1.0
+	github.com/jetsaga/jetsaga/saga/pgstore v0.1.0
 	github.com/jetsaga/jetsaga/timeout/temporal v0.1.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/riverqueue/river v0.51.2

@@ -1,7 +1,7 @@
 // Command peers measures jetsaga beside the durable-timer systems a Go team
 // would pick instead — River on PostgreSQL, DBOS Transact Go on PostgreSQL
 // and SQLite, Temporal (the dev server) — and beside raw nats.go, the
-// baseline measured in the same run, on four workloads:
+// baseline measured in the same run, on five workloads:
 //
 //	(a) schedule N one-shot timers due over a window: schedule rate, handler
 //	    lateness (handler start − due) p50/p99/max, early and lost counts;
@@ -9,7 +9,12 @@
 //	(c) a two-step saga/workflow with one timer: steps/s and CPU per step
 //	    (this process and the system's servers);
 //	(d) N timers pending: resident memory of each system's processes, the
-//	    server's included (each system in a child process of its own).
+//	    server's included (each system in a child process of its own);
+//	(e) a two-step saga/workflow whose steps write business rows in the
+//	    framework's own PostgreSQL transaction: jetsaga on pgstore (both
+//	    modes) beside DBOS's transactional steps on the same server, and
+//	    jetsaga on kvstore as the baseline, in interleaved rounds: steps/s
+//	    and CPU per step.
 //
 // It starts everything it needs on this machine: an embedded nats-server,
 // PostgreSQL from the distribution's packages in a temporary directory
@@ -19,6 +24,7 @@
 //	go run ./benchmarks/peers                       # a few minutes on 2 cores
 //	go run ./benchmarks/peers -pending 100000       # (d) at 100k pending
 //	go run ./benchmarks/peers -only river,jetsaga -timers 10000
+//	go run ./benchmarks/peers -workloads e          # (e) alone, about 2 minutes
 //
 // It prints markdown tables; ratios to raw nats.go are what to read on a
 // shared machine.
@@ -32,6 +38,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -46,6 +53,11 @@ type config struct {
 	sagaWindow    int           // (c) instances in flight
 	sagaDelay     time.Duration // (c) the timer between the steps
 	pending       int           // (d)
+	txTime        time.Duration // (e) how long each round starts instances
+	txWindow      int           // (e) instances in flight
+	txRounds      int           // (e) rounds, each system once a round
+	txSecond      string        // (e) how jetsaga's step one leads to step two: message or timeout
+	txPools       []int         // (e) PostgreSQL connections, and the dispatcher's concurrency: a row each
 	conc          int           // goroutines scheduling / starting
 	only          []string
 	workloads     string
@@ -92,9 +104,14 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.sagaWindow, "saga-window", 2000, "(c) instances in flight")
 	fs.DurationVar(&cfg.sagaDelay, "saga-delay", 100*time.Millisecond, "(c) the timer between the two steps")
 	fs.IntVar(&cfg.pending, "pending", 10000, "(d) timers pending while memory is measured")
+	fs.DurationVar(&cfg.txTime, "tx-time", 3*time.Second, "(e) how long each system starts instances in a round")
+	fs.IntVar(&cfg.txWindow, "tx-window", 200, "(e) instances in flight")
+	fs.IntVar(&cfg.txRounds, "tx-rounds", 3, "(e) rounds: every system once a round, the order rotated")
+	fs.StringVar(&cfg.txSecond, "tx-second", "message", "(e) what starts jetsaga's second step: message (c.Send) or timeout (c.RequestTimeout(0, ...))")
+	pools := fs.String("tx-pools", "4,20", "(e) comma-separated pool sizes, a row of each system at each: the connections of its pgxpool (pgxpool's default here is max(4, CPUs), DBOS's own 20), and the jetsaga dispatcher's concurrency")
 	fs.IntVar(&cfg.conc, "conc", 16, "goroutines scheduling timers and starting sagas")
 	only := fs.String("only", "", "comma-separated peers to run: "+strings.Join(peerKeys, ",")+" (raw always runs: it is the baseline)")
-	fs.StringVar(&cfg.workloads, "workloads", "abcd", "workloads to run, of a (lateness), b (cancel), c (saga), d (pending memory)")
+	fs.StringVar(&cfg.workloads, "workloads", "abcde", "workloads to run, of a (lateness), b (cancel), c (saga), d (pending memory), e (saga with transactional steps on PostgreSQL)")
 	fs.BoolVar(&cfg.pgSync, "pg-sync", false, "run PostgreSQL with synchronous_commit=on (default off: a commit is acknowledged before its WAL is flushed, as JetStream acknowledges before it syncs)")
 	fs.DurationVar(&cfg.lead, "lead", 300*time.Millisecond, "the early activation of the 'jetsaga saga, early activation' row")
 	fs.StringVar(&cfg.child, "child", "", "internal: the work of a child process")
@@ -107,13 +124,24 @@ func parseFlags(args []string) (config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if cfg.timers < 1 || cfg.cancelPending < 1 || cfg.cancels < 1 || cfg.sagaWindow < 1 || cfg.pending < 1 || cfg.conc < 1 || cfg.window <= 0 || cfg.sagaTime <= 0 {
+	if cfg.timers < 1 || cfg.cancelPending < 1 || cfg.cancels < 1 || cfg.sagaWindow < 1 || cfg.pending < 1 || cfg.conc < 1 || cfg.window <= 0 || cfg.sagaTime <= 0 ||
+		cfg.txTime <= 0 || cfg.txWindow < 1 || cfg.txRounds < 1 {
 		return cfg, fmt.Errorf("counts and durations must be positive")
 	}
 	for _, w := range cfg.workloads {
-		if !strings.ContainsRune("abcd", w) {
-			return cfg, fmt.Errorf("-workloads %q: only a, b, c, d", cfg.workloads)
+		if !strings.ContainsRune("abcde", w) {
+			return cfg, fmt.Errorf("-workloads %q: only a, b, c, d, e", cfg.workloads)
 		}
+	}
+	if cfg.txSecond != "message" && cfg.txSecond != "timeout" {
+		return cfg, fmt.Errorf("-tx-second %q: message or timeout", cfg.txSecond)
+	}
+	for f := range strings.SplitSeq(*pools, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 100 {
+			return cfg, fmt.Errorf("-tx-pools %q: pool sizes are 1 to 100", *pools)
+		}
+		cfg.txPools = append(cfg.txPools, n)
 	}
 	for name := range strings.SplitSeq(*only, ",") {
 		if name = strings.TrimSpace(name); name == "" {
@@ -134,6 +162,9 @@ func run(ctx context.Context, cfg config) error {
 	defer e.close()
 	var results []result
 	for _, key := range peerKeys {
+		if !cfg.runs('a') && !cfg.runs('b') && !cfg.runs('c') && !cfg.runs('d') {
+			break
+		}
 		if key != "raw" && len(cfg.only) > 0 && !slices.Contains(cfg.only, key) {
 			continue
 		}
@@ -146,7 +177,19 @@ func run(ctx context.Context, cfg config) error {
 			return ctx.Err()
 		}
 	}
+	var tx []txResult
+	if cfg.runs('e') {
+		var err error
+		if tx, err = runTx(ctx, cfg, e); err != nil && ctx.Err() != nil {
+			return err
+		} else if err != nil {
+			return fmt.Errorf("(e): %w", err)
+		}
+	}
 	printReport(os.Stdout, header(cfg, e), results)
+	if tx != nil {
+		printTx(os.Stdout, tx)
+	}
 	return nil
 }
 

@@ -30,8 +30,14 @@ func header(cfg config, e *env) []string {
 	h := []string{
 		fmt.Sprintf("%s, %s/%s, %d CPUs; load average %s", time.Now().UTC().Format("2006-01-02"), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), loadAvg()),
 		"versions: " + versions(),
-		fmt.Sprintf("(a) %d timers due over %v, %d goroutines scheduling; (b) %d pending an hour away, %d cancelled one at a time; (c) %d instances in flight for %v, a %v timer between the two steps; (d) %d timers pending, each system in a child process",
-			cfg.timers, cfg.window, cfg.conc, cfg.cancelPending, cfg.cancels, cfg.sagaWindow, cfg.sagaTime, cfg.sagaDelay, cfg.pending),
+	}
+	if strings.ContainsAny(cfg.workloads, "abcd") {
+		h = append(h, fmt.Sprintf("(a) %d timers due over %v, %d goroutines scheduling; (b) %d pending an hour away, %d cancelled one at a time; (c) %d instances in flight for %v, a %v timer between the two steps; (d) %d timers pending, each system in a child process",
+			cfg.timers, cfg.window, cfg.conc, cfg.cancelPending, cfg.cancels, cfg.sagaWindow, cfg.sagaTime, cfg.sagaDelay, cfg.pending))
+	}
+	if cfg.runs('e') {
+		h = append(h, fmt.Sprintf("(e) %d rounds, each system in turn (the order rotated) with %d instances in flight for %v; pools of %v connections",
+			cfg.txRounds, cfg.txWindow, cfg.txTime, cfg.txPools))
 	}
 	if e.pg != nil {
 		h = append(h, "PostgreSQL: "+e.pg.describe())
@@ -82,6 +88,9 @@ func versions() string {
 func printReport(w io.Writer, head []string, rs []result) {
 	for _, h := range head {
 		fmt.Fprintf(w, "%s  \n", h)
+	}
+	if len(rs) == 0 {
+		return // only workload (e) ran: printTx
 	}
 	var raw result
 	for _, r := range rs {
@@ -162,6 +171,69 @@ func printReport(w io.Writer, head []string, rs []result) {
 	fmt.Fprintln(w)
 	for _, r := range rs {
 		fmt.Fprintf(w, "- **%s**: %s\n", r.Name, r.Config)
+	}
+}
+
+// printTx writes workload (e)'s table: each system's median steps/s and
+// CPU per step over its rounds at each pool size, the rounds' steps/s,
+// the ratios to kvstore (the baseline) and to DBOS at the same pool size,
+// and each pgstore/DBOS ratio against issue 33's target.
+func printTx(w io.Writer, rs []txResult) {
+	base, dbos := map[int]float64{}, map[int]float64{}
+	dbosCPU := map[int]time.Duration{}
+	dbosRounds := map[int][]sagaResult{}
+	for _, r := range rs {
+		s, cpu := r.median()
+		switch r.Key {
+		case "kvstore":
+			base[r.Pool] = s
+		case "dbos":
+			dbos[r.Pool], dbosCPU[r.Pool], dbosRounds[r.Pool] = s, cpu, r.Rounds
+		}
+	}
+	tableHead(w, "(e) two-step saga/workflow, each step writing business rows in the framework's PostgreSQL transaction (medians of the rounds)",
+		"system", "pool", "steps/s", "rounds' steps/s", "× kvstore", "× DBOS", "CPU per step", "CPU × DBOS", "instances")
+	for _, r := range rs {
+		if len(r.Rounds) == 0 {
+			fmt.Fprintf(w, "| %s | %d | %s |%s\n", r.Name, r.Pool, missing(result{Errors: map[string]string{"e": r.Err}}, "e"), strings.Repeat(" |", 6))
+			continue
+		}
+		s, cpu := r.median()
+		var each []string
+		n := 0
+		for _, x := range r.Rounds {
+			each = append(each, num(x.StepsPerS))
+			n += x.Instances
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %d |\n", r.Name, r.Pool, num(s), strings.Join(each, " / "),
+			ratio(s, base[r.Pool]), ratio(s, dbos[r.Pool]), dur(cpu), ratio(float64(cpu), float64(dbosCPU[r.Pool])), n)
+	}
+	fmt.Fprintln(w)
+	for _, r := range rs {
+		if s, _ := r.median(); strings.HasPrefix(r.Key, "pgstore") && s > 0 && dbos[r.Pool] > 0 {
+			verdict := "below"
+			if s >= 1.5*dbos[r.Pool] {
+				verdict = "meets"
+			}
+			// Round by round: the two ran minutes apart at most.
+			var each []string
+			if d := dbosRounds[r.Pool]; len(d) == len(r.Rounds) {
+				for i, x := range r.Rounds {
+					each = append(each, ratio(x.StepsPerS, d[i].StepsPerS))
+				}
+			}
+			fmt.Fprintf(w, "%s / DBOS, pool %d: %.2f× (%s the target of 1.5×); round by round %s  \n", r.Name, r.Pool, s/dbos[r.Pool], verdict, strings.Join(each, " / "))
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Configurations (e):")
+	fmt.Fprintln(w)
+	seen := map[string]bool{}
+	for _, r := range rs {
+		if !seen[r.Key] {
+			seen[r.Key] = true
+			fmt.Fprintf(w, "- **%s**: %s\n", r.Name, r.Config)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,11 +56,60 @@ func TestParseFlags(t *testing.T) {
 	if _, err := parseFlags([]string{"-workloads", "x"}); err == nil {
 		t.Error("-workloads x: no error")
 	}
+	for _, bad := range []string{"", "4,x", "0", "4,-1", "101"} {
+		if _, err := parseFlags([]string{"-tx-pools", bad}); err == nil {
+			t.Errorf("-tx-pools %q: no error", bad)
+		}
+	}
+	if cfg, err := parseFlags([]string{"-tx-pools", "4, 20"}); err != nil || !slices.Equal(cfg.txPools, []int{4, 20}) {
+		t.Errorf("-tx-pools '4, 20': %v, %v", cfg.txPools, err)
+	}
 	cfg, err := parseFlags([]string{"-only", "river,temporal", "-workloads", "ad"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(cfg.only) != 2 || !cfg.runs('a') || cfg.runs('b') {
 		t.Errorf("parsed %+v", cfg)
+	}
+}
+
+// Workload (e)'s table: a row per system and pool size, ratios to kvstore
+// and DBOS at the same pool size, the verdict against the 1.5× target
+// with the round-by-round ratios, and a failed row saying why.
+func TestPrintTx(t *testing.T) {
+	round := func(s float64) sagaResult {
+		return sagaResult{Instances: 100, StepsPerS: s, CPUPer: 300 * time.Microsecond}
+	}
+	slow := func(s float64) sagaResult { // DBOS at pool 4: twice the CPU per step
+		r := round(s)
+		r.CPUPer *= 2
+		return r
+	}
+	rs := []txResult{
+		{Key: "kvstore", Name: "kv", Config: "baseline", Pool: 4, Rounds: []sagaResult{round(6000), round(4000), round(5000)}},
+		{Key: "pgstore", Name: "pg", Config: "session", Pool: 4, Rounds: []sagaResult{round(2000), round(1000), round(3000)}},
+		{Key: "dbos", Name: "DBOS", Config: "tx steps", Pool: 4, Rounds: []sagaResult{slow(1000), slow(1000), slow(1000)}},
+		{Key: "pgstore", Name: "pg", Config: "session", Pool: 20, Rounds: []sagaResult{round(1120)}},
+		{Key: "dbos", Name: "DBOS", Config: "tx steps", Pool: 20, Rounds: []sagaResult{round(800)}},
+		{Key: "pgstore-locking", Name: "pg locking", Config: "locking", Pool: 20, Err: "business rows wrong | x"},
+	}
+	var b strings.Builder
+	printTx(&b, rs)
+	out := b.String()
+	for _, want := range []string{
+		"| kv | 4 | 5000 | 6000 / 4000 / 5000 | 1.00× | 5.00× | 300 µs | 0.50× | 300 |",
+		"| pg | 4 | 2000 | 2000 / 1000 / 3000 | 0.40× | 2.00× | 300 µs | 0.50× | 300 |",
+		"| pg | 20 | 1120 | 1120 |  | 1.40× | 300 µs | 1.00× | 100 |",
+		"| pg locking | 20 | failed: business rows wrong / x | | | | | | |",
+		"pg / DBOS, pool 4: 2.00× (meets the target of 1.5×); round by round 2.00× / 1.00× / 3.00×",
+		"pg / DBOS, pool 20: 1.40× (below the target of 1.5×); round by round 1.40×",
+		"- **pg**: session\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("(e) report lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Count(out, "- **pg**") != 1 {
+		t.Errorf("a system's configuration listed more than once:\n%s", out)
 	}
 }

@@ -196,8 +196,7 @@ func runSaga(ctx context.Context, cfg config, p peer) (sagaResult, error) {
 		return sagaResult{}, err
 	}
 	defer s.close()
-	servers := serversOf(p)
-	cpu0 := cpuOf(append(servers, os.Getpid()))
+	cpu0 := cpuByPid(append(serversOf(p), os.Getpid()))
 	start := time.Now()
 	var started atomic.Int64
 	stopAt := start.Add(cfg.sagaTime)
@@ -224,7 +223,7 @@ func runSaga(ctx context.Context, cfg config, p peer) (sagaResult, error) {
 		time.Sleep(time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	cpu := cpuOf(append(servers, os.Getpid())) - cpu0
+	cpu := cpuSince(cpu0, append(serversOf(p), os.Getpid()))
 	if c := completed.Load(); c < n {
 		return sagaResult{}, fmt.Errorf("%d of %d instances completed %v after the last start", c, n, 4*cfg.grace)
 	}
@@ -233,6 +232,26 @@ func runSaga(ctx context.Context, cfg config, p peer) (sagaResult, error) {
 }
 
 var errStop = errors.New("stop")
+
+// cpuByPid is each process's CPU time so far.
+func cpuByPid(pids []int) map[int]time.Duration {
+	m := make(map[int]time.Duration, len(pids))
+	for _, pid := range pids {
+		m[pid] = cpuOf([]int{pid})
+	}
+	return m
+}
+
+// cpuSince is the CPU time the processes pids used since before, which
+// the processes started since (a pool's new backends) count from their
+// start. A process that ended in between is not counted.
+func cpuSince(before map[int]time.Duration, pids []int) time.Duration {
+	var sum time.Duration
+	for _, pid := range pids {
+		sum += cpuOf([]int{pid}) - before[pid]
+	}
+	return sum
+}
 
 func serversOf(p peer) []int {
 	if p.servers == nil {
