@@ -20,7 +20,7 @@ var pkSaga = saga.Define[struct{}]("partitionkey")
 func init() {
 	saga.StartedBy(pkSaga, saga.By(func(m pkStart) string { return m.ID }),
 		func(ctx context.Context, c *saga.Context[struct{}], m pkStart) error {
-			return c.Send("pk-out", pkNotice{ID: m.ID}, saga.WithPartitionKey("tenant-"+m.ID))
+			return c.Send("pk-out", pkNotice(m), saga.WithPartitionKey("tenant-"+m.ID))
 		})
 }
 
