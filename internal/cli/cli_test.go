@@ -31,7 +31,7 @@ func setUpIn(t *testing.T, inQueue bool) *workload {
 	w.send(OrderPlaced{Order: "o4", Fragile: true})
 	w.send(OrderPlaced{Order: "o5", Fragile: true}, saga.WithMessageID("msg-o5"))
 	if _, err := w.queueHandle(w.queue).Send(context.Background(), &transport.Message{
-		Body: []byte(`{}`), MessageID: "bogus-1", Properties: map[string]string{saga.TypeProperty: "shop.Bogus"}}); err != nil {
+		Body: []byte(`{}`), MessageID: "bogus-1", PartitionKey: "tenant-9", Properties: map[string]string{saga.TypeProperty: "shop.Bogus"}}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.AwaitTrue(t, 15*time.Second, "three orders placed", func() bool {
@@ -282,6 +282,8 @@ func TestDeadLetters(t *testing.T) {
 	}
 	if got := jsonOf[BrowsePage](w, 0, "dlq", "list", "orders", "--reason", saga.ReasonUnknownType); len(got.Messages) != 1 {
 		t.Fatalf("--reason: %+v", got)
+	} else if got.Messages[0].PartitionKey != "tenant-9" {
+		t.Errorf("dead letter of a message with PartitionKey tenant-9: partition_key %q", got.Messages[0].PartitionKey)
 	}
 	if got := jsonOf[BrowsePage](w, 0, "dlq", "list", "orders", "--since", "1h", "--type", "shop.OrderPlaced"); len(got.Messages) != 2 {
 		t.Fatalf("--since --type: %+v", got)

@@ -92,24 +92,25 @@ func scheduledStart(p int) uint64 {
 
 // MessageView is a browsed message as jetsaga shows it.
 type MessageView struct {
-	Seq         uint64            `json:"seq"`
-	Partition   int               `json:"partition"`
-	Local       uint64            `json:"local_seq"`
-	State       string            `json:"state"` // active, scheduled, dead-lettered
-	Queue       string            `json:"queue"`
-	EnqueuedAt  time.Time         `json:"enqueued_at"`
-	ScheduledAt *time.Time        `json:"scheduled_at,omitempty"`
-	Type        string            `json:"type,omitempty"` // the jetsaga-type property
-	MessageID   string            `json:"message_id,omitempty"`
-	Correlation string            `json:"correlation_id,omitempty"`
-	SessionID   string            `json:"session_id,omitempty"`
-	ReplyTo     string            `json:"reply_to,omitempty"`
-	Subject     string            `json:"subject,omitempty"`
-	ContentType string            `json:"content_type,omitempty"`
-	Properties  map[string]string `json:"properties,omitempty"`
-	Size        int               `json:"size"`
-	Body        *string           `json:"body,omitempty"`        // with --body, if UTF-8
-	BodyBase64  []byte            `json:"body_base64,omitempty"` // with --body, otherwise
+	Seq          uint64            `json:"seq"`
+	Partition    int               `json:"partition"`
+	Local        uint64            `json:"local_seq"`
+	State        string            `json:"state"` // active, scheduled, dead-lettered
+	Queue        string            `json:"queue"`
+	EnqueuedAt   time.Time         `json:"enqueued_at"`
+	ScheduledAt  *time.Time        `json:"scheduled_at,omitempty"`
+	Type         string            `json:"type,omitempty"` // the jetsaga-type property
+	MessageID    string            `json:"message_id,omitempty"`
+	Correlation  string            `json:"correlation_id,omitempty"`
+	SessionID    string            `json:"session_id,omitempty"`
+	PartitionKey string            `json:"partition_key,omitempty"`
+	ReplyTo      string            `json:"reply_to,omitempty"`
+	Subject      string            `json:"subject,omitempty"`
+	ContentType  string            `json:"content_type,omitempty"`
+	Properties   map[string]string `json:"properties,omitempty"`
+	Size         int               `json:"size"`
+	Body         *string           `json:"body,omitempty"`        // with --body, if UTF-8
+	BodyBase64   []byte            `json:"body_base64,omitempty"` // with --body, otherwise
 
 	DeadLetterReason      string `json:"dead_letter_reason,omitempty"`
 	DeadLetterDescription string `json:"dead_letter_description,omitempty"`
@@ -122,7 +123,7 @@ func viewOf(queue string, m *transport.Message, dead, body bool) MessageView {
 		Seq: m.Seq, Partition: transport.Partition(m.Seq), Local: transport.LocalSeq(m.Seq),
 		State: m.State.String(), Queue: queue, EnqueuedAt: m.EnqueuedAt,
 		Type: m.Properties[saga.TypeProperty], MessageID: m.MessageID, Correlation: m.CorrelationID,
-		SessionID: m.SessionID, ReplyTo: m.ReplyTo, Subject: m.Subject, ContentType: m.ContentType,
+		SessionID: m.SessionID, PartitionKey: m.PartitionKey, ReplyTo: m.ReplyTo, Subject: m.Subject, ContentType: m.ContentType,
 		Properties: m.Properties, Size: len(m.Body),
 		DeadLetterReason: m.DeadLetterReason, DeadLetterDescription: m.DeadLetterDescription,
 		DeadLetterSource: m.DeadLetterSource, DeadLetterSeq: m.DeadLetterSeq,
