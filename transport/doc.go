@@ -21,8 +21,10 @@
 // Active sequence numbers are unique, increasing and gap-free per queue
 // partition: 1, 2, 3, ... in arrival order. A queue with Partitions > 1
 // puts the partition id in the top 16 bits and the partition's own
-// sequence in the low 48 ([Partition], [LocalSeq]); a session, and a
-// MessageID, always map to the same partition. The 47-bit local range
+// sequence in the low 48 ([Partition], [LocalSeq]); a session, a
+// PartitionKey, and a MessageID always map to the same partition (in
+// that order of precedence: give one tenant's messages one PartitionKey
+// and its bursts fill only its partition). The 47-bit local range
 // (1.4e14 messages per partition) does not roll over in practice; if it
 // were exhausted JetStream would refuse new messages rather than wrap.
 //
@@ -105,7 +107,7 @@
 // A message with a MessageID that the queue remembers is acknowledged but
 // not stored again; [SendResult].Duplicate reports it. Sends and schedules
 // share one ID space per queue (per partition: a MessageID maps to one
-// partition unless a SessionID picks it). The queue remembers a MessageID
+// partition unless a SessionID or a PartitionKey picks it). The queue remembers a MessageID
 //   - for DuplicateWindow after a message with it was accepted, whatever
 //     became of it: received and completed, dead-lettered, still waiting;
 //   - while a scheduled message with it is pending, and for DuplicateWindow
