@@ -1,0 +1,169 @@
+package sagatest_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/calendar"
+	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/sagatest"
+)
+
+// Recurring timeouts inside a saga: a year of "every second business day
+// at 09:00 Europe/Warsaw" against a table computed here, day by day, from
+// the holidays below, not by the calendar package.
+
+type (
+	Remind     struct{ ID string }
+	StopRemind struct{ ID string }
+	remindTick struct{}
+	reminders  struct {
+		Handle saga.TimeoutHandle
+		Fired  []string // "n@nominal", nominal in RFC 3339 UTC
+		Early  []string // occurrences handled before their nominal time
+		StopAt int      // complete at this occurrence (0: never)
+	}
+)
+
+func (remindTick) MessageName() string { return "test.remind-tick" }
+
+// warsawHolidays are the fixed-date public holidays of Poland (the
+// movable Easter ones left out): the calendar below has them as Yearly
+// dates, and the table checks each day against this list.
+var warsawHolidays = [][2]int{{1, 1}, {1, 6}, {5, 1}, {5, 3}, {8, 15}, {11, 1}, {11, 11}, {12, 25}, {12, 26}}
+
+func warsawCalendar(t *testing.T) *calendar.Standard {
+	t.Helper()
+	var opts []calendar.Option
+	for _, h := range warsawHolidays {
+		opts = append(opts, calendar.Yearly(time.Month(h[0]), h[1], "holiday"))
+	}
+	c, err := calendar.New("pl", "2024", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// everySecondBusinessDay returns the nominal times of the series a
+// request at from (a day before the first business day counted) makes,
+// up to until: every second business day at 09:00 Warsaw time, brute
+// force over the days.
+func everySecondBusinessDay(t *testing.T, from, until time.Time) []time.Time {
+	t.Helper()
+	warsaw, err := time.LoadLocation("Europe/Warsaw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []time.Time
+	y, m, d := from.In(warsaw).Date()
+	day := time.Date(y, m, d, 12, 0, 0, 0, time.UTC)
+	for n := 0; ; {
+		day = day.AddDate(0, 0, 1)
+		if day.Weekday() == time.Saturday || day.Weekday() == time.Sunday ||
+			slices.Contains(warsawHolidays, [2]int{int(day.Month()), day.Day()}) {
+			continue
+		}
+		if n++; n%2 != 0 {
+			continue
+		}
+		at := time.Date(day.Year(), day.Month(), day.Day(), 9, 0, 0, 0, warsaw).UTC()
+		if at.After(until) {
+			return out
+		}
+		out = append(out, at)
+	}
+}
+
+var everySecondBusinessDayRule = calendar.BusinessDays(2).At(calendar.ClockOf(9, 0)).In("Europe/Warsaw")
+
+func remindSaga() *saga.Definition[reminders] {
+	d := saga.Define[reminders]("remind")
+	saga.StartedBy(d, saga.By(func(m Remind) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[reminders], m Remind) error {
+			p, err := c.RequestRecurringTimeoutBy(everySecondBusinessDayRule, remindTick{})
+			c.Data.Handle = p.Handle
+			if m.ID == "completes" {
+				c.Data.StopAt = 5
+			}
+			return err
+		})
+	saga.Handles(d, saga.By(func(m StopRemind) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[reminders], m StopRemind) error {
+			c.CancelTimeout(c.Data.Handle)
+			return nil
+		})
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[reminders], _ remindTick) error {
+		if c.Timeout() != c.Data.Handle {
+			return fmt.Errorf("occurrence under handle %s, want %s", c.Timeout(), c.Data.Handle)
+		}
+		n := fmt.Sprintf("%d@%s", c.Occurrence(), c.TimeoutDue().Format(time.RFC3339))
+		c.Data.Fired = append(c.Data.Fired, n)
+		if c.Now().Before(c.TimeoutDue()) {
+			c.Data.Early = append(c.Data.Early, n)
+		}
+		if c.Data.StopAt != 0 && c.Occurrence() == c.Data.StopAt {
+			c.MarkComplete()
+		}
+		return nil
+	})
+	return d
+}
+
+func numbered(ts []time.Time) []string {
+	out := make([]string, len(ts))
+	for i, at := range ts {
+		out[i] = fmt.Sprintf("%d@%s", i+1, at.Format(time.RFC3339))
+	}
+	return out
+}
+
+func TestRecurringTimeoutForAYearMatchesTheCalendar(t *testing.T) {
+	d := remindSaga()
+	reg := new(calendar.Registry)
+	if err := reg.Add(warsawCalendar(t)); err != nil {
+		t.Fatal(err)
+	}
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		start := env.Start()
+		env.Send(Remind{ID: "year"})
+		env.Send(Remind{ID: "completes"})
+		yearEnd := start.AddDate(1, 0, 0)
+		env.AdvanceTo(yearEnd)
+
+		want := numbered(everySecondBusinessDay(t, start, yearEnd))
+		if len(want) < 120 {
+			t.Fatalf("the table has %d occurrences: the test computes it wrong", len(want))
+		}
+		got := sagatest.State(t, env, d, "year")
+		if !slices.Equal(got.Fired, want) {
+			t.Errorf("occurrences handled (%d) differ from the table (%d):\n got %q\nwant %q", len(got.Fired), len(want), got.Fired, want)
+		}
+		if len(got.Early) > 0 {
+			t.Errorf("occurrences handled before their nominal time: %q", got.Early)
+		}
+		// One occurrence pending, the next in the table, under the same handle.
+		next := everySecondBusinessDay(t, start, yearEnd.AddDate(0, 0, 7))[len(want)]
+		ts := env.Timeouts(d, "year")
+		if len(ts) != 1 || ts[0].Handle != got.Handle || !ts[0].At.Equal(next) || !ts[0].Recurring || ts[0].Occurrence != len(want)+1 {
+			t.Errorf("pending after a year: %+v, want occurrence %d at %v under %s", ts, len(want)+1, next, got.Handle)
+		}
+		// Completing at the fifth occurrence ended that series.
+		if !env.Completed(d, "completes") {
+			t.Errorf("instance that completes at its fifth occurrence is not completed")
+		}
+
+		// Cancel stops it, whichever occurrence is pending.
+		env.Send(StopRemind{ID: "year"})
+		if ts := env.Timeouts(d, "year"); len(ts) != 0 {
+			t.Errorf("pending after cancel: %+v", ts)
+		}
+		env.Advance(30 * 24 * time.Hour)
+		if after := sagatest.State(t, env, d, "year"); len(after.Fired) != len(got.Fired) {
+			t.Errorf("%d occurrences handled after cancel: %q", len(after.Fired)-len(got.Fired), after.Fired)
+		}
+	}, sagatest.WithCalendars(reg))
+}
