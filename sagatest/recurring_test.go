@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,7 +82,9 @@ func everySecondBusinessDay(t *testing.T, from, until time.Time) []time.Time {
 
 var everySecondBusinessDayRule = calendar.BusinessDays(2).At(calendar.ClockOf(9, 0)).In("Europe/Warsaw")
 
-func remindSaga() *saga.Definition[reminders] {
+// remindSaga counts in handled the occurrences each instance handled,
+// which outlives a completed instance's data.
+func remindSaga(handled *sync.Map) *saga.Definition[reminders] {
 	d := saga.Define[reminders]("remind")
 	saga.StartedBy(d, saga.By(func(m Remind) string { return m.ID }),
 		func(ctx context.Context, c *saga.Context[reminders], m Remind) error {
@@ -102,6 +106,8 @@ func remindSaga() *saga.Definition[reminders] {
 		}
 		n := fmt.Sprintf("%d@%s", c.Occurrence(), c.TimeoutDue().Format(time.RFC3339))
 		c.Data.Fired = append(c.Data.Fired, n)
+		count, _ := handled.LoadOrStore(c.ID(), new(atomic.Int64))
+		count.(*atomic.Int64).Add(1)
 		if c.Now().Before(c.TimeoutDue()) {
 			c.Data.Early = append(c.Data.Early, n)
 		}
@@ -122,7 +128,8 @@ func numbered(ts []time.Time) []string {
 }
 
 func TestRecurringTimeoutForAYearMatchesTheCalendar(t *testing.T) {
-	d := remindSaga()
+	var handled sync.Map
+	d := remindSaga(&handled)
 	reg := new(calendar.Registry)
 	if err := reg.Add(warsawCalendar(t)); err != nil {
 		t.Fatal(err)
@@ -155,6 +162,9 @@ func TestRecurringTimeoutForAYearMatchesTheCalendar(t *testing.T) {
 		if !env.Completed(d, "completes") {
 			t.Errorf("instance that completes at its fifth occurrence is not completed")
 		}
+		if n, _ := handled.Load("completes"); n.(*atomic.Int64).Load() != 5 {
+			t.Errorf("instance that completes at its fifth occurrence handled %d", n.(*atomic.Int64).Load())
+		}
 
 		// Cancel stops it, whichever occurrence is pending.
 		env.Send(StopRemind{ID: "year"})
@@ -166,4 +176,90 @@ func TestRecurringTimeoutForAYearMatchesTheCalendar(t *testing.T) {
 			t.Errorf("%d occurrences handled after cancel: %q", len(after.Fired)-len(got.Fired), after.Fired)
 		}
 	}, sagatest.WithCalendars(reg))
+}
+
+type (
+	StartTicks         struct{ ID string }
+	tickFire     struct{}
+	tickSkip     struct{}
+	tickCoalesce struct{}
+	ticks        struct{ Fired []string } // "kind:n@due/now", offsets from the start
+)
+
+func (tickFire) MessageName() string     { return "test.tick-fire" }
+func (tickSkip) MessageName() string     { return "test.tick-skip" }
+func (tickCoalesce) MessageName() string { return "test.tick-coalesce" }
+
+// After an outage, each series follows its type's catch-up policy: fire
+// every missed occurrence, skip those late beyond the tolerance, or
+// handle only the latest overdue one; every skipped occurrence is
+// reported, and the series stays on its grid (no drift from lateness).
+func TestRecurringTimeoutCatchUpAfterAnOutage(t *testing.T) {
+	var start time.Time
+	at := func(t time.Time) string { return t.Sub(start).String() }
+	d := saga.Define[ticks]("ticks")
+	saga.StartedBy(d, saga.By(func(m StartTicks) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[ticks], m StartTicks) error {
+			for _, p := range []any{tickFire{}, tickSkip{}, tickCoalesce{}} {
+				if _, err := c.RequestRecurringTimeout(time.Hour, p); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	record := func(kind string) func(context.Context, *saga.Context[ticks]) {
+		return func(ctx context.Context, c *saga.Context[ticks]) {
+			c.Data.Fired = append(c.Data.Fired, fmt.Sprintf("%s:%d@%s/%s", kind, c.Occurrence(), at(c.TimeoutDue()), at(c.Now())))
+		}
+	}
+	fire, skip, coalesce := record("fire"), record("skip"), record("coalesce")
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ticks], _ tickFire) error { fire(ctx, c); return nil })
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ticks], _ tickSkip) error { skip(ctx, c); return nil },
+		saga.CatchUp(saga.CatchUpSkip, 10*time.Minute))
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[ticks], _ tickCoalesce) error { coalesce(ctx, c); return nil },
+		saga.CatchUp(saga.CatchUpCoalesce, 10*time.Minute))
+	var lates []saga.LateTimeout
+	hooks := saga.Hooks{TimeoutLate: func(_ context.Context, l saga.LateTimeout) { lates = append(lates, l) }}
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		start = env.Start()
+		env.Send(StartTicks{ID: "a"})
+		env.Advance(150 * time.Minute) // occurrences 1 and 2 on time
+		env.Outage(5 * time.Hour)      // 3 to 7 come due; the outage ends at 7h30m
+		env.Advance(2 * time.Hour)     // 8 and 9 on time again
+		got := sagatest.State(t, env, d, "a").Fired
+		want := []string{
+			"fire:1@1h0m0s/1h0m0s", "skip:1@1h0m0s/1h0m0s", "coalesce:1@1h0m0s/1h0m0s",
+			"fire:2@2h0m0s/2h0m0s", "skip:2@2h0m0s/2h0m0s", "coalesce:2@2h0m0s/2h0m0s",
+			"fire:3@3h0m0s/7h30m0s", "fire:4@4h0m0s/7h30m0s", "fire:5@5h0m0s/7h30m0s", "fire:6@6h0m0s/7h30m0s", "fire:7@7h0m0s/7h30m0s",
+			"coalesce:7@7h0m0s/7h30m0s",
+			"fire:8@8h0m0s/8h0m0s", "skip:8@8h0m0s/8h0m0s", "coalesce:8@8h0m0s/8h0m0s",
+			"fire:9@9h0m0s/9h0m0s", "skip:9@9h0m0s/9h0m0s", "coalesce:9@9h0m0s/9h0m0s",
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("occurrences handled:\n got %q\nwant %q", got, want)
+		}
+		skipped := map[string][]string{}
+		for _, l := range lates {
+			if l.Skipped {
+				skipped[l.Type] = append(skipped[l.Type], at(l.Due))
+			}
+		}
+		wantSkipped := map[string][]string{
+			"test.tick-skip":     {"3h0m0s", "4h0m0s", "5h0m0s", "6h0m0s", "7h0m0s"},
+			"test.tick-coalesce": {"3h0m0s", "4h0m0s", "5h0m0s", "6h0m0s"},
+		}
+		for typ, w := range wantSkipped {
+			if !slices.Equal(skipped[typ], w) {
+				t.Errorf("%s: skipped occurrences reported due at %q, want %q", typ, skipped[typ], w)
+			}
+		}
+		if len(skipped) != len(wantSkipped) {
+			t.Errorf("skipped occurrences reported: %v, want those of %d types", skipped, len(wantSkipped))
+		}
+		if ts := env.Timeouts(d, "a"); len(ts) != 3 {
+			t.Errorf("pending: %+v, want one occurrence of each series", ts)
+		}
+	}, sagatest.WithDispatcherOptions(saga.WithHooks(hooks)))
 }
