@@ -179,7 +179,7 @@ func TestRecurringTimeoutForAYearMatchesTheCalendar(t *testing.T) {
 }
 
 type (
-	StartTicks         struct{ ID string }
+	StartTicks   struct{ ID string }
 	tickFire     struct{}
 	tickSkip     struct{}
 	tickCoalesce struct{}
