@@ -263,3 +263,70 @@ func TestRecurringTimeoutCatchUpAfterAnOutage(t *testing.T) {
 		}
 	}, sagatest.WithDispatcherOptions(saga.WithHooks(hooks)))
 }
+
+type (
+	StartHourly struct{ ID string }
+	PokeHourly  struct{ ID string }
+	hourlyTick  struct{}
+	hourly      struct {
+		Fired []int // occurrence numbers, in the order handled
+		Dues  []time.Time
+		Pokes int
+	}
+)
+
+func (hourlyTick) MessageName() string { return "test.hourly-tick" }
+
+func hourlySaga() *saga.Definition[hourly] {
+	d := saga.Define[hourly]("hourly")
+	saga.StartedBy(d, saga.By(func(m StartHourly) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[hourly], m StartHourly) error {
+			_, err := c.RequestRecurringTimeout(time.Hour, hourlyTick{})
+			return err
+		})
+	saga.Handles(d, saga.By(func(m PokeHourly) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[hourly], m PokeHourly) error {
+			c.Data.Pokes++
+			return nil
+		})
+	saga.OnTimeout(d, func(ctx context.Context, c *saga.Context[hourly], _ hourlyTick) error {
+		c.Data.Fired = append(c.Data.Fired, c.Occurrence())
+		c.Data.Dues = append(c.Data.Dues, c.TimeoutDue())
+		return nil
+	})
+	return d
+}
+
+// A crash in the step that handles an occurrence — before its commit,
+// after it and before the outbox is cleared, or before the ack — neither
+// loses the next occurrence nor schedules it twice, in any order with
+// another message to the instance.
+func TestRecurringTimeoutSurvivesACrashInItsStep(t *testing.T) {
+	d := hourlySaga()
+	for _, point := range []sagatest.CrashPoint{sagatest.BeforeCommit, sagatest.BeforeOutboxCleared, sagatest.BeforeAck} {
+		t.Run(point.String(), func(t *testing.T) {
+			var start time.Time
+			sagatest.Explore(t, []saga.Saga{d},
+				func(t *testing.T, env *sagatest.Env) {
+					start = env.Start()
+					env.Send(StartHourly{ID: "h"})
+				},
+				[]sagatest.Input{
+					sagatest.Crash(sagatest.Timeout(d, "h"), point),
+					sagatest.Send(PokeHourly{ID: "h"}),
+				},
+				func(t *testing.T, env *sagatest.Env) {
+					env.AdvanceTo(start.Add(3*time.Hour + time.Minute))
+					got := sagatest.State(t, env, d, "h")
+					want := []time.Time{start.Add(time.Hour), start.Add(2 * time.Hour), start.Add(3 * time.Hour)}
+					if !slices.Equal(got.Fired, []int{1, 2, 3}) || !slices.EqualFunc(got.Dues, want, time.Time.Equal) {
+						t.Errorf("occurrences handled %v due %v, want 1, 2, 3 due %v", got.Fired, got.Dues, want)
+					}
+					ts := env.Timeouts(d, "h")
+					if len(ts) != 1 || ts[0].Occurrence != 4 || !ts[0].At.Equal(start.Add(4*time.Hour)) {
+						t.Errorf("pending %+v, want occurrence 4 only, at +4h", ts)
+					}
+				})
+		})
+	}
+}
