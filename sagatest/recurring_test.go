@@ -330,3 +330,86 @@ func TestRecurringTimeoutSurvivesACrashInItsStep(t *testing.T) {
 		})
 	}
 }
+
+// secondBusinessDayAfter is the brute-force step of the series: 09:00
+// Warsaw time on the second business day after prev's day, with extra
+// holidays beside warsawHolidays.
+func secondBusinessDayAfter(t *testing.T, prev time.Time, extra ...time.Time) time.Time {
+	t.Helper()
+	warsaw, err := time.LoadLocation("Europe/Warsaw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, m, d := prev.In(warsaw).Date()
+	day := time.Date(y, m, d, 12, 0, 0, 0, time.UTC)
+	for n := 0; n < 2; {
+		day = day.AddDate(0, 0, 1)
+		off := day.Weekday() == time.Saturday || day.Weekday() == time.Sunday ||
+			slices.Contains(warsawHolidays, [2]int{int(day.Month()), day.Day()})
+		for _, e := range extra {
+			ey, em, ed := e.In(warsaw).Date()
+			off = off || (ey == day.Year() && em == day.Month() && ed == day.Day())
+		}
+		if !off {
+			n++
+		}
+	}
+	return time.Date(day.Year(), day.Month(), day.Day(), 9, 0, 0, 0, warsaw).UTC()
+}
+
+// A holiday added mid-year (a new calendar version, re-planned) moves the
+// pending occurrence and the series goes on from it on the new version.
+func TestRecurringTimeoutReplannedMidYear(t *testing.T) {
+	var handled sync.Map
+	d := remindSaga(&handled)
+	v1 := warsawCalendar(t)
+	reg := new(calendar.Registry)
+	if err := reg.Add(v1); err != nil {
+		t.Fatal(err)
+	}
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		start := env.Start()
+		env.Send(Remind{ID: "r"})
+		replanAt := time.Date(2024, time.June, 1, 0, 0, 0, 0, time.UTC)
+		env.AdvanceTo(replanAt)
+		// The table: on version 1 up to the re-plan; the occurrence then
+		// pending falls on the new holiday, and is counted again, on
+		// version 2, from the nominal time of the one before.
+		var want []time.Time
+		prev := start
+		for at := secondBusinessDayAfter(t, prev); !at.After(replanAt); at = secondBusinessDayAfter(t, prev) {
+			want = append(want, at)
+			prev = at
+		}
+		holiday := secondBusinessDayAfter(t, prev) // the pending occurrence's day
+		yearEnd := start.AddDate(1, 0, 0)
+		for at := secondBusinessDayAfter(t, prev, holiday); !at.After(yearEnd); at = secondBusinessDayAfter(t, prev, holiday) {
+			want = append(want, at)
+			prev = at
+		}
+
+		v2opts := []calendar.Option{calendar.On(calendar.DateOf(holiday.In(time.FixedZone("", 2*3600))), "new holiday")}
+		for _, h := range warsawHolidays {
+			v2opts = append(v2opts, calendar.Yearly(time.Month(h[0]), h[1], "holiday"))
+		}
+		v2, err := calendar.New("pl", "2024b", v2opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Add(v2); err != nil {
+			t.Fatal(err)
+		}
+		res, err := env.Dispatcher().ReplanTimeouts(t.Context(), "remind", calendar.RefOf(v2))
+		if err != nil || len(res) != 1 || !res[0].Changed() || !res[0].OldAt.Equal(holiday) {
+			t.Fatalf("re-plan: %+v, %v; want the occurrence of %v moved", res, err, holiday)
+		}
+		env.AdvanceTo(yearEnd)
+		got := sagatest.State(t, env, d, "r")
+		if w := numbered(want); !slices.Equal(got.Fired, w) {
+			t.Errorf("occurrences handled (%d) differ from the table (%d):\n got %q\nwant %q", len(got.Fired), len(w), got.Fired, w)
+		}
+		if ts := env.Timeouts(d, "r"); len(ts) != 1 || ts[0].Calendar != calendar.RefOf(v2) {
+			t.Errorf("pending after the year: %+v, want one on %s", ts, calendar.RefOf(v2))
+		}
+	}, sagatest.WithCalendars(reg, calendar.RefOf(v1)))
+}
