@@ -2,6 +2,7 @@ package sagatest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/jetsaga/jetsaga/calendar"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/sagatest"
+	"github.com/jetsaga/jetsaga/timeout"
 )
 
 // Recurring timeouts inside a saga: a year of "every second business day
@@ -413,3 +415,56 @@ func TestRecurringTimeoutReplannedMidYear(t *testing.T) {
 		}
 	}, sagatest.WithCalendars(reg, calendar.RefOf(v1)))
 }
+
+// A recurring request that could not recur is refused at the call, with
+// an error to match, and leaves nothing pending.
+func TestRecurringTimeoutErrors(t *testing.T) {
+	type Try struct {
+		ID string
+		I  int
+	}
+	tests := []struct {
+		name    string
+		every   time.Duration
+		rule    *calendar.Rule
+		wantErr error
+	}{
+		{"interval too short", 999 * time.Millisecond, nil, timeout.ErrInvalidTimeout},
+		{"negative interval", -time.Hour, nil, timeout.ErrInvalidTimeout},
+		{"an instant rule does not recur", 0, ptr(calendar.NotBefore(calendar.ClockOf(9, 0)).In("UTC")), calendar.ErrInvalidRule},
+		{"end of this month does not recur", 0, ptr(calendar.EndOfMonth(0).In("UTC")), calendar.ErrInvalidRule},
+		{"invalid rule", 0, ptr(calendar.BusinessDays(0)), calendar.ErrInvalidRule},
+		{"interval", time.Minute, nil, nil},
+		{"next day at 09:00", 0, ptr(calendar.Next(calendar.ClockOf(9, 0)).In("Europe/Warsaw")), nil},
+	}
+	got := make([]error, len(tests))
+	d := saga.Define[struct{}]("recur-tries")
+	saga.StartedBy(d, saga.By(func(m Try) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[struct{}], m Try) error {
+			if tt := tests[m.I]; tt.rule != nil {
+				_, got[m.I] = c.RequestRecurringTimeoutBy(*tt.rule, remindTick{})
+			} else {
+				_, got[m.I] = c.RequestRecurringTimeout(tt.every, remindTick{})
+			}
+			return nil
+		})
+	saga.OnTimeout(d, func(context.Context, *saga.Context[struct{}], remindTick) error { return nil })
+	reg := new(calendar.Registry)
+	if err := reg.Add(warsawCalendar(t)); err != nil {
+		t.Fatal(err)
+	}
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		for i, tt := range tests {
+			env.Send(Try{ID: tt.name, I: i})
+			err := got[i]
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr != nil && !errors.Is(err, saga.ErrPermanent)) {
+				t.Errorf("%s: got %v, want %v (and ErrPermanent)", tt.name, err, tt.wantErr)
+			}
+			if ts := env.Timeouts(d, tt.name); (tt.wantErr == nil) != (len(ts) == 1) {
+				t.Errorf("%s: pending %+v", tt.name, ts)
+			}
+		}
+	}, sagatest.WithCalendars(reg))
+}
+
+func ptr[T any](v T) *T { return &v }
