@@ -121,6 +121,9 @@ func (c *Context[S]) CancelTimeout(h TimeoutHandle) {
 // carries; h's own payload is not kept — is requested for at. It returns
 // the new handle. Its type need not be h's, but needs an OnTimeout.
 //
+// Rescheduling a recurring timeout ends its series: the new timeout is a
+// one-shot.
+//
 // If h is not pending (handled, cancelled, or the timeout being handled
 // now: see Timeout), it changes nothing and returns an error matching
 // ErrTimeoutNotPending and ErrPermanent; to request a timeout whether or
