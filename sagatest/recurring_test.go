@@ -245,12 +245,12 @@ func TestRecurringTimeoutCatchUpAfterAnOutage(t *testing.T) {
 		skipped := map[string][]string{}
 		for _, l := range lates {
 			if l.Skipped {
-				skipped[l.Type] = append(skipped[l.Type], at(l.Due))
+				skipped[l.Type] = append(skipped[l.Type], fmt.Sprintf("%d@%s", l.Occurrence, at(l.Due)))
 			}
 		}
 		wantSkipped := map[string][]string{
-			"test.tick-skip":     {"3h0m0s", "4h0m0s", "5h0m0s", "6h0m0s", "7h0m0s"},
-			"test.tick-coalesce": {"3h0m0s", "4h0m0s", "5h0m0s", "6h0m0s"},
+			"test.tick-skip":     {"3@3h0m0s", "4@4h0m0s", "5@5h0m0s", "6@6h0m0s", "7@7h0m0s"},
+			"test.tick-coalesce": {"3@3h0m0s", "4@4h0m0s", "5@5h0m0s", "6@6h0m0s"},
 		}
 		for typ, w := range wantSkipped {
 			if !slices.Equal(skipped[typ], w) {
