@@ -20,11 +20,11 @@ func sampleRecord() *record {
 		Version:  2,
 		Timeouts: map[string]timeoutEntry{
 			"t1": {Type: "T", At: time.Unix(1, 0).UTC(), Ref: "queue:q:1", Rule: "next business day in UTC",
-				Calendar: &calendar.Ref{Name: "c", Version: "1"}, From: time.Unix(0, 1).UTC(), ID: "t1-r",
+				Calendar: &calendar.Ref{Name: "c", Version: "1"}, From: time.Unix(0, 1).UTC(), ID: "t1-r", Recurring: true, Every: time.Second, Occurrence: 2,
 				Msg: &envelope{ID: "t1-r", Type: "T", Body: []byte("{}"), ContentType: "application/json",
 					CorrelationID: "c", ReplyTo: "rq", SessionID: "s", Properties: map[string]string{"k": "v"}}},
 			"t2": {Type: "U", At: time.Unix(3, 0).UTC(), Ref: "queue:q:2", Rule: "next business day in UTC",
-				Calendar: &calendar.Ref{Name: "c", Version: "2"}, From: time.Unix(0, 2).UTC(), ID: "t2-r",
+				Calendar: &calendar.Ref{Name: "c", Version: "2"}, From: time.Unix(0, 2).UTC(), ID: "t2-r", Recurring: true, Every: time.Minute, Occurrence: 3,
 				Msg: &envelope{ID: "t2-r", Type: "U", Body: []byte("{}"), ContentType: "application/json",
 					CorrelationID: "c", ReplyTo: "rq", SessionID: "s", Properties: map[string]string{"k": "v"}}},
 		},
@@ -63,7 +63,7 @@ func mutateRecord(r *record) {
 	t2.Msg.Properties["k"] = "w"
 	full := func(typ string, at int64) timeoutEntry {
 		return timeoutEntry{Type: typ, At: time.Unix(at, 0), Ref: "changed", Rule: "changed", Calendar: &calendar.Ref{Name: "x", Version: "y"},
-			From: time.Unix(at, 1), ID: "changed", Msg: &envelope{ID: "m", Type: typ, Body: []byte("z"), ContentType: "c",
+			From: time.Unix(at, 1), ID: "changed", Recurring: true, Every: time.Hour, Occurrence: 9, Msg: &envelope{ID: "m", Type: typ, Body: []byte("z"), ContentType: "c",
 				CorrelationID: "c", ReplyTo: "r", SessionID: "s", Properties: map[string]string{"a": "b"}}}
 	}
 	r.Timeouts["t1"] = full("changed", 10)

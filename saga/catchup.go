@@ -131,6 +131,9 @@ type LateTimeout struct {
 	Saga, ID string
 	Type     string // the timeout's message type
 	Handle   TimeoutHandle
+	// Occurrence is the number of the occurrence, for a recurring
+	// timeout (Context.Occurrence); 0 for any other.
+	Occurrence int
 	Lateness
 	// Policy is what was done with it: CatchUpFire (handled),
 	// CatchUpSkip or CatchUpCoalesce with Skipped set (dropped), or
@@ -159,7 +162,7 @@ func (s *stepState) catchUp(cu catchUp, token string, te timeoutEntry) *LateTime
 		return nil
 	}
 	late := s.now.Sub(te.At)
-	lt := &LateTimeout{Saga: s.sagaName, ID: s.id, Type: te.Type, Handle: TimeoutHandle(token), Policy: cu.policy,
+	lt := &LateTimeout{Saga: s.sagaName, ID: s.id, Type: te.Type, Handle: TimeoutHandle(token), Occurrence: te.Occurrence, Policy: cu.policy,
 		Lateness: Lateness{Due: te.At, Late: late, Tolerance: cu.tolerance}}
 	switch cu.policy {
 	case CatchUpSkip:
@@ -198,10 +201,13 @@ func (s *stepState) catchUp(cu catchUp, token string, te timeoutEntry) *LateTime
 // TimeoutLate hook.
 func (d *Dispatcher) reportLate(ctx context.Context, lt LateTimeout) {
 	if lt.Skipped {
-		d.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "saga: timeout skipped by its catch-up policy",
-			slog.String("saga.type", lt.Saga), slog.String("saga.id", lt.ID), slog.String("timeout.id", string(lt.Handle)),
+		attrs := []slog.Attr{slog.String("saga.type", lt.Saga), slog.String("saga.id", lt.ID), slog.String("timeout.id", string(lt.Handle)),
 			slog.String("type", lt.Type), slog.String("policy", lt.Policy.String()),
-			slog.Time("due", lt.Due), slog.Duration("late", lt.Late), slog.Duration("tolerance", lt.Tolerance))
+			slog.Time("due", lt.Due), slog.Duration("late", lt.Late), slog.Duration("tolerance", lt.Tolerance)}
+		if lt.Occurrence > 0 {
+			attrs = append(attrs, slog.Int("occurrence", lt.Occurrence))
+		}
+		d.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "saga: timeout skipped by its catch-up policy", attrs...)
 	}
 	if lt.Coalesced > 0 {
 		d.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "saga: earlier overdue timeouts cancelled by a coalesced one",

@@ -51,6 +51,12 @@ func (c *Context[S]) Incoming() *transport.Message { return c.step.in }
 // the handler runs; the activation time is Incoming().EnqueuedAt.
 func (c *Context[S]) TimeoutDue() time.Time { return c.step.timeoutDue.UTC() }
 
+// Occurrence returns the number of the occurrence being handled of a
+// recurring timeout (RequestRecurringTimeout), from 1, whose nominal time
+// is TimeoutDue; 0 in other handlers. An occurrence its catch-up policy
+// skipped keeps its number: the next one handled shows the gap.
+func (c *Context[S]) Occurrence() int { return c.step.occurrence }
+
 // Send sends m to queue.
 //
 // Like every effect, it is checked at the call: an invalid queue name, a
@@ -103,7 +109,9 @@ func (c *Context[S]) RequestTimeoutAt(at time.Time, payload any) (TimeoutHandle,
 
 // CancelTimeout cancels a timeout requested earlier. If it has fired but
 // not yet been handled, it is dropped when it arrives. Cancelling an
-// unknown or already handled timeout does nothing.
+// unknown or already handled timeout does nothing. Cancelling a recurring
+// timeout ends its series, whichever occurrence is pending; in the handler
+// of one of its occurrences, it cancels the next.
 func (c *Context[S]) CancelTimeout(h TimeoutHandle) {
 	c.step.cancelTimeout(string(h))
 }
@@ -112,6 +120,9 @@ func (c *Context[S]) CancelTimeout(h TimeoutHandle) {
 // cancelled, and payload — the payload given here, which the new timeout
 // carries; h's own payload is not kept — is requested for at. It returns
 // the new handle. Its type need not be h's, but needs an OnTimeout.
+//
+// Rescheduling a recurring timeout ends its series: the new timeout is a
+// one-shot.
 //
 // If h is not pending (handled, cancelled, or the timeout being handled
 // now: see Timeout), it changes nothing and returns an error matching
@@ -161,8 +172,15 @@ type PendingTimeout struct {
 	// if the rule needs none.
 	Calendar calendar.Ref
 	// From is the instant the rule counted from (the handler's Now, or
-	// RuleFrom); zero without a rule.
+	// RuleFrom; for a recurring timeout's later occurrences, the nominal
+	// time of the one before); zero without a rule.
 	From time.Time
+	// Recurring marks the pending occurrence of a recurring timeout
+	// (RequestRecurringTimeout, RequestRecurringTimeoutBy): Every is its
+	// interval (zero for a rule's), and Occurrence its number, from 1.
+	Recurring  bool
+	Every      time.Duration
+	Occurrence int
 }
 
 // PendingTimeouts lists the instance's pending timeouts, including those

@@ -199,6 +199,18 @@
 // [timeout.Scheduler]: by default scheduled messages on the dispatcher's
 // own queue; the Temporal engine for long ones.
 //
+// A recurring timeout ([Context.RequestRecurringTimeout] every interval,
+// [Context.RequestRecurringTimeoutBy] on a calendar rule) wakes the
+// instance at each occurrence, under one handle, until the handle is
+// cancelled or the instance completes. The step that handles an
+// occurrence schedules the next one, computed from the occurrence's
+// nominal time ([Context.TimeoutDue]; [Context.Occurrence] numbers it),
+// and the two commit together: one occurrence is pending at a time, none
+// is scheduled twice, and the type's catch-up policy decides what an
+// overdue one does, each skipped one reported (Hooks.TimeoutLate). An
+// occurrence's engine ID and MessageID are derived from the handle and
+// the occurrence, not the handle itself.
+//
 // A timeout has several names, each for one API:
 //
 //   - its handle ([TimeoutHandle]), returned by [Context.RequestTimeout]:

@@ -61,6 +61,9 @@ type stepState struct {
 	// timeoutDue is the due time of the timeout being handled (its
 	// record's), if one is.
 	timeoutDue time.Time
+	// occurrence numbers the occurrence of a recurring timeout being
+	// handled, from 1; 0 for any other message.
+	occurrence int
 	late       *Lateness // the timeout goes to its late handler (CatchUpLate)
 	n          int       // effects so far, for effect IDs
 }
@@ -218,15 +221,20 @@ func (s *stepState) cancelTimeout(token string) {
 func (s *stepState) pending() []PendingTimeout {
 	out := make([]PendingTimeout, 0, len(s.rec.Timeouts))
 	for _, tok := range slices.Sorted(maps.Keys(s.rec.Timeouts)) {
-		te := s.rec.Timeouts[tok]
-		pt := PendingTimeout{Handle: TimeoutHandle(tok), Type: te.Type, At: te.At, Rule: te.Rule, From: te.From}
-		if te.Calendar != nil {
-			pt.Calendar = *te.Calendar
-		}
-		out = append(out, pt)
+		out = append(out, pendingOf(tok, s.rec.Timeouts[tok]))
 	}
 	slices.SortStableFunc(out, func(a, b PendingTimeout) int { return a.At.Compare(b.At) })
 	return out
+}
+
+// pendingOf describes the pending timeout te, under token tok.
+func pendingOf(tok string, te timeoutEntry) PendingTimeout {
+	pt := PendingTimeout{Handle: TimeoutHandle(tok), Type: te.Type, At: te.At, Rule: te.Rule, From: te.From,
+		Recurring: te.Recurring, Every: te.Every, Occurrence: te.Occurrence}
+	if te.Calendar != nil {
+		pt.Calendar = *te.Calendar
+	}
+	return pt
 }
 
 // complete turns a completed record into a tombstone: every pending

@@ -258,7 +258,7 @@ func (d *Dispatcher) attempt(ctx context.Context, u *stepUnit, t *target, key, i
 		}
 	}
 	s := &stepState{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
-		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token, timeoutDue: te.At}
+		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token, timeoutDue: te.At, occurrence: te.Occurrence}
 	return d.handleAndCommit(ctx, u, t, del, s, te, rev, stale)
 }
 
@@ -273,6 +273,15 @@ func (d *Dispatcher) handleAndCommit(ctx context.Context, u *stepUnit, t *target
 	typ := del.Properties[propType]
 	var late *LateTimeout
 	if t.kind == routeTimeout {
+		if te.Recurring {
+			// The next occurrence first: pending while the handler
+			// runs, committed with its step, and seen by the catch-up
+			// policy (a coalesced occurrence is skipped if the next
+			// one is overdue too).
+			if err := s.scheduleNext(token, te); err != nil {
+				return fresh(stale, "", err)
+			}
+		}
 		late = s.catchUp(t.rt.catchUpOf(typ), token, te)
 	}
 	if late != nil && late.Skipped {

@@ -276,6 +276,16 @@ type Timeout struct {
 	// (Dispatcher.MigrateTimeouts); a message with another ID (the one
 	// scheduled before, if its cancel lost the race) is dropped.
 	ID string `json:"id,omitempty"`
+
+	// A recurring timeout (Context.RequestRecurringTimeout,
+	// RequestRecurringTimeoutBy) keeps its entry, under the same token,
+	// from one occurrence to the next: Recurring marks it, Every is its
+	// interval (zero for a rule's), and Occurrence numbers the pending
+	// occurrence, from 1. Its From is the nominal time of the occurrence
+	// before (or the instant of the request), which Rule counts from.
+	Recurring  bool          `json:"recurring,omitempty"`
+	Every      time.Duration `json:"every,omitempty"`
+	Occurrence int           `json:"occurrence,omitempty"`
 }
 
 // Address is where replies to the instance's originator go.
