@@ -20,13 +20,13 @@ func sampleRecord() *record {
 		Version:  2,
 		Timeouts: map[string]timeoutEntry{
 			"t1": {Type: "T", At: time.Unix(1, 0).UTC(), Ref: "queue:q:1", Rule: "next business day in UTC",
-				Calendar: &calendar.Ref{Name: "c", Version: "1"}, From: time.Unix(0, 1).UTC(), ID: "t1-r", Recurring: true, Every: time.Second, Occurrence: 2,
+				Calendar: &calendar.Ref{Name: "c", Version: "1"}, From: recordfmt.InstantOf(time.Unix(0, 1)), ID: "t1-r", Every: time.Second, Occurrence: 2,
 				Msg: &envelope{ID: "t1-r", Type: "T", Body: []byte("{}"), ContentType: "application/json",
-					CorrelationID: "c", ReplyTo: "rq", SessionID: "s", Properties: map[string]string{"k": "v"}}},
+					CorrelationID: "c", ReplyTo: "rq", SessionID: "s", PartitionKey: "pk", Properties: map[string]string{"k": "v"}}},
 			"t2": {Type: "U", At: time.Unix(3, 0).UTC(), Ref: "queue:q:2", Rule: "next business day in UTC",
-				Calendar: &calendar.Ref{Name: "c", Version: "2"}, From: time.Unix(0, 2).UTC(), ID: "t2-r", Recurring: true, Every: time.Minute, Occurrence: 3,
+				Calendar: &calendar.Ref{Name: "c", Version: "2"}, From: recordfmt.InstantOf(time.Unix(0, 2)), ID: "t2-r", Every: time.Minute, Occurrence: 3,
 				Msg: &envelope{ID: "t2-r", Type: "U", Body: []byte("{}"), ContentType: "application/json",
-					CorrelationID: "c", ReplyTo: "rq", SessionID: "s", Properties: map[string]string{"k": "v"}}},
+					CorrelationID: "c", ReplyTo: "rq", SessionID: "s", PartitionKey: "pk", Properties: map[string]string{"k": "v"}}},
 		},
 		Inbox:      []string{"a", "b"},
 		InboxOlder: []byte("123456789"),
@@ -37,7 +37,7 @@ func sampleRecord() *record {
 				Kind: effectSend, Queue: "q", At: time.Unix(4, 0).UTC(), Token: "tok", Ref: "queue:q:3", Engine: "eng", ID: "id",
 				Msg: &envelope{
 					ID: "e", Type: "M", Body: []byte("x"), ContentType: "application/json",
-					CorrelationID: "c", ReplyTo: "rq", SessionID: "s",
+					CorrelationID: "c", ReplyTo: "rq", SessionID: "s", PartitionKey: "pk",
 					Properties: map[string]string{"k": "v"},
 				},
 			},
@@ -63,8 +63,8 @@ func mutateRecord(r *record) {
 	t2.Msg.Properties["k"] = "w"
 	full := func(typ string, at int64) timeoutEntry {
 		return timeoutEntry{Type: typ, At: time.Unix(at, 0), Ref: "changed", Rule: "changed", Calendar: &calendar.Ref{Name: "x", Version: "y"},
-			From: time.Unix(at, 1), ID: "changed", Recurring: true, Every: time.Hour, Occurrence: 9, Msg: &envelope{ID: "m", Type: typ, Body: []byte("z"), ContentType: "c",
-				CorrelationID: "c", ReplyTo: "r", SessionID: "s", Properties: map[string]string{"a": "b"}}}
+			From: recordfmt.InstantOf(time.Unix(at, 1)), ID: "changed", Every: time.Hour, Occurrence: 9, Msg: &envelope{ID: "m", Type: typ, Body: []byte("z"), ContentType: "c",
+				CorrelationID: "c", ReplyTo: "r", SessionID: "s", PartitionKey: "pk", Properties: map[string]string{"a": "b"}}}
 	}
 	r.Timeouts["t1"] = full("changed", 10)
 	delete(r.Timeouts, "t2")
@@ -76,7 +76,7 @@ func mutateRecord(r *record) {
 	e := &r.Outbox[0]
 	e.Kind, e.Queue, e.At, e.Token, e.Ref, e.Engine, e.ID = effectPublish, "other", time.Unix(40, 0), "t", "r", "e", "i"
 	m := e.Msg
-	m.ID, m.Type, m.ContentType, m.CorrelationID, m.ReplyTo, m.SessionID = "1", "2", "3", "4", "5", "6"
+	m.ID, m.Type, m.ContentType, m.CorrelationID, m.ReplyTo, m.SessionID, m.PartitionKey = "1", "2", "3", "4", "5", "6", "7"
 	m.Body[0] = 'y'
 	m.Properties["k"] = "w"
 	m.Properties["k2"] = "new"

@@ -421,7 +421,7 @@ func (s *stepState) replan(to calendar.Ref, cal calendar.Calendar) (out []Replan
 		if te.Calendar == nil || te.Calendar.Name != to.Name || *te.Calendar == to {
 			continue
 		}
-		r := Replanned{Saga: s.sagaName, ID: s.id, Handle: TimeoutHandle(tok), Type: te.Type, Rule: te.Rule, From: te.From,
+		r := Replanned{Saga: s.sagaName, ID: s.id, Handle: TimeoutHandle(tok), Type: te.Type, Rule: te.Rule, From: te.From.Time(),
 			Old: *te.Calendar, OldAt: te.At}
 		at, err := s.replanOne(te, cal)
 		if err != nil {
@@ -444,7 +444,7 @@ func (s *stepState) replan(to calendar.Ref, cal calendar.Calendar) (out []Replan
 		msg := *te.Msg
 		msg.Properties = maps.Clone(te.Msg.Properties)
 		msg.ID = effectID(s.key, "replan\x00"+tok+"\x00"+te.ID+"\x00"+te.At.UTC().Format(time.RFC3339Nano)+"\x00"+to.String(), 0)
-		(&plan{rule: te.Rule, cal: &ref, from: te.From}).label(msg.Properties)
+		(&plan{rule: te.Rule, cal: &ref, from: te.From.Time()}).label(msg.Properties)
 		if te.Ref != "" {
 			s.rec.Outbox = append(s.rec.Outbox, effect{Kind: effectCancel, Ref: te.Ref, Token: tok})
 		}
@@ -509,7 +509,7 @@ func (s *stepState) replanOne(te timeoutEntry, cal calendar.Calendar) (time.Time
 	if err != nil {
 		return time.Time{}, err
 	}
-	at, err := s.d.due(rule, te.From, cal)
+	at, err := s.d.due(rule, te.From.Time(), cal)
 	return at.UTC(), err
 }
 

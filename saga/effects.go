@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetsaga/jetsaga/calendar"
+	recordfmt "github.com/jetsaga/jetsaga/internal/record"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -183,7 +184,7 @@ func (s *stepState) requestTimeout(at time.Time, payload any, p *plan) (TimeoutH
 	te := timeoutEntry{Type: e.Type, At: at}
 	if p != nil {
 		p.label(e.Properties)
-		te.Rule, te.Calendar, te.From, te.Msg = p.rule, p.cal, p.from, e
+		te.Rule, te.Calendar, te.From, te.Msg = p.rule, p.cal, recordfmt.InstantOf(p.from), e
 	}
 	if err := s.check(e); err != nil {
 		return "", err
@@ -229,8 +230,8 @@ func (s *stepState) pending() []PendingTimeout {
 
 // pendingOf describes the pending timeout te, under token tok.
 func pendingOf(tok string, te timeoutEntry) PendingTimeout {
-	pt := PendingTimeout{Handle: TimeoutHandle(tok), Type: te.Type, At: te.At, Rule: te.Rule, From: te.From,
-		Recurring: te.Recurring, Every: te.Every, Occurrence: te.Occurrence}
+	pt := PendingTimeout{Handle: TimeoutHandle(tok), Type: te.Type, At: te.At, Rule: te.Rule, From: te.From.Time(),
+		Recurring: te.Recurring(), Every: te.Every, Occurrence: te.Occurrence}
 	if te.Calendar != nil {
 		pt.Calendar = *te.Calendar
 	}

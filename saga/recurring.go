@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jetsaga/jetsaga/calendar"
+	recordfmt "github.com/jetsaga/jetsaga/internal/record"
 	"github.com/jetsaga/jetsaga/timeout"
 )
 
@@ -75,14 +76,14 @@ func (c *Context[S]) RequestRecurringTimeoutBy(rule calendar.Rule, payload any, 
 		s.cancelTimeout(string(pt.Handle))
 		return PendingTimeout{}, Permanent(fmt.Errorf("saga %s/%s: recurring timeout %T by rule %q: %w", s.sagaName, s.id, payload, rule, err))
 	}
-	return s.makeRecurring(pt.Handle, 0, te.From), nil
+	return s.makeRecurring(pt.Handle, 0, te.From.Time()), nil
 }
 
 // makeRecurring marks the timeout h, just requested, as the first
 // occurrence of a series, and keeps its message for the next ones.
 func (s *stepState) makeRecurring(h TimeoutHandle, every time.Duration, from time.Time) PendingTimeout {
 	te := s.rec.Timeouts[string(h)]
-	te.Recurring, te.Every, te.Occurrence, te.From = true, every, 1, from
+	te.Every, te.Occurrence, te.From = every, 1, recordfmt.InstantOf(from)
 	if te.Msg == nil {
 		for _, e := range s.rec.Outbox {
 			if e.Kind == effectSchedule && e.Token == string(h) {
@@ -139,7 +140,7 @@ func (s *stepState) scheduleNext(token string, te timeoutEntry) error {
 		(&plan{rule: te.Rule, cal: te.Calendar, from: te.At.UTC()}).label(msg.Properties)
 	}
 	nte := te
-	nte.At, nte.From, nte.ID, nte.Ref, nte.Msg, nte.Occurrence = next, te.At.UTC(), msg.ID, "", msg, te.Occurrence+1
+	nte.At, nte.From, nte.ID, nte.Ref, nte.Msg, nte.Occurrence = next, recordfmt.InstantOf(te.At), msg.ID, "", msg, te.Occurrence+1
 	if s.rec.Timeouts == nil {
 		s.rec.Timeouts = make(map[string]timeoutEntry)
 	}

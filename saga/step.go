@@ -273,7 +273,7 @@ func (d *Dispatcher) handleAndCommit(ctx context.Context, u *stepUnit, t *target
 	typ := del.Properties[propType]
 	var late *LateTimeout
 	if t.kind == routeTimeout {
-		if te.Recurring {
+		if te.Recurring() {
 			// The next occurrence first: pending while the handler
 			// runs, committed with its step, and seen by the catch-up
 			// policy (a coalesced occurrence is skipped if the next

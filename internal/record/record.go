@@ -268,7 +268,7 @@ type Timeout struct {
 
 	Rule     string        `json:"rule,omitempty"`     // calendar.Rule.String()
 	Calendar *calendar.Ref `json:"calendar,omitempty"` // nil: the rule needs none
-	From     time.Time     `json:"from,omitzero"`      // the instant the rule counted from
+	From     Instant       `json:"from,omitzero"`      // the instant the rule counted from
 	Msg      *Envelope     `json:"msg,omitempty"`      // the timeout's message: rule timeouts, and moved ones (MigrateTimeouts)
 	// ID is the timeout's ID on its engine (and its message's MessageID)
 	// when it is not the token: a re-planned timeout is scheduled again
@@ -279,13 +279,56 @@ type Timeout struct {
 
 	// A recurring timeout (Context.RequestRecurringTimeout,
 	// RequestRecurringTimeoutBy) keeps its entry, under the same token,
-	// from one occurrence to the next: Recurring marks it, Every is its
-	// interval (zero for a rule's), and Occurrence numbers the pending
-	// occurrence, from 1. Its From is the nominal time of the occurrence
+	// from one occurrence to the next: Occurrence numbers the pending
+	// occurrence, from 1 (0: not recurring), and Every is its interval
+	// (zero for a rule's). Its From is the nominal time of the occurrence
 	// before (or the instant of the request), which Rule counts from.
-	Recurring  bool          `json:"recurring,omitempty"`
 	Every      time.Duration `json:"every,omitempty"`
 	Occurrence int           `json:"occurrence,omitempty"`
+}
+
+// Recurring reports whether t is the pending occurrence of a recurring
+// timeout.
+func (t Timeout) Recurring() bool { return t.Occurrence > 0 }
+
+// Instant is a time kept in 8 bytes (Unix nanoseconds; 0 is the zero
+// time), read back in UTC. A Timeout holds one so that it stays within
+// 128 bytes, the largest element a Go map keeps inline: a larger one is
+// allocated on its own, and every clone of a record's Timeouts would
+// allocate once per pending timeout (TestTimeoutSize). Its JSON is
+// time.Time's, so records written with a time.Time read the same.
+type Instant int64
+
+// InstantOf returns t as an Instant.
+func InstantOf(t time.Time) Instant {
+	if t.IsZero() {
+		return 0
+	}
+	return Instant(t.UnixNano())
+}
+
+// Time returns i as a time.Time in UTC (the zero time for 0).
+func (i Instant) Time() time.Time {
+	if i == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(i)).UTC()
+}
+
+// IsZero reports whether i is the zero time (omitzero uses it).
+func (i Instant) IsZero() bool { return i == 0 }
+
+// MarshalJSON writes i as time.Time does.
+func (i Instant) MarshalJSON() ([]byte, error) { return i.Time().MarshalJSON() }
+
+// UnmarshalJSON reads a time as time.Time does.
+func (i *Instant) UnmarshalJSON(b []byte) error {
+	var t time.Time
+	if err := t.UnmarshalJSON(b); err != nil {
+		return err
+	}
+	*i = InstantOf(t)
+	return nil
 }
 
 // Address is where replies to the instance's originator go.
