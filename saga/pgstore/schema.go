@@ -3,14 +3,13 @@ package pgstore
 import (
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jetsaga/jetsaga/saga/pgstore/internal/pgschema"
 )
 
 // SchemaVersion is the version of the table's schema that this code
@@ -36,19 +35,8 @@ type names struct {
 	lockKey            string // of the advisory lock that serializes migrations
 }
 
-func quote(id string) string { return `"` + id + `"` } // id matches tablePattern: no quote inside
-
 func nameOf(table string) names {
-	schema, base, ok := strings.Cut(table, ".")
-	if !ok {
-		schema, base = "", table
-	}
-	q := func(suffix string) string {
-		if schema == "" {
-			return quote(base + suffix)
-		}
-		return quote(schema) + "." + quote(base+suffix)
-	}
+	q := func(suffix string) string { return pgschema.Qualified(table, suffix) }
 	return names{table: q(""), seq: q("_rev"), schema: q("_schema"), lockKey: "jetsaga/pgstore:" + table}
 }
 
@@ -78,7 +66,7 @@ func migrationFor(table string) string {
 		case "_schema":
 			return n.schema
 		case "_expires_at":
-			return quote(base + "_expires_at") // an index is named without its schema
+			return pgschema.Quote(base + "_expires_at") // an index is named without its schema
 		}
 		return n.table
 	})
@@ -93,15 +81,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 	if err != nil {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", nameOf(c.table).lockKey); err != nil {
-			return err
-		}
-		// Simple protocol: the migration is several statements.
-		_, err := tx.Exec(ctx, migrationFor(c.table), pgx.QueryExecModeSimpleProtocol)
-		return err
-	})
-	if err != nil {
+	if err := pgschema.Migrate(ctx, pool, nameOf(c.table).lockKey, migrationFor(c.table)); err != nil {
 		return fmt.Errorf("pgstore: migrating table %s: %w", c.table, err)
 	}
 	return nil
@@ -110,20 +90,5 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, opts ...Option) error {
 // checkSchema reports ErrNeedsMigration or ErrSchemaTooNew unless the
 // table's schema is one this code works on.
 func checkSchema(ctx context.Context, pool *pgxpool.Pool, table string) error {
-	var version, readableBy int
-	err := pool.QueryRow(ctx, "SELECT version, readable_by FROM "+nameOf(table).schema).Scan(&version, &readableBy)
-	var pgErr *pgconn.PgError
-	switch {
-	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
-		return fmt.Errorf("%w: table %s: no schema version (%s)", ErrNeedsMigration, table, pgErr.Message)
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: table %s: no schema version", ErrNeedsMigration, table)
-	case err != nil:
-		return fmt.Errorf("pgstore: reading the schema version of table %s: %w", table, err)
-	case version < SchemaVersion:
-		return fmt.Errorf("%w: table %s has schema version %d, this code needs %d", ErrNeedsMigration, table, version, SchemaVersion)
-	case readableBy > SchemaVersion:
-		return fmt.Errorf("%w: table %s has schema version %d, which needs code of version %d or later; this code is %d", ErrSchemaTooNew, table, version, readableBy, SchemaVersion)
-	}
-	return nil
+	return pgschema.Check(ctx, pool, nameOf(table).schema, table, SchemaVersion, ErrNeedsMigration, ErrSchemaTooNew, "pgstore")
 }

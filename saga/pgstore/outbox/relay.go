@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jetsaga/jetsaga/saga/pgstore/internal/pgschema"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -245,7 +246,7 @@ func (t *Table) listenOnce(ctx context.Context, signal func()) error {
 	}
 	conn := pc.Hijack() // LISTEN state must not go back to the pool
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	if _, err := conn.Exec(ctx, "LISTEN "+quote(t.names.channel)); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgschema.Quote(t.names.channel)); err != nil {
 		return err
 	}
 	signal()
