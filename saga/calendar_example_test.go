@@ -11,7 +11,7 @@ import (
 	"github.com/jetsaga/jetsaga/transport"
 )
 
-// The calendar saga of the documentation (README.md and docs/calendar.md
+// The calendar saga of the documentation (docs/calendar.md
 // quote it): a reminder seven business days before a renewal, at 09:00
 // in the customer's zone. examples/renewal is the full version.
 
