@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -290,26 +291,20 @@ func (c *call) done(name, action string) error {
 	return c.out(v, func(w *tabwriter.Writer) { fmt.Fprintf(w, "schedule %s %s\n", name, action) })
 }
 
-func cmdSchedulesPause(c *call) error {
-	s, err := c.scheduler()
-	if err != nil {
-		return err
-	}
-	if err := s.Pause(c.ctx, c.args[0], c.o.sched.note); err != nil {
-		return schedErr(err)
-	}
-	return c.done(c.args[0], "paused")
-}
+func cmdSchedulesPause(c *call) error  { return c.setPaused((*schedule.Scheduler).Pause, "paused") }
+func cmdSchedulesResume(c *call) error { return c.setPaused((*schedule.Scheduler).Resume, "resumed") }
 
-func cmdSchedulesResume(c *call) error {
+// setPaused pauses or resumes (change) the schedule named by the first
+// argument, with the --note, and prints it as done.
+func (c *call) setPaused(change func(*schedule.Scheduler, context.Context, string, string) error, done string) error {
 	s, err := c.scheduler()
 	if err != nil {
 		return err
 	}
-	if err := s.Resume(c.ctx, c.args[0], c.o.sched.note); err != nil {
+	if err := change(s, c.ctx, c.args[0], c.o.sched.note); err != nil {
 		return schedErr(err)
 	}
-	return c.done(c.args[0], "resumed")
+	return c.done(c.args[0], done)
 }
 
 func cmdSchedulesDelete(c *call) error {

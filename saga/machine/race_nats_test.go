@@ -4,58 +4,24 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsaga/jetsaga/internal/requestrace"
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
-	"github.com/jetsaga/jetsaga/saga/machine"
 	"github.com/jetsaga/jetsaga/sagatest"
 	"github.com/jetsaga/jetsaga/transport"
 	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
-// The race machine sends one request per instance and reports which of
-// Completed, TimeoutExpired and Late it handled.
+// The race machine (internal/requestrace) sends one request per instance
+// and reports which of Completed, TimeoutExpired and Late it handled.
 
-type (
-	Begin   struct{ ID string }
-	Ask     struct{ ID string }
-	Answer  struct{ ID string }
-	Outcome struct {
-		ID   string
-		What string
-	}
-)
-
-func raceMachine(t testing.TB, timeout time.Duration) *saga.Definition[order] {
-	t.Helper()
-	m := machine.New[order]("race")
-	waiting, expired := m.State("Waiting"), m.State("Expired")
-	begin := machine.NewEvent(m, saga.By(func(e Begin) string { return e.ID }))
-	ask := machine.NewRequest(m, "Ask", "asks", timeout,
-		func(c *saga.Context[order]) Ask { return Ask{ID: c.ID()} },
-		saga.By(func(e Answer) string { return e.ID }))
-	report := func(what string) func(ctx context.Context, c *saga.Context[order], _ Answer) error {
-		return func(ctx context.Context, c *saga.Context[order], _ Answer) error {
-			return c.Send("outcomes", Outcome{ID: c.ID(), What: what})
-		}
-	}
-	m.Initially(machine.When(begin).Request(ask).TransitionTo(waiting))
-	m.During(waiting,
-		machine.When(ask.Completed).Then(report("completed")).Finalize(),
-		machine.When(ask.TimeoutExpired).
-			Then(func(ctx context.Context, c *saga.Context[order], _ machine.Expired) error {
-				return c.Send("outcomes", Outcome{ID: c.ID(), What: "expired"})
-			}).
-			TransitionTo(expired))
-	m.During(expired, machine.When(ask.Late).Then(report("late")).Finalize())
-	return m.MustBuild()
-}
+var raceNames = requestrace.Names{Saga: "race", Asks: "asks", Outcomes: "outcomes"}
 
 // TestRequestRacesTimeoutOnJetStream: 1,000 requests whose answers are
 // sent from 500 ms before to 300 ms after their 2 s timeout, on an
@@ -89,113 +55,43 @@ func TestRequestRacesTimeoutOnJetStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := saga.NewDispatcher(broker, store, "orders", saga.WithSagas(raceMachine(t, timeout)),
+	d, err := saga.NewDispatcher(broker, store, "orders", saga.WithSagas(requestrace.Machine(t, raceNames, timeout)),
 		saga.WithConcurrency(32), saga.WithLogger(testutil.Logger()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.RunUntilCleanup(t, d.Run)
 
-	// The responder answers each request after a delay around the timeout.
-	asks, err := broker.Queue(ctx, "asks")
+	// The responder answers each request between 500 ms before and
+	// 300 ms after its timeout, counted from when it was sent.
+	asks, err := broker.Queue(ctx, raceNames.Asks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
-	testutil.RunUntilCleanup(t, func(ctx context.Context) error {
-		i := 0
-		for ctx.Err() == nil {
-			ds, err := asks.Receive(ctx, 64)
-			if err != nil {
-				continue
+	requestrace.Respond(t, asks, timeout, func(i int) time.Duration { return time.Duration(i%801-500) * time.Millisecond },
+		func(ctx context.Context, replyTo string, a requestrace.Answer, cid string) {
+			if _, err := d.SendTo(ctx, replyTo, a, saga.WithCorrelationID(cid)); err != nil && t.Context().Err() == nil {
+				t.Errorf("answer %s: %v", a.ID, err)
 			}
-			for _, del := range ds {
-				req, err := saga.Decode[Ask](del.Message)
-				if err != nil {
-					t.Errorf("request: %v", err)
-					continue
-				}
-				// Answer between 500 ms before and 300 ms after the
-				// request's timeout, counted from when it was sent.
-				offset := time.Duration(i%801-500) * time.Millisecond
-				delay := time.Until(del.EnqueuedAt.Add(timeout + offset))
-				i++
-				replyTo, cid := del.ReplyTo, del.CorrelationID
-				wg.Add(1)
-				time.AfterFunc(delay, func() {
-					defer wg.Done()
-					if _, err := d.SendTo(context.WithoutCancel(ctx), replyTo, Answer(req), saga.WithCorrelationID(cid)); err != nil && ctx.Err() == nil {
-						t.Errorf("answer %s: %v", req.ID, err)
-					}
-				})
-				if err := del.Complete(ctx); err != nil && ctx.Err() == nil {
-					t.Errorf("complete: %v", err)
-				}
-			}
-		}
-		return nil
-	})
+		})
 
-	outcomes, err := broker.Queue(ctx, "outcomes")
+	outcomes, err := broker.Queue(ctx, raceNames.Outcomes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
-		if _, err := d.Send(ctx, Begin{ID: fmt.Sprintf("r%04d", i)}); err != nil {
+		if _, err := d.Send(ctx, requestrace.Begin{ID: fmt.Sprintf("r%04d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got := make(map[string][]string)
-	counts := make(map[string]int)
-	testutil.Await(t, time.Minute, func() string {
-		rctx, stop := context.WithTimeout(ctx, time.Second)
-		defer stop()
-		ds, err := outcomes.Receive(rctx, 256)
-		if err != nil && rctx.Err() == nil {
-			return err.Error()
-		}
-		for _, del := range ds {
-			o, err := saga.Decode[Outcome](del.Message)
-			if err != nil {
-				return err.Error()
-			}
-			got[o.ID] = append(got[o.ID], o.What)
-			counts[o.What]++
-			_ = del.Complete(ctx)
-		}
-		if counts["completed"]+counts["expired"] < n || counts["late"] < counts["expired"] {
-			return fmt.Sprintf("outcomes so far: %v", counts)
-		}
-		return ""
-	})
-	for id, whats := range got {
-		switch {
-		case len(whats) == 1 && whats[0] == "completed":
-		case len(whats) == 2 && whats[0] == "expired" && whats[1] == "late":
-		default:
-			t.Errorf("%s: outcomes %v, want [completed] or [expired late]", id, whats)
-		}
-	}
-	if len(got) != n {
-		t.Errorf("%d instances reported, want %d", len(got), n)
-	}
-	if counts["completed"] == 0 || counts["expired"] == 0 {
-		t.Errorf("outcomes %v: want both sides of the race", counts)
-	}
+	r := requestrace.Collect(t, ctx, outcomes, n, time.Minute, nil)
+	r.Check(t, n)
 	q, err := broker.Queue(ctx, "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ms, err := q.DeadLetterQueue().Peek(ctx, 0, 10); err != nil || len(ms) > 0 {
-		for _, m := range ms {
-			t.Errorf("dead letter: %s %s", m.DeadLetterReason, m.DeadLetterDescription)
-		}
-		if err != nil {
-			t.Error(err)
-		}
-	}
-	t.Logf("outcomes: %v", counts)
+	requestrace.NoDeadLetters(t, ctx, q)
+	t.Logf("outcomes: %v", r.Counts)
 }
 
 // TestRequestRacesTimeoutInSagatest is the same race on the virtual
@@ -206,15 +102,15 @@ func TestRequestRacesTimeoutOnJetStream(t *testing.T) {
 func TestRequestRacesTimeoutInSagatest(t *testing.T) {
 	const n = 200
 	const timeout = 2 * time.Second
-	d := raceMachine(t, timeout)
+	d := requestrace.Machine(t, raceNames, timeout)
 	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
 		start := env.Now()
 		for i := range n {
-			env.Send(Begin{ID: fmt.Sprintf("r%03d", i)})
+			env.Send(requestrace.Begin{ID: fmt.Sprintf("r%03d", i)})
 		}
 		cids := make(map[string]string)
 		for _, m := range env.Messages("asks") {
-			a, err := saga.Decode[Ask](m)
+			a, err := saga.Decode[requestrace.Ask](m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -226,14 +122,11 @@ func TestRequestRacesTimeoutInSagatest(t *testing.T) {
 			for i := range n {
 				if offset(i) == time.Duration(step)*10*time.Millisecond {
 					id := fmt.Sprintf("r%03d", i)
-					env.Send(Answer{ID: id}, saga.WithCorrelationID(cids[id]))
+					env.Send(requestrace.Answer{ID: id}, saga.WithCorrelationID(cids[id]))
 				}
 			}
 		}
-		got := make(map[string][]string)
-		for _, o := range sagatest.Sent[Outcome](env, "outcomes") {
-			got[o.ID] = append(got[o.ID], o.What)
-		}
+		got := requestrace.Outcomes(sagatest.Sent[requestrace.Outcome](env, raceNames.Outcomes)).Got
 		for i := range n {
 			id := fmt.Sprintf("r%03d", i)
 			want := []string{"expired", "late"}

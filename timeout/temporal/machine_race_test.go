@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,55 +12,12 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/jetsaga/jetsaga/internal/requestrace"
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
-	"github.com/jetsaga/jetsaga/saga/machine"
 	"github.com/jetsaga/jetsaga/timeout"
 )
-
-// The race machine sends one request per instance, waits in Waiting for
-// its answer or its timeout, and reports which of Completed,
-// TimeoutExpired and Late it handled.
-
-type (
-	raceData    struct{ machine.Instance }
-	raceBegin   struct{ ID string }
-	raceAsk     struct{ ID string }
-	raceAnswer  struct{ ID string }
-	raceOutcome struct {
-		ID   string
-		What string
-		// Timeout is the MessageID of the timeout that expired the
-		// request: its timeout ID, which names its workflow.
-		Timeout string
-	}
-)
-
-func raceMachine(t testing.TB, name, asks, outcomes string, timeout time.Duration) *saga.Definition[raceData] {
-	t.Helper()
-	m := machine.New[raceData](name)
-	waiting, expired := m.State("Waiting"), m.State("Expired")
-	begin := machine.NewEvent(m, saga.By(func(e raceBegin) string { return e.ID }))
-	ask := machine.NewRequest(m, "Ask", asks, timeout,
-		func(c *saga.Context[raceData]) raceAsk { return raceAsk{ID: c.ID()} },
-		saga.By(func(e raceAnswer) string { return e.ID }))
-	report := func(what string) func(ctx context.Context, c *saga.Context[raceData], _ raceAnswer) error {
-		return func(ctx context.Context, c *saga.Context[raceData], _ raceAnswer) error {
-			return c.Send(outcomes, raceOutcome{ID: c.ID(), What: what})
-		}
-	}
-	m.Initially(machine.When(begin).Request(ask).TransitionTo(waiting))
-	m.During(waiting,
-		machine.When(ask.Completed).Then(report("completed")).Finalize(),
-		machine.When(ask.TimeoutExpired).
-			Then(func(ctx context.Context, c *saga.Context[raceData], _ machine.Expired) error {
-				return c.Send(outcomes, raceOutcome{ID: c.ID(), What: "expired", Timeout: c.Incoming().MessageID})
-			}).
-			TransitionTo(expired))
-	m.During(expired, machine.When(ask.Late).Then(report("late")).Finalize())
-	return m.MustBuild()
-}
 
 // TestMachineRequestRacesTimeoutOnTemporal is saga/machine's
 // request/timeout race with the request's timeout on the Temporal
@@ -83,7 +39,8 @@ func TestMachineRequestRacesTimeoutOnTemporal(t *testing.T) {
 	c := srv.Client(t)
 	b := broker(t, ns)
 	e, tq := servedEngine(t, c, b)
-	name, queue, asks, outcomesQueue := "race-"+tq, "orders-"+tq, "asks-"+tq, "outcomes-"+tq
+	names := requestrace.Names{Saga: "race-" + tq, Asks: "asks-" + tq, Outcomes: "outcomes-" + tq}
+	queue := "orders-" + tq
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 
@@ -102,9 +59,9 @@ func TestMachineRequestRacesTimeoutOnTemporal(t *testing.T) {
 	}
 	// Every timeout of the machine's saga goes to Temporal; the rest
 	// (none here) to the queue engine.
-	router := &timeout.Router{Default: timeout.NewQueue(b), Routes: []timeout.Route{e.Route(0, name)}}
+	router := &timeout.Router{Default: timeout.NewQueue(b), Routes: []timeout.Route{e.Route(0, names.Saga)}}
 	d, err := saga.NewDispatcher(b, store, queue,
-		saga.WithSagas(raceMachine(t, name, asks, outcomesQueue, timeoutAfter)),
+		saga.WithSagas(requestrace.Machine(t, names, timeoutAfter)),
 		saga.WithTimeouts(router), saga.WithConcurrency(32), saga.WithLogger(quietLogger()))
 	if err != nil {
 		t.Fatal(err)
@@ -126,115 +83,36 @@ func TestMachineRequestRacesTimeoutOnTemporal(t *testing.T) {
 		t.Errorf("sending %s: %v", id, err)
 	}
 
-	// The responder answers each request after a delay around its
-	// timeout, counted from when the request was sent.
-	askq, err := b.Queue(ctx, asks)
+	// The responder answers each request from 1,000 ms before to
+	// 1,500 ms after its timeout, counted from when it was sent.
+	askq, err := b.Queue(ctx, names.Asks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
-	testutil.RunUntilCleanup(t, func(ctx context.Context) error {
-		i := 0
-		for ctx.Err() == nil {
-			ds, err := askq.Receive(ctx, 64)
-			if err != nil {
-				continue
-			}
-			for _, del := range ds {
-				req, err := saga.Decode[raceAsk](del.Message)
-				if err != nil {
-					t.Errorf("request: %v", err)
-					continue
-				}
-				offset := time.Duration(i%26-10) * 100 * time.Millisecond // -1000 ms .. +1500 ms
-				delay := time.Until(del.EnqueuedAt.Add(timeoutAfter + offset))
-				i++
-				replyTo, cid := del.ReplyTo, del.CorrelationID
-				wg.Add(1)
-				time.AfterFunc(delay, func() {
-					defer wg.Done()
-					send(context.WithoutCancel(ctx), replyTo, raceAnswer(req), "answer-"+req.ID, saga.WithCorrelationID(cid))
-				})
-				if err := del.Complete(ctx); err != nil && ctx.Err() == nil {
-					t.Errorf("complete: %v", err)
-				}
-			}
-		}
-		return nil
-	})
+	requestrace.Respond(t, askq, timeoutAfter, func(i int) time.Duration { return time.Duration(i%26-10) * 100 * time.Millisecond },
+		func(ctx context.Context, replyTo string, a requestrace.Answer, cid string) {
+			send(ctx, replyTo, a, "answer-"+a.ID, saga.WithCorrelationID(cid))
+		})
 
-	outq, err := b.Queue(ctx, outcomesQueue)
+	outq, err := b.Queue(ctx, names.Outcomes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
 		id := fmt.Sprintf("r%03d", i)
-		send(ctx, queue, raceBegin{ID: id}, "begin-"+id)
+		send(ctx, queue, requestrace.Begin{ID: id}, "begin-"+id)
 	}
 	q, err := b.Queue(ctx, queue)
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadLetters := func() {
-		t.Helper()
-		ms, err := q.DeadLetterQueue().Peek(ctx, 0, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ms {
-			t.Errorf("dead letter: %s %s", m.DeadLetterReason, m.DeadLetterDescription)
-		}
-		if len(ms) > 0 {
-			t.FailNow()
-		}
-	}
-	got := make(map[string][]string)
-	counts := make(map[string]int)
-	expiredBy := make(map[string]string) // instance: timeout ID
 	// Minutes, not seconds: on a loaded machine the Temporal worker
 	// answers cancels slowly (each may take up to the engine's 30 s
 	// cancel timeout) and they hold the dispatcher's slots meanwhile.
-	testutil.Await(t, 3*time.Minute, func() string {
-		deadLetters()
-		rctx, stop := context.WithTimeout(ctx, time.Second)
-		defer stop()
-		ds, err := outq.Receive(rctx, 256)
-		if err != nil && rctx.Err() == nil {
-			return err.Error()
-		}
-		for _, del := range ds {
-			o, err := saga.Decode[raceOutcome](del.Message)
-			if err != nil {
-				return err.Error()
-			}
-			got[o.ID] = append(got[o.ID], o.What)
-			counts[o.What]++
-			if o.What == "expired" {
-				expiredBy[o.ID] = o.Timeout
-			}
-			_ = del.Complete(ctx)
-		}
-		if counts["completed"]+counts["expired"] < n || counts["late"] < counts["expired"] {
-			return fmt.Sprintf("outcomes so far: %v", counts)
-		}
-		return ""
-	})
-	for id, whats := range got {
-		switch {
-		case len(whats) == 1 && whats[0] == "completed":
-		case len(whats) == 2 && whats[0] == "expired" && whats[1] == "late":
-		default:
-			t.Errorf("%s: outcomes %v, want [completed] or [expired late]", id, whats)
-		}
-	}
-	if len(got) != n {
-		t.Errorf("%d instances reported, want %d", len(got), n)
-	}
-	if counts["completed"] == 0 || counts["expired"] == 0 {
-		t.Errorf("outcomes %v: want both sides of the race", counts)
-	}
-	deadLetters()
+	r := requestrace.Collect(t, ctx, outq, n, 3*time.Minute, func() { requestrace.NoDeadLetters(t, ctx, q) })
+	r.Check(t, n)
+	requestrace.NoDeadLetters(t, ctx, q)
+	got, counts, expiredBy := r.Got, r.Counts, r.ExpiredBy
 
 	// On Temporal: each expired instance's timeout workflow fired.
 	for _, id := range slices.Sorted(maps.Keys(expiredBy)) {
