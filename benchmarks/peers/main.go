@@ -1,7 +1,7 @@
 // Command peers measures jetsaga beside the durable-timer systems a Go team
 // would pick instead — River on PostgreSQL, DBOS Transact Go on PostgreSQL
 // and SQLite, Temporal (the dev server) — and beside raw nats.go, the
-// baseline measured in the same run, on five workloads:
+// baseline measured in the same run, on six workloads:
 //
 //	(a) schedule N one-shot timers due over a window: schedule rate, handler
 //	    lateness (handler start − due) p50/p99/max, early and lost counts;
@@ -14,7 +14,11 @@
 //	    framework's own PostgreSQL transaction: jetsaga on pgstore (both
 //	    modes) beside DBOS's transactional steps on the same server, and
 //	    jetsaga on kvstore as the baseline, in interleaved rounds: steps/s
-//	    and CPU per step.
+//	    and CPU per step;
+//	(f) N recurring schedules firing every minute (not in the default
+//	    run): occurrence lateness p50/p99, missing and doubled occurrences,
+//	    peak resident memory of each system (in a child process) and its
+//	    servers; jetsaga's timeout/schedule beside River's periodic jobs.
 //
 // It starts everything it needs on this machine: an embedded nats-server,
 // PostgreSQL from the distribution's packages in a temporary directory
@@ -25,6 +29,7 @@
 //	go run ./benchmarks/peers -pending 100000       # (d) at 100k pending
 //	go run ./benchmarks/peers -only river,jetsaga -timers 10000
 //	go run ./benchmarks/peers -workloads e          # (e) alone, about 2 minutes
+//	go run ./benchmarks/peers -workloads f          # (f) alone, about 12 minutes
 //
 // It prints markdown tables; ratios to raw nats.go are what to read on a
 // shared machine.
@@ -44,25 +49,27 @@ import (
 )
 
 type config struct {
-	timers        int           // (a) timers
-	window        time.Duration // (a) window the due times spread over
-	grace         time.Duration // how long to wait past the last due time / start
-	cancelPending int           // (b) pending
-	cancels       int           // (b) cancels measured
-	sagaTime      time.Duration // (c) how long to start instances
-	sagaWindow    int           // (c) instances in flight
-	sagaDelay     time.Duration // (c) the timer between the steps
-	pending       int           // (d)
-	txTime        time.Duration // (e) how long each round starts instances
-	txWindow      int           // (e) instances in flight
-	txRounds      int           // (e) rounds, each system once a round
-	txSecond      string        // (e) how jetsaga's step one leads to step two: message or timeout
-	txPools       []int         // (e) PostgreSQL connections, and the dispatcher's concurrency: a row each
-	conc          int           // goroutines scheduling / starting
-	only          []string
-	workloads     string
-	pgSync        bool
-	lead          time.Duration // jetsaga saga's early activation
+	timers          int           // (a) timers
+	window          time.Duration // (a) window the due times spread over
+	grace           time.Duration // how long to wait past the last due time / start
+	cancelPending   int           // (b) pending
+	cancels         int           // (b) cancels measured
+	sagaTime        time.Duration // (c) how long to start instances
+	sagaWindow      int           // (c) instances in flight
+	sagaDelay       time.Duration // (c) the timer between the steps
+	pending         int           // (d)
+	txTime          time.Duration // (e) how long each round starts instances
+	txWindow        int           // (e) instances in flight
+	txRounds        int           // (e) rounds, each system once a round
+	txSecond        string        // (e) how jetsaga's step one leads to step two: message or timeout
+	txPools         []int         // (e) PostgreSQL connections, and the dispatcher's concurrency: a row each
+	conc            int           // goroutines scheduling / starting
+	only            []string
+	workloads       string
+	pgSync          bool
+	lead            time.Duration // jetsaga saga's early activation
+	schedules       int           // (f) recurring schedules
+	scheduleMinutes int           // (f) minutes measured
 
 	child       string // internal: the child's work
 	childPeer   string
@@ -111,7 +118,9 @@ func parseFlags(args []string) (config, error) {
 	pools := fs.String("tx-pools", "4,20", "(e) comma-separated pool sizes, a row of each system at each: the connections of its pgxpool (pgxpool's default here is max(4, CPUs), DBOS's own 20), and the jetsaga dispatcher's concurrency")
 	fs.IntVar(&cfg.conc, "conc", 16, "goroutines scheduling timers and starting sagas")
 	only := fs.String("only", "", "comma-separated peers to run: "+strings.Join(peerKeys, ",")+" (raw always runs: it is the baseline)")
-	fs.StringVar(&cfg.workloads, "workloads", "abcde", "workloads to run, of a (lateness), b (cancel), c (saga), d (pending memory), e (saga with transactional steps on PostgreSQL)")
+	fs.IntVar(&cfg.schedules, "schedules", 10000, "(f) recurring schedules, each every minute")
+	fs.IntVar(&cfg.scheduleMinutes, "schedule-minutes", 2, "(f) minutes of occurrences measured, after set-up")
+	fs.StringVar(&cfg.workloads, "workloads", "abcde", "workloads to run, of a (lateness), b (cancel), c (saga), d (pending memory), e (saga with transactional steps on PostgreSQL), f (recurring schedules, about 4 minutes a system; not in the default)")
 	fs.BoolVar(&cfg.pgSync, "pg-sync", false, "run PostgreSQL with synchronous_commit=on (default off: a commit is acknowledged before its WAL is flushed, as JetStream acknowledges before it syncs)")
 	fs.DurationVar(&cfg.lead, "lead", 300*time.Millisecond, "the early activation of the 'jetsaga saga, early activation' row")
 	fs.StringVar(&cfg.child, "child", "", "internal: the work of a child process")
@@ -125,12 +134,12 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if cfg.timers < 1 || cfg.cancelPending < 1 || cfg.cancels < 1 || cfg.sagaWindow < 1 || cfg.pending < 1 || cfg.conc < 1 || cfg.window <= 0 || cfg.sagaTime <= 0 ||
-		cfg.txTime <= 0 || cfg.txWindow < 1 || cfg.txRounds < 1 {
+		cfg.txTime <= 0 || cfg.txWindow < 1 || cfg.txRounds < 1 || cfg.schedules < 1 || cfg.scheduleMinutes < 1 {
 		return cfg, fmt.Errorf("counts and durations must be positive")
 	}
 	for _, w := range cfg.workloads {
-		if !strings.ContainsRune("abcde", w) {
-			return cfg, fmt.Errorf("-workloads %q: only a, b, c, d, e", cfg.workloads)
+		if !strings.ContainsRune("abcdef", w) {
+			return cfg, fmt.Errorf("-workloads %q: only a, b, c, d, e, f", cfg.workloads)
 		}
 	}
 	if cfg.txSecond != "message" && cfg.txSecond != "timeout" {
@@ -186,9 +195,19 @@ func run(ctx context.Context, cfg config) error {
 			return fmt.Errorf("(e): %w", err)
 		}
 	}
+	var recurring []recurringResult
+	if cfg.runs('f') {
+		recurring = runRecurring(ctx, cfg, e)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
 	printReport(os.Stdout, header(cfg, e), results)
 	if tx != nil {
 		printTx(os.Stdout, tx)
+	}
+	if recurring != nil {
+		printRecurring(os.Stdout, recurring)
 	}
 	return nil
 }

@@ -111,7 +111,7 @@ func runPending(ctx context.Context, cfg config, e *env, p peer) (pendingResult,
 
 // runChild is the child's side of runPending.
 func runChild(ctx context.Context, cfg config) error {
-	if cfg.child != "pending" {
+	if cfg.child != "pending" && cfg.child != "recurring" {
 		return fmt.Errorf("-child %q: unknown", cfg.child)
 	}
 	e := newEnv(cfg)
@@ -119,6 +119,10 @@ func runChild(ctx context.Context, cfg config) error {
 		e.pg = &postgres{adminURL: cfg.pgURL}
 	}
 	defer e.close()
+	if cfg.child == "recurring" {
+		defer func() { e.pg = nil }() // the parent's server: not the child's to stop
+		return runRecurringSide(ctx, cfg, e)
+	}
 	p, err := peerFor(ctx, e, cfg.childPeer)
 	if err != nil {
 		return err
