@@ -33,6 +33,7 @@ type opts struct {
 	id      string
 	idle    time.Duration
 	engine  string
+	format  string // sagas diagram
 
 	listen       string
 	token        string
@@ -56,6 +57,7 @@ const (
 	fState
 	fMigrate   // --saga, --to ENGINE, --engine
 	fSchedules // schedules_ops.go
+	fFormat    // --format: sagas diagram
 )
 
 // register adds the connection flags, and the flags cmd takes (none for
@@ -155,6 +157,9 @@ func (o *opts) register(fs *flag.FlagSet, cmd *command) {
 	}
 	if k&fSchedules != 0 {
 		o.sched.register(fs)
+	}
+	if k&fFormat != 0 {
+		fs.StringVar(&o.format, "format", "mermaid", "mermaid (text) or svg (a self-contained drawing)")
 	}
 	if k&fConsole != 0 {
 		fs.StringVar(&o.listen, "listen", "127.0.0.1:8470", "address to serve on (a non-loopback one needs --token)")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsaga/jetsaga/calendar"
+	"github.com/jetsaga/jetsaga/internal/diagram"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/queuestore"
 	"github.com/jetsaga/jetsaga/timeout"
@@ -110,7 +112,9 @@ func (e *env) sagaTypes(ctx context.Context) ([]SagaType, error) {
 		if err != nil {
 			return nil, err
 		}
-		if t, _, ok := strings.Cut(k, "."); ok {
+		// The catalog (saga.CatalogKeyPrefix) may share a queue's state
+		// with the records; no saga's name has its "=".
+		if t, _, ok := strings.Cut(k, "."); ok && !strings.HasPrefix(k, saga.CatalogKeyPrefix) {
 			n[t]++
 		}
 	}
@@ -513,4 +517,77 @@ func (s kvStore) Put(ctx context.Context, key string, value []byte, rev uint64) 
 
 func (s kvStore) Delete(ctx context.Context, key string, rev uint64) error {
 	return fmt.Errorf("jetsaga: the operator store never deletes (%s): %w", key, errors.ErrUnsupported)
+}
+
+// DiagramView is a saga's catalog entry as sagas diagram prints it.
+type DiagramView struct {
+	Saga      string          `json:"saga"`
+	Version   int             `json:"version"`
+	Queue     string          `json:"queue"`
+	Kind      string          `json:"kind"`
+	Published time.Time       `json:"published"`
+	Mermaid   string          `json:"mermaid"`
+	SVG       string          `json:"svg,omitempty"`
+	Graph     saga.StateGraph `json:"graph"`
+}
+
+// catalogEntry reads the catalog entry of sagaType from the state of
+// every queue, and returns the newest version's (of one version, the
+// latest published), or an error matching ErrNotFound and
+// saga.ErrNoCatalogEntry.
+func (e *env) catalogEntry(ctx context.Context, sagaType string) (saga.CatalogEntry, error) {
+	if err := transport.ValidateQueueName(sagaType); err != nil {
+		return saga.CatalogEntry{}, fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, sagaType)
+	}
+	qs, err := e.listQueues(ctx)
+	if err != nil {
+		return saga.CatalogEntry{}, err
+	}
+	var best saga.CatalogEntry
+	found := false
+	for _, qi := range qs {
+		q, err := e.broker.Queue(ctx, qi.Name)
+		if err != nil {
+			return saga.CatalogEntry{}, err
+		}
+		c, err := saga.LoadCatalogEntry(ctx, q, sagaType)
+		if errors.Is(err, saga.ErrNoCatalogEntry) {
+			continue
+		}
+		if err != nil {
+			return saga.CatalogEntry{}, err
+		}
+		if !found || c.Version > best.Version || c.Version == best.Version && c.Published.After(best.Published) {
+			best, found = c, true
+		}
+	}
+	if !found {
+		return saga.CatalogEntry{}, fmt.Errorf("%w: %w: saga %s: no dispatcher published it (a dispatcher publishes its sagas as it starts)",
+			ErrNotFound, saga.ErrNoCatalogEntry, sagaType)
+	}
+	return best, nil
+}
+
+func cmdSagasDiagram(c *call) error {
+	if c.o.format != "mermaid" && c.o.format != "svg" {
+		return fmt.Errorf("%w: --format %q: mermaid or svg", ErrUsage, c.o.format)
+	}
+	ce, err := c.env.catalogEntry(c.ctx, c.args[0])
+	if err != nil {
+		return err
+	}
+	v := DiagramView{Saga: ce.Saga, Version: ce.Version, Queue: ce.Queue, Kind: ce.Kind, Published: ce.Published,
+		Mermaid: ce.Mermaid, Graph: ce.Graph}
+	if c.o.format == "svg" {
+		v.SVG = diagram.SVG(ce.Saga, ce.Graph, diagram.Highlight{})
+	}
+	if c.o.json {
+		return c.out(v, nil)
+	}
+	out := v.Mermaid
+	if c.o.format == "svg" {
+		out = v.SVG
+	}
+	_, err = io.WriteString(c.stdout, out)
+	return err
 }
