@@ -51,7 +51,7 @@ const (
 
 type node struct {
 	name       string
-	rank, row  int
+	rank       int
 	x, y, w, h float64
 	loops      []label // self transitions
 }
