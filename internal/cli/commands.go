@@ -213,7 +213,7 @@ const exitCodes = `Exit codes:
   0  ok
   1  error (connection, server, I/O)
   2  usage (bad flags or arguments)
-  3  not found (queue, message, sequence number, saga instance)
+  3  not found (queue, message, sequence number, saga instance, saga diagram)
   4  already activated (a scheduled message that has been or will be delivered)
   5  aborted (not confirmed: declined, or stdin not a terminal without --yes)
   6  done in part (a batch left some items: see its output)

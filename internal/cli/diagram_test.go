@@ -118,6 +118,22 @@ func TestSagasDiagram(t *testing.T) {
 	if _, err := w.env().catalogEntry(t.Context(), "nosuch"); !errors.Is(err, ErrNotFound) || !errors.Is(err, saga.ErrNoCatalogEntry) {
 		t.Errorf("catalogEntry(nosuch) = %v, want ErrNotFound and saga.ErrNoCatalogEntry", err)
 	}
+	// An entry written by anyone who may write the queue's state: its
+	// text drives no terminal, its names make no markup.
+	evil := saga.CatalogEntry{Saga: "evil", Version: 1, Queue: "orders", Kind: "machine", Mermaid: "x\x1b[31mred\n",
+		Graph: saga.StateGraph{Initial: "Initial", Final: "<script>alert(1)</script>",
+			States:      []string{"Initial", "<script>alert(1)</script>"},
+			Transitions: []saga.GraphTransition{{From: "Initial", To: "<script>alert(1)</script>", Event: "\"><img src=x>"}}}}
+	if _, err := saga.PublishCatalogEntry(t.Context(), w.queueHandle("orders"), evil); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.must(0, "sagas", "diagram", "evil").stdout; strings.ContainsRune(got, 0x1b) {
+		t.Errorf("an escape sequence reached the terminal: %q", got)
+	}
+	svg = w.must(0, "sagas", "diagram", "evil", "--format", "svg").stdout
+	if states := svgStates(t, svg); len(states) != 2 || strings.Contains(svg, "<script") || strings.Contains(svg, "<img") {
+		t.Errorf("hostile names: states %q\n%s", states, svg)
+	}
 	w.must(ExitUsage, "sagas", "diagram", "order.>")
 	w.must(ExitUsage, "sagas", "diagram", "order", "--format", "png")
 }
@@ -165,5 +181,14 @@ func svgStates(t *testing.T, svg string) []string {
 				states = append(states, st)
 			}
 		}
+	}
+}
+
+// What a catalog entry holds is printed without the control characters
+// that would drive a terminal.
+func TestPrintable(t *testing.T) {
+	got := printable("a\x1b]0;title\x07b\n\tc\u009bd")
+	if got != "a\uFFFD]0;title\uFFFDb\n\tc\uFFFDd" {
+		t.Errorf("printable = %q", got)
 	}
 }

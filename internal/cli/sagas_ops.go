@@ -588,6 +588,19 @@ func cmdSagasDiagram(c *call) error {
 	if c.o.format == "svg" {
 		out = v.SVG
 	}
-	_, err = io.WriteString(c.stdout, out)
+	_, err = io.WriteString(c.stdout, printable(out))
 	return err
+}
+
+// printable replaces the control characters of s but newline and tab
+// with U+FFFD: the catalog is read from the server, and what anyone
+// who may write a queue's state put there must not drive the
+// operator's terminal.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r != '\n' && r != '\t' && (r < 0x20 || r == 0x7f || 0x80 <= r && r < 0xa0) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
 }
