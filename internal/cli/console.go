@@ -22,7 +22,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jetsaga/jetsaga/internal/diagram"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
@@ -621,7 +620,7 @@ const maxCounted = 10000
 
 // sagaDiagram is the diagram part of the saga and instance pages.
 type sagaDiagram struct {
-	SVG  template.HTML // diagram.SVG: every name escaped
+	SVG  template.HTML // saga.StateGraph.SVG: every name escaped
 	Kind string
 	// Note says why there is no diagram ("" if there is one).
 	Note string
@@ -716,7 +715,7 @@ func (c *console) diagramOf(ctx context.Context, sagaType string) (sagaDiagram, 
 		counts[st]++
 	}
 	sd.Kind = ce.Kind
-	sd.SVG = template.HTML(diagram.SVG(sagaType, ce.Graph, diagram.Highlight{Counts: counts}))
+	sd.SVG = template.HTML(ce.Graph.SVG(sagaType, saga.DiagramHighlight{Counts: counts}))
 	return sd, nil
 }
 
@@ -734,7 +733,7 @@ func (c *console) instanceDiagram(ctx context.Context, v InstanceView) (sagaDiag
 	}
 	st, path := recordState(ce.Kind, ce.Graph, v.Completed, v.Data)
 	sd.Kind = ce.Kind
-	sd.SVG = template.HTML(diagram.SVG(v.Saga, ce.Graph, diagram.Highlight{Current: st, Path: path}))
+	sd.SVG = template.HTML(ce.Graph.SVG(v.Saga, saga.DiagramHighlight{Current: st, Path: path}))
 	if ce.Kind == "machine" && len(path) == 0 {
 		sd.Note = "No transitions recorded: the machine keeps them with machine.WithHistory."
 	}

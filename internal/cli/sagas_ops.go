@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsaga/jetsaga/calendar"
-	"github.com/jetsaga/jetsaga/internal/diagram"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/queuestore"
 	"github.com/jetsaga/jetsaga/timeout"
@@ -579,7 +578,7 @@ func cmdSagasDiagram(c *call) error {
 	v := DiagramView{Saga: ce.Saga, Version: ce.Version, Queue: ce.Queue, Kind: ce.Kind, Published: ce.Published,
 		Mermaid: ce.Mermaid, Graph: ce.Graph}
 	if c.o.format == "svg" {
-		v.SVG = diagram.SVG(ce.Saga, ce.Graph, diagram.Highlight{})
+		v.SVG = ce.Graph.SVG(ce.Saga, saga.DiagramHighlight{})
 	}
 	if c.o.json {
 		return c.out(v, nil)

@@ -5,7 +5,6 @@ import (
 
 	"github.com/jetsaga/jetsaga/examples/ordermachine"
 	"github.com/jetsaga/jetsaga/internal/diagram"
-	"github.com/jetsaga/jetsaga/saga"
 )
 
 // BenchmarkDraw draws the ordermachine example as SVG (with counts, a
@@ -16,9 +15,9 @@ func BenchmarkDraw(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g := o.Saga.Describe("orders").Graph
+	g := toGraph(o.Saga.Describe("orders").Graph)
 	h := diagram.Highlight{Current: "Accepted", Counts: map[string]int{"Submitted": 3, "Accepted": 1},
-		Path: []saga.GraphTransition{{From: "Initial", To: "Submitted"}, {From: "Submitted", To: "Accepted"}}}
+		Path: []diagram.Transition{{From: "Initial", To: "Submitted"}, {From: "Submitted", To: "Accepted"}}}
 	b.Run("mermaid", func(b *testing.B) {
 		for b.Loop() {
 			_ = o.Machine.Mermaid()

@@ -1,5 +1,6 @@
-// Package diagram draws a saga's state graph (saga.StateGraph, as the
-// catalog holds it) as a self-contained SVG: no script, no font or
+// Package diagram draws a saga's state graph (Graph, as the
+// catalog holds it; package saga converts it: StateGraph.SVG) as a
+// self-contained SVG: no script, no font or
 // stylesheet to fetch, so that the jetsaga command can write it to a file
 // and the web console can inline it under its Content-Security-Policy.
 //
@@ -18,9 +19,19 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/jetsaga/jetsaga/saga"
 )
+
+// Graph is what to draw: states and the transitions between them.
+type Graph struct {
+	Initial, Final string
+	States         []string
+	Transitions    []Transition
+}
+
+// Transition is one arrow; Guard, if set, is written after the event.
+type Transition struct {
+	From, To, Event, Guard string
+}
 
 // Highlight is what to mark on the drawing.
 type Highlight struct {
@@ -30,7 +41,7 @@ type Highlight struct {
 	// Path are the transitions an instance took (its history, oldest
 	// first): their arrows get class "taken". A transition with an empty
 	// Event marks any arrow between its two states.
-	Path []saga.GraphTransition
+	Path []Transition
 	// Counts, if not nil, are the instances in each state, written in
 	// each state's box (0 where absent).
 	Counts map[string]int
@@ -72,10 +83,10 @@ func textW(s string) float64 { return float64(utf8.RuneCountInString(s)) * charW
 // SVG returns g drawn as an SVG document (an <svg> element, with its
 // namespace, ready to inline in HTML or save as a .svg file), titled
 // title.
-func SVG(title string, g saga.StateGraph, h Highlight) string {
+func SVG(title string, g Graph, h Highlight) string {
 	nodes, order := layoutNodes(g)
-	taken := func(t saga.GraphTransition) bool {
-		return slices.ContainsFunc(h.Path, func(p saga.GraphTransition) bool {
+	taken := func(t Transition) bool {
+		return slices.ContainsFunc(h.Path, func(p Transition) bool {
 			return p.From == t.From && p.To == t.To && (p.Event == "" || p.Event == t.Event)
 		})
 	}
@@ -267,7 +278,7 @@ func SVG(title string, g saga.StateGraph, h Highlight) string {
 
 // layoutNodes places every state in a column (rank) and returns them
 // with the drawing order: by column, then by the graph's order.
-func layoutNodes(g saga.StateGraph) (map[string]*node, []string) {
+func layoutNodes(g Graph) (map[string]*node, []string) {
 	nodes := map[string]*node{}
 	var states []string
 	for _, s := range g.States {

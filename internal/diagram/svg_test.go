@@ -17,13 +17,22 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
-func orderGraph(t *testing.T) saga.StateGraph {
+func orderGraph(t testing.TB) diagram.Graph {
 	t.Helper()
 	o, err := ordermachine.New(ordermachine.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return o.Saga.Describe("orders").Graph
+	return toGraph(o.Saga.Describe("orders").Graph)
+}
+
+// toGraph is what saga.StateGraph.SVG passes to the renderer.
+func toGraph(g saga.StateGraph) diagram.Graph {
+	dg := diagram.Graph{Initial: g.Initial, Final: g.Final, States: g.States}
+	for _, t := range g.Transitions {
+		dg.Transitions = append(dg.Transitions, diagram.Transition(t))
+	}
+	return dg
 }
 
 // TestGolden pins the drawing of the ordermachine example, with counts,
@@ -34,7 +43,7 @@ func TestGolden(t *testing.T) {
 	got := diagram.SVG("order", g, diagram.Highlight{
 		Current: "Accepted",
 		Counts:  map[string]int{"Submitted": 3, "Accepted": 1},
-		Path: []saga.GraphTransition{
+		Path: []diagram.Transition{
 			{From: "Initial", To: "Submitted", Event: "SubmitOrder"},
 			{From: "Submitted", To: "Accepted", Event: "OrderAccepted"},
 		},
@@ -122,7 +131,7 @@ func TestWellFormedOneNodePerState(t *testing.T) {
 	svg := diagram.SVG("order", g, diagram.Highlight{
 		Current: "Accepted",
 		Counts:  map[string]int{"Submitted": 3, "Accepted": 1},
-		Path: []saga.GraphTransition{
+		Path: []diagram.Transition{
 			{From: "Initial", To: "Submitted", Event: "SubmitOrder"},
 			{From: "Submitted", To: "Accepted", Event: "OrderAccepted"},
 		},
@@ -165,8 +174,8 @@ func TestWellFormedOneNodePerState(t *testing.T) {
 // a node.
 func TestHostileNames(t *testing.T) {
 	bad := `<script>alert("x")</script>&amp;'` + "\x01\xff"
-	g := saga.StateGraph{Initial: "Initial", Final: "Final", States: []string{"Initial", bad, "Final"},
-		Transitions: []saga.GraphTransition{
+	g := diagram.Graph{Initial: "Initial", Final: "Final", States: []string{"Initial", bad, "Final"},
+		Transitions: []diagram.Transition{
 			{From: "Initial", To: bad, Event: `"><img src=x>`},
 			{From: bad, To: bad, Event: "]]>"},
 			{From: bad, To: "Initial", Event: "back"},
