@@ -73,8 +73,9 @@ type StateGraph struct {
 
 // GraphTransition is one arrow of a StateGraph: the event (a message
 // type, a timeout, a request's outcome) that takes an instance From a
-// state To another (or the same), and the branch of a guard it takes
-// ("if" or "else"; empty without a guard).
+// state To another (or the same), and the branches of the guards it
+// takes ("if", "else", or nested ones space-separated, "if else"; empty
+// without a guard).
 type GraphTransition struct {
 	From  string `json:"from"`
 	To    string `json:"to"`

@@ -633,15 +633,15 @@ type sagaDiagram struct {
 }
 
 // recordState is the state an instance's record is in, as graph g names
-// it: a machine's data's "machine.state" (empty: Initial), a plain
-// saga's Running or Completed; "" if the record does not say (data not
-// JSON). path is the machine's history (machine.WithHistory), oldest
-// first.
+// it: the final state for a completed instance's tombstone (which keeps
+// no data), else a machine's data's "machine.state" (empty: Initial), a
+// plain saga's Running; "" if the record does not say (data not JSON).
+// path is the machine's history (machine.WithHistory), oldest first.
 func recordState(kind string, g saga.StateGraph, completed bool, data json.RawMessage) (state string, path []saga.GraphTransition) {
-	if kind != "machine" {
-		if completed {
-			return g.Final, nil
-		}
+	switch {
+	case completed:
+		return g.Final, nil
+	case kind != "machine":
 		return saga.PlainRunning, nil
 	}
 	if len(data) == 0 {

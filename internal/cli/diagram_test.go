@@ -192,3 +192,31 @@ func TestPrintable(t *testing.T) {
 		t.Errorf("printable = %q", got)
 	}
 }
+
+// The state a record is in, as the console counts it.
+func TestRecordState(t *testing.T) {
+	mg := saga.StateGraph{Initial: "Initial", Final: "Final"}
+	pg := saga.StateGraph{Initial: saga.PlainInitial, Final: saga.PlainCompleted}
+	history := `{"machine":{"state":"Paid","history":[{"from":"Initial","to":"Open","event":"Submit","at":"2026-01-01T00:00:00Z"},{"from":"Open","to":"Paid","event":"Pay","at":"2026-01-01T00:00:01Z"}]}}`
+	for _, c := range []struct {
+		name      string
+		kind      string
+		g         saga.StateGraph
+		completed bool
+		data      string
+		want      string
+		path      int
+	}{
+		{"machine with history", "machine", mg, false, history, "Paid", 2},
+		{"machine in Initial", "machine", mg, false, `{"machine":{}}`, "Initial", 0},
+		{"machine tombstone (no data)", "machine", mg, true, "", "Final", 0},
+		{"machine, data not JSON", "machine", mg, false, "", "", 0},
+		{"plain running", "saga", pg, false, `{}`, "Running", 0},
+		{"plain tombstone", "saga", pg, true, "", "Completed", 0},
+	} {
+		st, path := recordState(c.kind, c.g, c.completed, json.RawMessage(c.data))
+		if st != c.want || len(path) != c.path {
+			t.Errorf("%s: state %q, path %v; want %q and %d transitions", c.name, st, path, c.want, c.path)
+		}
+	}
+}
