@@ -3,6 +3,7 @@ package saga_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,5 +108,40 @@ func TestPublishCatalogEntryVersions(t *testing.T) {
 	// (saga/queuestore) without taking a key a saga could have.
 	for k, err := range q.StateKeys(ctx, "order.") {
 		t.Errorf("a catalog key under a saga's prefix: %q (%v)", k, err)
+	}
+}
+
+// Dispatchers of one version starting together on a real server write
+// the entry once: of eight concurrent publishers of the same entry (each
+// with its own start time), one writes, the others find it equal.
+func TestPublishCatalogEntryConcurrently(t *testing.T) {
+	srv := startServer(t)
+	n := newNode(t, srv.ClientURL())
+	q := n.openQueue(t, transport.QueueConfig{Name: "cat"})
+	e := counterSaga().Describe("cat")
+	var mu sync.Mutex
+	written := 0
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			e := e
+			e.Published = time.Date(2026, 1, 1, 0, 0, i, 0, time.UTC)
+			w, err := saga.PublishCatalogEntry(t.Context(), q, e)
+			if err != nil {
+				t.Error(err)
+			}
+			if w {
+				mu.Lock()
+				written++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if written != 1 {
+		t.Errorf("%d publishers wrote, want 1", written)
+	}
+	if _, rev, err := q.LoadState(t.Context(), saga.CatalogKeyPrefix+"counter"); err != nil || rev == 0 {
+		t.Errorf("LoadState: rev %d, %v", rev, err)
 	}
 }
