@@ -1,8 +1,8 @@
-// Package diagram draws a saga's state graph (Graph, as the
-// catalog holds it; package saga converts it: StateGraph.SVG) as a
-// self-contained SVG: no script, no font or
-// stylesheet to fetch, so that the jetsaga command can write it to a file
-// and the web console can inline it under its Content-Security-Policy.
+// Package diagram draws a saga's state graph as a self-contained SVG: no
+// script, no font or stylesheet to fetch, so that the jetsaga command can
+// write it to a file and the web console can inline it under its
+// Content-Security-Policy. Package saga is its user (Definition.SVG,
+// StateGraph.SVG, which convert a saga.StateGraph into a Graph).
 //
 // The layout is layered: states in columns by their distance from the
 // initial state (breadth first; the final state in a column of its own,
