@@ -668,7 +668,7 @@ func recordState(kind string, g saga.StateGraph, completed bool, data json.RawMe
 // instances per state counted from at most maxCounted of its records.
 func (c *console) diagramOf(ctx context.Context, sagaType string) (sagaDiagram, error) {
 	sd := sagaDiagram{Max: maxCounted}
-	ce, err := c.env.catalogEntry(ctx, sagaType)
+	ce, err := c.env.catalogEntry(ctx, sagaType, "")
 	if errors.Is(err, saga.ErrNoCatalogEntry) {
 		sd.Note = "No dispatcher published a diagram of this saga: a dispatcher publishes its sagas as it starts."
 		return sd, nil
@@ -723,7 +723,7 @@ func (c *console) diagramOf(ctx context.Context, sagaType string) (sagaDiagram, 
 // for a machine with a history, the transitions it took highlighted.
 func (c *console) instanceDiagram(ctx context.Context, v InstanceView) (sagaDiagram, string, error) {
 	var sd sagaDiagram
-	ce, err := c.env.catalogEntry(ctx, v.Saga)
+	ce, err := c.env.catalogEntry(ctx, v.Saga, "")
 	if errors.Is(err, saga.ErrNoCatalogEntry) {
 		sd.Note = "No dispatcher published a diagram of this saga."
 		return sd, "", nil

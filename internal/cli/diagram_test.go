@@ -115,7 +115,10 @@ func TestSagasDiagram(t *testing.T) {
 	if !strings.Contains(r.stderr, "no dispatcher published it") {
 		t.Errorf("unpublished saga: %v", r)
 	}
-	if _, err := w.env().catalogEntry(t.Context(), "nosuch"); !errors.Is(err, ErrNotFound) || !errors.Is(err, saga.ErrNoCatalogEntry) {
+	w.must(0, "sagas", "diagram", "note", "--queue", "notes")
+	w.must(ExitNotFound, "sagas", "diagram", "note", "--queue", "orders")
+	w.must(ExitNotFound, "sagas", "diagram", "note", "--queue", "nosuchqueue")
+	if _, err := w.env().catalogEntry(t.Context(), "nosuch", ""); !errors.Is(err, ErrNotFound) || !errors.Is(err, saga.ErrNoCatalogEntry) {
 		t.Errorf("catalogEntry(nosuch) = %v, want ErrNotFound and saga.ErrNoCatalogEntry", err)
 	}
 	// An entry written by anyone who may write the queue's state: its

@@ -531,21 +531,32 @@ type DiagramView struct {
 }
 
 // catalogEntry reads the catalog entry of sagaType from the state of
-// every queue, and returns the newest version's (of one version, the
-// latest published), or an error matching ErrNotFound and
-// saga.ErrNoCatalogEntry.
-func (e *env) catalogEntry(ctx context.Context, sagaType string) (saga.CatalogEntry, error) {
+// queue, or of every queue if it is empty, and returns the newest
+// version's (of one version, the latest published), or an error matching
+// ErrNotFound and saga.ErrNoCatalogEntry.
+func (e *env) catalogEntry(ctx context.Context, sagaType, queue string) (saga.CatalogEntry, error) {
 	if err := transport.ValidateQueueName(sagaType); err != nil {
 		return saga.CatalogEntry{}, fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, sagaType)
 	}
-	qs, err := e.listQueues(ctx)
-	if err != nil {
-		return saga.CatalogEntry{}, err
+	var names []string
+	if queue != "" {
+		if _, err := e.queue(ctx, queue); err != nil {
+			return saga.CatalogEntry{}, err
+		}
+		names = []string{queue}
+	} else {
+		qs, err := e.listQueues(ctx)
+		if err != nil {
+			return saga.CatalogEntry{}, err
+		}
+		for _, qi := range qs {
+			names = append(names, qi.Name)
+		}
 	}
 	var best saga.CatalogEntry
 	found := false
-	for _, qi := range qs {
-		q, err := e.broker.Queue(ctx, qi.Name)
+	for _, name := range names {
+		q, err := e.broker.Queue(ctx, name)
 		if err != nil {
 			return saga.CatalogEntry{}, err
 		}
@@ -571,7 +582,7 @@ func cmdSagasDiagram(c *call) error {
 	if c.o.format != "mermaid" && c.o.format != "svg" {
 		return fmt.Errorf("%w: --format %q: mermaid or svg", ErrUsage, c.o.format)
 	}
-	ce, err := c.env.catalogEntry(c.ctx, c.args[0])
+	ce, err := c.env.catalogEntry(c.ctx, c.args[0], c.o.queue)
 	if err != nil {
 		return err
 	}
