@@ -149,23 +149,37 @@ func SVG(title string, g Graph, h Highlight) string {
 	}
 	width := x - gap[ranks-1] + float64(margin)
 
-	// Rows: each column stacked, a node's loop labels above it.
-	colH := make([]float64, ranks)
+	// Rows: a grid, so that the n-th state of every column is on one
+	// line and arrows between them are level; a row is as high as its
+	// highest state, plus the labels of its loops above it.
+	row := map[string]int{}
+	inCol := make([]int, ranks)
+	var rowLoop, rowH []float64
 	for _, name := range order {
 		n := nodes[name]
-		if len(n.loops) > 0 {
-			colH[n.rank] += 22 + float64(len(n.loops))*loopLineH
+		r := inCol[n.rank]
+		inCol[n.rank]++
+		row[name] = r
+		if r == len(rowH) {
+			rowLoop, rowH = append(rowLoop, 0), append(rowH, 0)
 		}
-		n.y = colH[n.rank]
-		colH[n.rank] += n.h + nodeGapY
+		if len(n.loops) > 0 {
+			rowLoop[r] = max(rowLoop[r], 22+float64(len(n.loops))*loopLineH)
+		}
+		rowH[r] = max(rowH[r], n.h)
 	}
-	tallest := slices.Max(colH)
 	top := float64(margin) + 10
-	for _, n := range nodes {
-		n.x = colX[n.rank] + (colW[n.rank]-n.w)/2
-		n.y += top + (tallest-colH[n.rank])/2
+	rowY := make([]float64, len(rowH))
+	y := top
+	for r := range rowH {
+		rowY[r] = y + rowLoop[r]
+		y = rowY[r] + rowH[r] + nodeGapY
 	}
-	bottom := top + tallest
+	for name, n := range nodes {
+		n.x = colX[n.rank] + (colW[n.rank]-n.w)/2
+		n.y = rowY[row[name]] + (rowH[row[name]]-n.h)/2
+	}
+	bottom := y
 
 	var b strings.Builder
 	laneY := bottom
