@@ -22,6 +22,8 @@ type Definition[S any] struct {
 
 	version   int        // DataVersion; 0 is 1
 	upcasters []Upcaster // upcasters[i]: version i+1 to i+2
+
+	machine *machineDescription // DescribeStates (catalog.go)
 }
 
 // Handler handles a message of type M for a saga with data S. It reads and

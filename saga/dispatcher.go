@@ -224,6 +224,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	work := context.WithoutCancel(ctx)
 	r := newRunner(d, work)
 	var wg sync.WaitGroup
+	wg.Go(func() { d.publishCatalog(ctx, q) }) // catalog.go
 	for range d.cfg.concurrency {
 		wg.Go(func() { d.worker(ctx, r, r.slots, q, q.Config().LockDuration) })
 	}

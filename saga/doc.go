@@ -45,6 +45,10 @@
 //	d, err := saga.NewDispatcher(broker, store, "auth", saga.WithSagas(TwoFactor))
 //	go d.Run(ctx) // returns after ctx ends and the messages in flight finish
 //
+// As it starts, Run publishes each saga's [CatalogEntry] (its diagram,
+// data version, states and transitions) in its queue's state, for the
+// jetsaga command and console, which have no definitions.
+//
 // # Publish and subscribe
 //
 // With [WithTopic] a dispatcher is an endpoint of a transport topic:

@@ -159,6 +159,21 @@ missing bucket).`,
 			examples: []string{"jetsaga sagas stuck", "jetsaga sagas stuck approval --json",
 				"jetsaga sagas stuck >stuck.txt || notify-oncall stuck.txt   # 7: stuck instances; 1-3: could not look"},
 			flags: fJSON, run: cmdSagasStuck},
+		{path: "sagas diagram", args: "SAGA", minArgs: 1, maxArgs: 1,
+			short: "print a saga's diagram, as Mermaid text or SVG, from the catalog its dispatchers publish",
+			long: `Needs no saga definition: every dispatcher publishes, as it starts, a catalog
+entry for each saga it runs in its queue's state (saga.CatalogEntry): the
+saga's data version, its diagram (a state machine's states and transitions,
+or a plain saga's messages, timeouts and completion) as Mermaid text, and its
+states and transitions as data. The command reads the entry from every queue
+(or --queue's) and prints the newest version's. --format svg draws it as a
+self-contained SVG (no script, nothing fetched; open it in a browser). With
+--json it prints the entry, and the SVG in "svg" with --format svg. A saga that no dispatcher
+published (none started since it was registered, or one of a release without
+the catalog) exits 3.`,
+			examples: []string{"jetsaga sagas diagram order", "jetsaga sagas diagram order --format svg >order.svg",
+				"jetsaga sagas diagram order --json | jq -r '.graph.states[]'"},
+			flags: fJSON | fFormat | fQueue, run: cmdSagasDiagram},
 		{path: "timeouts list", maxArgs: 0,
 			short: "list pending timeouts by saga type or instance, across engines",
 			long: `The transport engine's timeouts are found by browsing the scheduled messages

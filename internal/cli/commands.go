@@ -33,6 +33,7 @@ type opts struct {
 	id      string
 	idle    time.Duration
 	engine  string
+	format  string // sagas diagram
 
 	listen       string
 	token        string
@@ -56,6 +57,7 @@ const (
 	fState
 	fMigrate   // --saga, --to ENGINE, --engine
 	fSchedules // schedules_ops.go
+	fFormat    // --format: sagas diagram
 )
 
 // register adds the connection flags, and the flags cmd takes (none for
@@ -156,6 +158,9 @@ func (o *opts) register(fs *flag.FlagSet, cmd *command) {
 	if k&fSchedules != 0 {
 		o.sched.register(fs)
 	}
+	if k&fFormat != 0 {
+		fs.StringVar(&o.format, "format", "mermaid", "mermaid (text) or svg (a self-contained drawing)")
+	}
 	if k&fConsole != 0 {
 		fs.StringVar(&o.listen, "listen", "127.0.0.1:8470", "address to serve on (a non-loopback one needs --token)")
 		fs.StringVar(&o.token, "token", envOr("JETSAGA_CONSOLE_TOKEN", ""), "require this token: Authorization: Bearer, or ?token= once ($JETSAGA_CONSOLE_TOKEN)")
@@ -208,7 +213,7 @@ const exitCodes = `Exit codes:
   0  ok
   1  error (connection, server, I/O)
   2  usage (bad flags or arguments)
-  3  not found (queue, message, sequence number, saga instance)
+  3  not found (queue, message, sequence number, saga instance, saga diagram)
   4  already activated (a scheduled message that has been or will be delivered)
   5  aborted (not confirmed: declined, or stdin not a terminal without --yes)
   6  done in part (a batch left some items: see its output)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"crypto/subtle"
 	_ "embed"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -20,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -445,7 +448,17 @@ func (c *console) subscriptionPage(r *http.Request) (string, string, any, error)
 func (c *console) sagaPage(r *http.Request) (string, string, any, error) {
 	name := r.PathValue("saga")
 	page, err := c.env.instances(r.Context(), name, r.URL.Query().Get("after"), 50)
-	return "saga " + name, "saga", page, err
+	if err != nil {
+		return "saga " + name, "saga", nil, err
+	}
+	d, err := c.diagramOf(r.Context(), name)
+	if err != nil {
+		d = sagaDiagram{Note: "No diagram: " + err.Error()}
+	}
+	return "saga " + name, "saga", struct {
+		InstancePage
+		Diagram sagaDiagram
+	}{page, d}, nil
 }
 
 func (c *console) instancePage(r *http.Request) (string, string, any, error) {
@@ -454,10 +467,16 @@ func (c *console) instancePage(r *http.Request) (string, string, any, error) {
 	if err != nil {
 		return "saga " + name + "/" + id, "instance", nil, err
 	}
+	d, current, err := c.instanceDiagram(r.Context(), v)
+	if err != nil {
+		d = sagaDiagram{Note: "No diagram: " + err.Error()}
+	}
 	return "saga " + name + "/" + id, "instance", struct {
 		InstanceView
 		DataText, ExpectsText string
-	}{v, indentJSON(v.Data), v.expectsText()}, nil
+		Diagram               sagaDiagram
+		Current               string
+	}{v, indentJSON(v.Data), v.expectsText(), d, current}, nil
 }
 
 func indentJSON(raw []byte) string {
@@ -593,4 +612,130 @@ func cmdConsole(c *call) error {
 		defer cancel()
 		return srv.Shutdown(sctx)
 	}
+}
+
+// maxCounted is how many records of a saga type the saga page reads to
+// count its instances per state.
+const maxCounted = 10000
+
+// sagaDiagram is the diagram part of the saga and instance pages.
+type sagaDiagram struct {
+	SVG  template.HTML // saga.StateGraph.SVG: every name escaped
+	Kind string
+	// Note says why there is no diagram ("" if there is one).
+	Note string
+	// Counted records were read, of Total keys (at most maxCounted);
+	// Unknown of them had no state the diagram names (data not JSON, or
+	// a state the published version does not have).
+	Counted, Total, Unknown int
+	Capped                  bool
+	Max                     int
+}
+
+// recordState is the state an instance's record is in, as graph g names
+// it: the final state for a completed instance's tombstone (which keeps
+// no data), else a machine's data's "machine.state" (empty: Initial), a
+// plain saga's Running; "" if the record does not say (data not JSON).
+// path is the machine's history (machine.WithHistory), oldest first.
+func recordState(kind string, g saga.StateGraph, completed bool, data json.RawMessage) (state string, path []saga.GraphTransition) {
+	switch {
+	case completed:
+		return g.Final, nil
+	case kind != "machine":
+		return saga.PlainRunning, nil
+	}
+	if len(data) == 0 {
+		return "", nil
+	}
+	var d struct {
+		Machine struct {
+			State   string `json:"state"`
+			History []struct {
+				From, To, Event string
+			} `json:"history"`
+		} `json:"machine"`
+	}
+	if json.Unmarshal(data, &d) != nil {
+		return "", nil
+	}
+	for _, t := range d.Machine.History {
+		path = append(path, saga.GraphTransition{From: t.From, To: t.To, Event: t.Event})
+	}
+	return cmp.Or(d.Machine.State, g.Initial), path
+}
+
+// diagramOf returns the saga's diagram from its catalog entry, with the
+// instances per state counted from at most maxCounted of its records.
+func (c *console) diagramOf(ctx context.Context, sagaType string) (sagaDiagram, error) {
+	sd := sagaDiagram{Max: maxCounted}
+	ce, err := c.env.catalogEntry(ctx, sagaType, "")
+	if errors.Is(err, saga.ErrNoCatalogEntry) {
+		sd.Note = "No dispatcher published a diagram of this saga: a dispatcher publishes its sagas as it starts."
+		return sd, nil
+	}
+	if err != nil {
+		return sd, err
+	}
+	store, err := c.env.records(ctx)
+	if err != nil {
+		return sd, err
+	}
+	counts := map[string]int{}
+	known := map[string]bool{}
+	for _, s := range ce.Graph.States {
+		known[s] = true
+	}
+	for k, err := range store.ListKeys(ctx, sagaType+".") {
+		if err != nil {
+			return sd, err
+		}
+		sd.Total++
+		if sd.Counted >= maxCounted {
+			sd.Capped = true
+			continue
+		}
+		raw, _, err := store.Load(ctx, k)
+		if errors.Is(err, saga.ErrNotFound) {
+			continue // completed and expired meanwhile
+		}
+		if err != nil {
+			return sd, err
+		}
+		sd.Counted++
+		var r storedRecord
+		if json.Unmarshal(raw, &r) != nil {
+			sd.Unknown++
+			continue
+		}
+		st, _ := recordState(ce.Kind, ce.Graph, r.Completed, r.JSONData)
+		if !known[st] {
+			sd.Unknown++
+			continue
+		}
+		counts[st]++
+	}
+	sd.Kind = ce.Kind
+	sd.SVG = template.HTML(ce.Graph.SVG(sagaType, saga.DiagramHighlight{Counts: counts}))
+	return sd, nil
+}
+
+// instanceDiagram returns the saga's diagram with v's current state and,
+// for a machine with a history, the transitions it took highlighted.
+func (c *console) instanceDiagram(ctx context.Context, v InstanceView) (sagaDiagram, string, error) {
+	var sd sagaDiagram
+	ce, err := c.env.catalogEntry(ctx, v.Saga, "")
+	if errors.Is(err, saga.ErrNoCatalogEntry) {
+		sd.Note = "No dispatcher published a diagram of this saga."
+		return sd, "", nil
+	}
+	if err != nil {
+		return sd, "", err
+	}
+	st, path := recordState(ce.Kind, ce.Graph, v.Completed, v.Data)
+	sd.Kind = ce.Kind
+	sd.SVG = template.HTML(ce.Graph.SVG(v.Saga, saga.DiagramHighlight{Current: st, Path: path}))
+	if ce.Kind == "machine" && len(path) == 0 {
+		sd.Note = "No transitions recorded: the machine keeps them with machine.WithHistory."
+	}
+	return sd, st, nil
 }

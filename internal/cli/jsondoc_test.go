@@ -167,6 +167,9 @@ var jsonTypes = map[string]reflect.Type{
 	"replan-outcome":      reflect.TypeFor[ReplanView](),
 	"migrate-outcome":     reflect.TypeFor[MigrateView](),
 	"drain-report":        reflect.TypeFor[DrainView](),
+	"saga-diagram":        reflect.TypeFor[DiagramView](),
+	"state-graph":         reflect.TypeFor[saga.StateGraph](),
+	"graph-transition":    reflect.TypeFor[saga.GraphTransition](),
 }
 
 // TestJSONOutputDocumented checks the section against the code: every

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -110,7 +111,9 @@ func (e *env) sagaTypes(ctx context.Context) ([]SagaType, error) {
 		if err != nil {
 			return nil, err
 		}
-		if t, _, ok := strings.Cut(k, "."); ok {
+		// The catalog (saga.CatalogKeyPrefix) may share a queue's state
+		// with the records; no saga's name has its "=".
+		if t, _, ok := strings.Cut(k, "."); ok && !strings.HasPrefix(k, saga.CatalogKeyPrefix) {
 			n[t]++
 		}
 	}
@@ -513,4 +516,101 @@ func (s kvStore) Put(ctx context.Context, key string, value []byte, rev uint64) 
 
 func (s kvStore) Delete(ctx context.Context, key string, rev uint64) error {
 	return fmt.Errorf("jetsaga: the operator store never deletes (%s): %w", key, errors.ErrUnsupported)
+}
+
+// DiagramView is a saga's catalog entry as sagas diagram prints it.
+type DiagramView struct {
+	Saga      string          `json:"saga"`
+	Version   int             `json:"version"`
+	Queue     string          `json:"queue"`
+	Kind      string          `json:"kind"`
+	Published time.Time       `json:"published"`
+	Mermaid   string          `json:"mermaid"`
+	SVG       string          `json:"svg,omitempty"`
+	Graph     saga.StateGraph `json:"graph"`
+}
+
+// catalogEntry reads the catalog entry of sagaType from the state of
+// queue, or of every queue if it is empty, and returns the newest
+// version's (of one version, the latest published), or an error matching
+// ErrNotFound and saga.ErrNoCatalogEntry.
+func (e *env) catalogEntry(ctx context.Context, sagaType, queue string) (saga.CatalogEntry, error) {
+	if err := transport.ValidateQueueName(sagaType); err != nil {
+		return saga.CatalogEntry{}, fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, sagaType)
+	}
+	var names []string
+	if queue != "" {
+		if _, err := e.queue(ctx, queue); err != nil {
+			return saga.CatalogEntry{}, err
+		}
+		names = []string{queue}
+	} else {
+		qs, err := e.listQueues(ctx)
+		if err != nil {
+			return saga.CatalogEntry{}, err
+		}
+		for _, qi := range qs {
+			names = append(names, qi.Name)
+		}
+	}
+	var best saga.CatalogEntry
+	found := false
+	for _, name := range names {
+		q, err := e.broker.Queue(ctx, name)
+		if err != nil {
+			return saga.CatalogEntry{}, err
+		}
+		c, err := saga.LoadCatalogEntry(ctx, q, sagaType)
+		if errors.Is(err, saga.ErrNoCatalogEntry) {
+			continue
+		}
+		if err != nil {
+			return saga.CatalogEntry{}, err
+		}
+		if !found || c.Version > best.Version || c.Version == best.Version && c.Published.After(best.Published) {
+			best, found = c, true
+		}
+	}
+	if !found {
+		return saga.CatalogEntry{}, fmt.Errorf("%w: %w: saga %s: no dispatcher published it (a dispatcher publishes its sagas as it starts)",
+			ErrNotFound, saga.ErrNoCatalogEntry, sagaType)
+	}
+	return best, nil
+}
+
+func cmdSagasDiagram(c *call) error {
+	if c.o.format != "mermaid" && c.o.format != "svg" {
+		return fmt.Errorf("%w: --format %q: mermaid or svg", ErrUsage, c.o.format)
+	}
+	ce, err := c.env.catalogEntry(c.ctx, c.args[0], c.o.queue)
+	if err != nil {
+		return err
+	}
+	v := DiagramView{Saga: ce.Saga, Version: ce.Version, Queue: ce.Queue, Kind: ce.Kind, Published: ce.Published,
+		Mermaid: ce.Mermaid, Graph: ce.Graph}
+	if c.o.format == "svg" {
+		v.SVG = ce.Graph.SVG(ce.Saga, saga.DiagramHighlight{})
+	}
+	if c.o.json {
+		return c.out(v, nil)
+	}
+	out := v.Mermaid
+	if c.o.format == "svg" {
+		out = v.SVG
+	}
+	_, err = io.WriteString(c.stdout, printable(out))
+	return err
+}
+
+// printable replaces the control characters of s but newline and tab
+// with U+FFFD: the catalog is read from the server, and what anyone
+// who may write a queue's state put there must not drive the
+// operator's terminal.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r != '\n' && r != '\t' && (r < 0x20 || r == 0x7f || 0x80 <= r && r < 0xa0) {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
 }

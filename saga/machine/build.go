@@ -45,6 +45,7 @@ func (m *Machine[S]) Build() (*saga.Definition[S], error) {
 	for _, st := range m.allStates() {
 		m.expects[st] = m.waitsFor(st)
 	}
+	saga.DescribeStates(d, m.Mermaid(), m.stateGraph()) // diagram.go
 	m.def = d
 	return d, nil
 }

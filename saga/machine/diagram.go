@@ -2,6 +2,8 @@ package machine
 
 import (
 	"strings"
+
+	"github.com/jetsaga/jetsaga/saga"
 )
 
 // Mermaid returns the machine's state diagram as Mermaid text
@@ -32,4 +34,17 @@ func (m *Machine[S]) Mermaid() string {
 // mermaidText keeps a label to characters Mermaid reads as text.
 func mermaidText(s string) string {
 	return strings.NewReplacer(":", " ", ";", " ", "\n", " ", "#", " ").Replace(s)
+}
+
+// stateGraph is the machine's states and transitions as data, for the
+// catalog a dispatcher publishes (saga.DescribeStates): the arrows
+// Mermaid draws, in the same order, each with its event's label.
+func (m *Machine[S]) stateGraph() saga.StateGraph {
+	g := saga.StateGraph{Initial: Initial.name, Final: Final.name, States: m.allStates()}
+	for _, st := range g.States {
+		for _, e := range m.edgesFrom(st) {
+			g.Transitions = append(g.Transitions, saga.GraphTransition{From: st, To: e.to, Event: m.label(e.event), Guard: e.guard})
+		}
+	}
+	return g
 }
