@@ -97,13 +97,25 @@ func (d *Dispatcher) update(ctx context.Context, u update) (updated, error) {
 		}
 		res.committed = true
 		if _, err := d.carryOutAndClear(ctx, key, rec, rev); err != nil && !errors.Is(err, ErrConflict) {
-			serr := d.scheduleFlush(ctx, u.saga, u.id, u.identity, 1)
-			return res, fmt.Errorf("%w: saga %s/%s: %s and will be retried: %w",
-				ErrEffectsPending, u.saga, u.id, u.pending(), errors.Join(err, serr))
+			// The change is committed: the retry is registered also when
+			// the caller stopped waiting (ctx ended), for a bounded time.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushRegisterTime)
+			serr := d.scheduleFlush(fctx, u.saga, u.id, u.identity, 1)
+			cancel()
+			when := "will be retried"
+			if serr != nil {
+				when = "will be carried out with the instance's next step"
+			}
+			return res, fmt.Errorf("%w: saga %s/%s: %s and %s: %w",
+				ErrEffectsPending, u.saga, u.id, u.pending(), when, errors.Join(err, serr))
 		}
 		return res, nil
 	}
 }
+
+// flushRegisterTime bounds the scheduling of the message that retries a
+// committed update's effects once the caller's context has ended.
+const flushRegisterTime = 5 * time.Second
 
 // unchanged is the error of an update that changed nothing.
 func (u update) unchanged(why string, err error) error {

@@ -4,11 +4,13 @@ package saga_test
 // scheduled timeouts and cancelling them, on their own and racing steps.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,7 +81,11 @@ func TestOperatorCancelRacingSteps(t *testing.T) {
 	n, q := queueOnNewServer(t, qcfg)
 	d := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(leakSaga()), saga.WithQueueConfig(qcfg),
 		saga.WithConcurrency(8), saga.WithConflictRetries(100))
-	ctx := ctxFor(t)
+	// Not ctxFor's 10 s: 960 steps and 480 operator cancels take longer on
+	// a loaded machine, and a cancel whose context ends after its commit
+	// leaves its effects to a retry that the checks below do not wait for.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
 	id := func(i int) string { return fmt.Sprintf("l-%d", i) }
 	for i := range instances {
 		if _, err := d.Send(ctx, LeakStart{ID: id(i)}); err != nil {
@@ -277,5 +283,75 @@ func TestScheduledTimeoutsListAndCancel(t *testing.T) {
 	}
 	if ev := log.filter(saga.MessageName[RemDue]()); len(ev) != 0 {
 		t.Errorf("cancelled timeouts delivered: %+v", ev)
+	}
+}
+
+// cancelAfterPut is a store that, once armed, ends its caller's context
+// right after it stores a record whose outbox cancels a timeout: as a
+// caller that stops waiting between an update's commit and its effects.
+type cancelAfterPut struct {
+	saga.ExpiringStore
+	mu     sync.Mutex
+	cancel context.CancelFunc
+}
+
+func (s *cancelAfterPut) arm(cancel context.CancelFunc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cancel = cancel
+}
+
+func (s *cancelAfterPut) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	rev, err := s.ExpiringStore.Put(ctx, key, value, rev)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && s.cancel != nil && bytes.Contains(value, []byte(`"kind":"cancel"`)) {
+		s.cancel()
+		s.cancel = nil
+	}
+	return rev, err
+}
+
+// TestCancelTimeoutsOutlivesItsCaller: an operator cancel whose caller's
+// context ends right after its commit says the effects are pending and
+// will be retried, and they are: the timeout's message is cancelled
+// without another step of the instance.
+func TestCancelTimeoutsOutlivesItsCaller(t *testing.T) {
+	t.Parallel()
+	qcfg := transport.QueueConfig{Name: "outlive", LockDuration: 2 * time.Second}
+	n, _ := queueOnNewServer(t, qcfg)
+	es, ok := n.store.(saga.ExpiringStore)
+	if !ok {
+		t.Fatalf("the test store %T is not an ExpiringStore", n.store)
+	}
+	store := &cancelAfterPut{ExpiringStore: es}
+	d := n.dispatcher(t, store, qcfg.Name, saga.WithSagas(leakSaga()), saga.WithQueueConfig(qcfg), saga.WithRetry(fastRetry))
+	ctx := ctxFor(t)
+	if _, err := d.Send(ctx, LeakStart{ID: "o-1"}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, d)
+	testutil.Await(t, 10*time.Second, func() string {
+		if got := len(scheduledByID(t, d, "leak")["o-1"]); got != 1 {
+			return fmt.Sprintf("%d timeouts scheduled, want the start step's", got)
+		}
+		return ""
+	})
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	store.arm(cancel)
+	res, err := d.CancelTimeouts(cctx, "leak", "o-1")
+	if !errors.Is(err, saga.ErrEffectsPending) || !strings.Contains(err.Error(), "will be retried") || len(res.Cancelled) != 1 {
+		t.Fatalf("CancelTimeouts with its context ended after the commit: %+v, %v; want the one timeout cancelled, effects pending and retried", res, err)
+	}
+	testutil.Await(t, 10*time.Second, func() string {
+		if got := scheduledByID(t, d, "leak")["o-1"]; len(got) != 0 {
+			return fmt.Sprintf("timeouts still scheduled: %v", got)
+		}
+		return ""
+	})
+	if _, inst, _ := data[leakData](t, d, "leak", "o-1"); len(inst.Timeouts) != 0 {
+		t.Errorf("instance lists %v, want none", inst.Timeouts)
 	}
 }
