@@ -33,8 +33,10 @@ import (
 //
 //   - jetsaga: timeout/schedule on an embedded nats-server (in the child):
 //     a Scheduler with its Run, the occurrences sent to a queue, received
-//     100 at a time on 4 goroutines; the nominal time is the occurrence's
-//     PropertyNominal.
+//     100 at a time on 8 goroutines and completed up to 100 at once (River
+//     runs 100 workers); the nominal time is the occurrence's
+//     PropertyNominal. The child also logs how late the Scheduler sent
+//     them (its Hooks.Sent), to tell its part from delivery's.
 //   - River: one periodic job per schedule (river.NewPeriodicJob with a
 //     schedule returning the next whole minute, an ID each), the client's
 //     workers as the handlers; the nominal time is the job's ScheduledAt,
@@ -282,7 +284,15 @@ func recurringJetsaga(ctx context.Context, cfg config, e *env, note func(id int,
 		nc.Close()
 		return nil, err
 	}
-	s, err := schedule.New(b, schedule.WithLogger(quietLogger()))
+	var sentMu sync.Mutex
+	var sent []time.Duration
+	s, err := schedule.New(b, schedule.WithLogger(quietLogger()), schedule.WithHooks(schedule.Hooks{
+		Sent: func(_ context.Context, p schedule.OccurrenceParams) {
+			sentMu.Lock()
+			sent = append(sent, time.Since(p.Nominal))
+			sentMu.Unlock()
+		},
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -293,26 +303,38 @@ func recurringJetsaga(ctx context.Context, cfg config, e *env, note func(id int,
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.Run(rctx) })
-	for range 4 {
+	// Handlers as River's: up to 100 at once (8 receivers, each completing
+	// its batch of up to 100 concurrently, the next receive waiting for
+	// none of them but for the slots).
+	slots := make(chan struct{}, riverWorkers)
+	for range 8 {
 		wg.Go(func() {
 			for rctx.Err() == nil {
 				ds, err := q.Receive(rctx, 100)
 				if err != nil {
 					continue
 				}
-				at := time.Now()
 				for _, d := range ds {
+					at := time.Now()
 					id, _ := strconv.Atoi(string(d.Body))
 					nominal, err := time.Parse(time.RFC3339Nano, d.Properties[schedule.PropertyNominal])
 					if err == nil {
 						note(id, nominal, at)
 					}
-					_ = d.Complete(rctx)
+					slots <- struct{}{}
+					wg.Go(func() {
+						defer func() { <-slots }()
+						_ = d.Complete(rctx)
+					})
 				}
 			}
 		})
 	}
 	stop := func() {
+		sentMu.Lock()
+		l := summarize(sent)
+		sentMu.Unlock()
+		logf("jetsaga: %d occurrences sent, p50 %v p99 %v max %v after their nominal time", l.Count, l.P50, l.P99, l.Max)
 		cancel()
 		wg.Wait()
 		_ = b.Close()
