@@ -172,6 +172,9 @@ type sagaResult struct {
 	Instances int
 	StepsPerS float64
 	CPUPer    time.Duration // CPU per step: this process and the system's servers
+	// Stmts and Trips, of workload (e): the statements a step sent
+	// PostgreSQL (BEGIN and COMMIT included), and in how many round trips.
+	Stmts, Trips float64
 }
 
 // runSaga keeps cfg.sagaWindow instances in flight for cfg.sagaTime, each
