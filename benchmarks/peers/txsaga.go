@@ -168,6 +168,19 @@ func (r txResult) median() (stepsPerS float64, cpu time.Duration) {
 	return s[len(s)/2], c[len(c)/2]
 }
 
+// serverCPU is the median round's CPU per step of PostgreSQL's processes.
+func (r txResult) serverCPU() time.Duration {
+	if len(r.Rounds) == 0 {
+		return 0
+	}
+	var c []time.Duration
+	for _, x := range r.Rounds {
+		c = append(c, x.ServerCPUPer)
+	}
+	slices.Sort(c)
+	return c[len(c)/2]
+}
+
 // sql is the statements and round trips per step to PostgreSQL, over
 // every round (0 on kvstore).
 func (r txResult) sql() (stmts, trips float64) {
