@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/jetsaga/jetsaga/saga"
 )
@@ -21,12 +20,13 @@ import (
 var _ saga.UnitStore = (*Store)(nil)
 
 // session is a step's transaction, as the context Begin returns carries
-// it.
+// it. Its BEGIN goes out with its first statement, the step's load, in
+// one round trip (pgx.Batch.BeginTx).
 type session struct {
 	store *Store
-	tx    pgx.Tx
-	mu    sync.Mutex // guards ended
-	ended bool
+	tx    pgx.Tx // nil until the first statement
+	mu    sync.Mutex
+	ended bool // guarded by mu
 }
 
 type sessionKey struct{}
@@ -36,18 +36,20 @@ type sessionKey struct{}
 // run in it until it ends, and Tx returns it to the step's handler. With
 // WithLocking, Load in it locks the row (SELECT ... FOR UPDATE) until it
 // ends.
+//
+// The transaction's BEGIN goes out with its first statement (the step's
+// load of the record), in one round trip.
 func (s *Store) Begin(ctx context.Context) (context.Context, saga.Unit, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return ctx, nil, fmt.Errorf("pgstore: begin: %w", err)
-	}
-	ss := &session{store: s, tx: tx}
+	ss := &session{store: s}
 	return context.WithValue(ctx, sessionKey{}, ss), ss, nil
 }
 
 // Commit commits the step's transaction.
 func (ss *session) Commit(ctx context.Context) error {
 	ss.end()
+	if ss.tx == nil {
+		return nil // nothing was sent
+	}
 	if err := ss.tx.Commit(ctx); err != nil {
 		return fmt.Errorf("pgstore: commit: %w", err)
 	}
@@ -57,6 +59,9 @@ func (ss *session) Commit(ctx context.Context) error {
 // Rollback rolls the step's transaction back.
 func (ss *session) Rollback(ctx context.Context) error {
 	ss.end()
+	if ss.tx == nil {
+		return nil
+	}
 	if err := ss.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("pgstore: rollback: %w", err)
 	}
@@ -73,6 +78,43 @@ func (ss *session) open() bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	return !ss.ended
+}
+
+// begin begins the transaction, unless it was.
+func (ss *session) begin(ctx context.Context) error {
+	if ss.tx != nil {
+		return nil
+	}
+	tx, err := ss.store.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: begin: %w", err)
+	}
+	ss.tx = tx
+	return nil
+}
+
+// queryRow runs a statement of one row in the transaction: with its
+// BEGIN, in one round trip, if it is the first.
+func (ss *session) queryRow(ctx context.Context, sql string, args []any, dest ...any) error {
+	if ss.tx != nil {
+		return ss.tx.QueryRow(ctx, sql, args...).Scan(dest...)
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	row := b.Queue(sql, args...)
+	var err error
+	row.QueryRow(func(r pgx.Row) error {
+		err = r.Scan(dest...)
+		return nil
+	})
+	br := ss.store.pool.SendBatch(ctx, b)
+	// The transaction holds the connection from here until it ends,
+	// also if the batch failed: Rollback (or Commit) releases it.
+	ss.tx = br.Tx()
+	if cerr := br.Close(); cerr != nil {
+		return cerr
+	}
+	return err
 }
 
 // sessionOf returns the open session ctx carries, if any.
@@ -96,25 +138,26 @@ func sessionOf(ctx context.Context) (*session, bool) {
 // rolled back on its own.
 func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
 	ss, ok := sessionOf(ctx)
-	if !ok {
+	if !ok || ss.begin(ctx) != nil { // begun by the step's load, in a step
 		return nil, false
 	}
 	return ss.tx, true
 }
 
-// querier is what the store's statements run on: a pool or a transaction.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+// queryRow runs a statement of one row: in the step's session if ctx
+// carries an open one of this store's, otherwise on the pool. It reports
+// whether it ran in a session.
+func (s *Store) queryRow(ctx context.Context, sql string, args []any, dest ...any) (bool, error) {
+	if ss, ok := sessionOf(ctx); ok && ss.store == s {
+		return true, ss.queryRow(ctx, sql, args, dest...)
+	}
+	return false, s.pool.QueryRow(ctx, sql, args...).Scan(dest...)
 }
 
-// db returns where a call with ctx runs: in the step's transaction if ctx
-// carries one of this store's that is open, otherwise on the pool.
-func (s *Store) db(ctx context.Context) (querier, bool) {
-	if ss, ok := sessionOf(ctx); ok && ss.store == s {
-		return ss.tx, true
-	}
-	return s.pool, false
+// inSession reports whether a call with ctx runs in a step's session.
+func (s *Store) inSession(ctx context.Context) bool {
+	ss, ok := sessionOf(ctx)
+	return ok && ss.store == s
 }
 
 // WithoutSession returns the store without step transactions: a

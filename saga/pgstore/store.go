@@ -101,12 +101,11 @@ func (s *Store) Table() string { return s.table }
 func (s *Store) Load(ctx context.Context, key string) ([]byte, uint64, error) {
 	var value []byte
 	var rev int64
-	q, inTx := s.db(ctx)
 	stmt := s.sql.load
-	if inTx && s.locking {
+	if s.locking && s.inSession(ctx) {
 		stmt = s.sql.lock
 	}
-	err := q.QueryRow(ctx, stmt, key).Scan(&value, &rev)
+	_, err := s.queryRow(ctx, stmt, []any{key}, &value, &rev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, 0, fmt.Errorf("%w: %s", saga.ErrNotFound, key)
 	}
@@ -142,18 +141,16 @@ func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64, t
 	if value == nil {
 		value = []byte{} // the column is NOT NULL; nil would be NULL
 	}
-	var row pgx.Row
-	q, _ := s.db(ctx)
+	var n int64
+	var err error
 	switch {
 	case rev == 0:
-		row = q.QueryRow(ctx, s.sql.create, key, value, ttlMicros)
+		_, err = s.queryRow(ctx, s.sql.create, []any{key, value, ttlMicros}, &n)
 	case rev > math.MaxInt64:
 		return 0, fmt.Errorf("%w: %s: revision %d was never issued", saga.ErrConflict, key, rev)
 	default:
-		row = q.QueryRow(ctx, s.sql.update, key, value, ttlMicros, int64(rev))
+		_, err = s.queryRow(ctx, s.sql.update, []any{key, value, ttlMicros, int64(rev)}, &n)
 	}
-	var n int64
-	err := row.Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if rev == 0 {
 			return 0, fmt.Errorf("%w: %s exists", saga.ErrConflict, key)
@@ -173,8 +170,7 @@ func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
 		rev = 0 // never issued: matches no row
 	}
 	var deleted, existed bool
-	q, _ := s.db(ctx)
-	if err := q.QueryRow(ctx, s.sql.delete, key, int64(rev)).Scan(&deleted, &existed); err != nil {
+	if _, err := s.queryRow(ctx, s.sql.delete, []any{key, int64(rev)}, &deleted, &existed); err != nil {
 		return fmt.Errorf("pgstore: delete %s: %w", key, err)
 	}
 	switch {
