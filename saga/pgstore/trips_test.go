@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -53,13 +54,14 @@ func (tripDue) MessageName() string     { return "pgstore.test.TripDue" }
 
 // TestStepRoundTrips counts the statements and round trips to PostgreSQL
 // of each step of the two-step workflow. A step's BEGIN goes out with its
-// load (one round trip); a step that only requests timeouts writes its
-// record once; one that sends writes it a second time, after sending, to
-// clear its outbox:
+// load and a revision drawn for its write (one round trip), and the
+// write of its record with its COMMIT (one round trip); a step that only
+// requests timeouts writes its record once; one that sends writes it a
+// second time, after sending, to clear its outbox:
 //
-//	step one, sends:    BEGIN+SELECT, INSERT (order), INSERT (record), COMMIT, UPDATE (outbox cleared)
-//	step one, timeout:  BEGIN+SELECT, INSERT (order), INSERT (record), COMMIT
-//	step two:           BEGIN+SELECT, UPDATE (order), UPDATE (record), COMMIT
+//	step one, sends:    BEGIN+SELECT+nextval, INSERT (order), INSERT (record)+COMMIT, UPDATE (outbox cleared)
+//	step one, timeout:  BEGIN+SELECT+nextval, INSERT (order), INSERT (record)+COMMIT
+//	step two:           BEGIN+SELECT+nextval, UPDATE (order), UPDATE (record)+COMMIT
 func TestStepRoundTrips(t *testing.T) {
 	for _, tc := range []struct {
 		name               string
@@ -67,8 +69,8 @@ func TestStepRoundTrips(t *testing.T) {
 		oneStmts, oneTrips int64
 		twoStmts, twoTrips int64
 	}{
-		{name: "send", oneStmts: 6, oneTrips: 5, twoStmts: 5, twoTrips: 4},
-		{name: "timeout", viaTimeout: true, oneStmts: 5, oneTrips: 4},
+		{name: "send", oneStmts: 7, oneTrips: 4, twoStmts: 6, twoTrips: 3},
+		{name: "timeout", viaTimeout: true, oneStmts: 6, oneTrips: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
@@ -190,5 +192,49 @@ func TestStepRoundTrips(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTxEndsWithTheStep: the handler's transaction cannot be committed or
+// rolled back by the handler, and once the step's transaction ended (its
+// connection back in the pool) every statement on it fails with
+// pgx.ErrTxClosed rather than run on a connection another step may hold.
+func TestTxEndsWithTheStep(t *testing.T) {
+	store := newStore(t)
+	ctx, u, err := store.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := store.Load(ctx, "trip.none"); !errors.Is(err, saga.ErrNotFound) {
+		t.Fatalf("Load: %v, want ErrNotFound", err)
+	}
+	tx, ok := pgstore.Tx(ctx)
+	if !ok {
+		t.Fatal("Tx: none in the step")
+	}
+	if err := tx.Commit(ctx); err == nil {
+		t.Error("the handler committed the step's transaction")
+	}
+	if err := tx.Rollback(ctx); err == nil {
+		t.Error("the handler rolled back the step's transaction")
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("Exec in the step: %v", err)
+	}
+	// The record's write goes out with the COMMIT, on the connection.
+	if _, err := store.Put(ctx, "trip.none", []byte("{}"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1"); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Errorf("Exec after the step: %v, want pgx.ErrTxClosed", err)
+	}
+	if err := tx.QueryRow(ctx, "SELECT 1").Scan(new(int)); !errors.Is(err, pgx.ErrTxClosed) {
+		t.Errorf("QueryRow after the step: %v, want pgx.ErrTxClosed", err)
+	}
+	if _, ok := pgstore.Tx(ctx); ok {
+		t.Error("Tx after the step: ok")
 	}
 }
