@@ -101,6 +101,8 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 		if cache := newRecordCache(c.cacheSize); cache != nil {
 			d.records = &cachedRecords{next: d.records, cache: cache}
 		}
+	} else {
+		d.records = newUnitRecords(d.records, DefaultRecordCache)
 	}
 	if r, ok := c.timeouts.(*timeout.Router); !ok || len(r.Engines()) <= 1 {
 		d.mayKeepOutbox = true

@@ -101,10 +101,10 @@ type SchedulingStore interface {
 // The rules that matter most: Load, Put, PutTTL and Delete called with
 // the unit's context (or one derived from it) run in the unit while it is
 // open, and outside it, as with the context Begin was given, once Commit
-// or Rollback ended it; a Put in the unit is refused (ErrConflict) if the
-// record's revision changed since the unit loaded it, as outside — or the
-// unit's Load locks the record until the unit ends, so that it cannot
-// change. Revisions drawn in a unit that rolls back are never issued
+// or Rollback ended it; a Put in the unit is refused (ErrConflict), by
+// the Put or by the unit's Commit, if the record's revision changed since
+// the unit loaded it, as outside — or the unit's Load locks the record
+// until the unit ends, so that it cannot change. Revisions drawn in a unit that rolls back are never issued
 // again (the Store rule).
 //
 // A step in a unit always loads the record in the unit: the record cache

@@ -192,10 +192,10 @@ func printTx(w io.Writer, rs []txResult) {
 		}
 	}
 	tableHead(w, "(e) two-step saga/workflow, each step writing business rows in the framework's PostgreSQL transaction (medians of the rounds)",
-		"system", "pool", "steps/s", "rounds' steps/s", "× kvstore", "× DBOS", "CPU per step", "CPU × DBOS", "instances")
+		"system", "pool", "steps/s", "rounds' steps/s", "× kvstore", "× DBOS", "CPU per step", "of which PostgreSQL", "CPU × DBOS", "SQL statements (round trips) per step", "instances")
 	for _, r := range rs {
 		if len(r.Rounds) == 0 {
-			fmt.Fprintf(w, "| %s | %d | %s |%s\n", r.Name, r.Pool, missing(result{Errors: map[string]string{"e": r.Err}}, "e"), strings.Repeat(" |", 6))
+			fmt.Fprintf(w, "| %s | %d | %s |%s\n", r.Name, r.Pool, missing(result{Errors: map[string]string{"e": r.Err}}, "e"), strings.Repeat(" |", 8))
 			continue
 		}
 		s, cpu := r.median()
@@ -205,8 +205,16 @@ func printTx(w io.Writer, rs []txResult) {
 			each = append(each, num(x.StepsPerS))
 			n += x.Instances
 		}
-		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %d |\n", r.Name, r.Pool, num(s), strings.Join(each, " / "),
-			ratio(s, base[r.Pool]), ratio(s, dbos[r.Pool]), dur(cpu), ratio(float64(cpu), float64(dbosCPU[r.Pool])), n)
+		sql := ""
+		if stmts, trips := r.sql(); stmts > 0 {
+			sql = fmt.Sprintf("%.1f (%.1f)", stmts, trips)
+		}
+		server := ""
+		if c := r.serverCPU(); c > 0 {
+			server = dur(c)
+		}
+		fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", r.Name, r.Pool, num(s), strings.Join(each, " / "),
+			ratio(s, base[r.Pool]), ratio(s, dbos[r.Pool]), dur(cpu), server, ratio(float64(cpu), float64(dbosCPU[r.Pool])), sql, n)
 	}
 	fmt.Fprintln(w)
 	for _, r := range rs {

@@ -78,7 +78,7 @@ func TestParseFlags(t *testing.T) {
 // with the round-by-round ratios, and a failed row saying why.
 func TestPrintTx(t *testing.T) {
 	round := func(s float64) sagaResult {
-		return sagaResult{Instances: 100, StepsPerS: s, CPUPer: 300 * time.Microsecond}
+		return sagaResult{Instances: 100, StepsPerS: s, CPUPer: 300 * time.Microsecond, ServerCPUPer: 200 * time.Microsecond, Stmts: 6, Trips: 5}
 	}
 	slow := func(s float64) sagaResult { // DBOS at pool 4: twice the CPU per step
 		r := round(s)
@@ -86,7 +86,8 @@ func TestPrintTx(t *testing.T) {
 		return r
 	}
 	rs := []txResult{
-		{Key: "kvstore", Name: "kv", Config: "baseline", Pool: 4, Rounds: []sagaResult{round(6000), round(4000), round(5000)}},
+		{Key: "kvstore", Name: "kv", Config: "baseline", Pool: 4, Rounds: []sagaResult{{Instances: 100, StepsPerS: 6000, CPUPer: 300 * time.Microsecond},
+			{Instances: 100, StepsPerS: 4000, CPUPer: 300 * time.Microsecond}, {Instances: 100, StepsPerS: 5000, CPUPer: 300 * time.Microsecond}}},
 		{Key: "pgstore", Name: "pg", Config: "session", Pool: 4, Rounds: []sagaResult{round(2000), round(1000), round(3000)}},
 		{Key: "dbos", Name: "DBOS", Config: "tx steps", Pool: 4, Rounds: []sagaResult{slow(1000), slow(1000), slow(1000)}},
 		{Key: "pgstore", Name: "pg", Config: "session", Pool: 20, Rounds: []sagaResult{round(1120)}},
@@ -97,10 +98,10 @@ func TestPrintTx(t *testing.T) {
 	printTx(&b, rs)
 	out := b.String()
 	for _, want := range []string{
-		"| kv | 4 | 5000 | 6000 / 4000 / 5000 | 1.00× | 5.00× | 300 µs | 0.50× | 300 |",
-		"| pg | 4 | 2000 | 2000 / 1000 / 3000 | 0.40× | 2.00× | 300 µs | 0.50× | 300 |",
-		"| pg | 20 | 1120 | 1120 |  | 1.40× | 300 µs | 1.00× | 100 |",
-		"| pg locking | 20 | failed: business rows wrong / x | | | | | | |",
+		"| kv | 4 | 5000 | 6000 / 4000 / 5000 | 1.00× | 5.00× | 300 µs |  | 0.50× |  | 300 |",
+		"| pg | 4 | 2000 | 2000 / 1000 / 3000 | 0.40× | 2.00× | 300 µs | 200 µs | 0.50× | 6.0 (5.0) | 300 |",
+		"| pg | 20 | 1120 | 1120 |  | 1.40× | 300 µs | 200 µs | 1.00× | 6.0 (5.0) | 100 |",
+		"| pg locking | 20 | failed: business rows wrong / x | | | | | | | | |",
 		"pg / DBOS, pool 4: 2.00× (meets the target of 1.5×); round by round 2.00× / 1.00× / 3.00×",
 		"pg / DBOS, pool 20: 1.40× (below the target of 1.5×); round by round 1.40×",
 		"- **pg**: session\n",

@@ -98,6 +98,8 @@ type txRun interface {
 	sagas
 	// check verifies the business rows once n instances completed.
 	check(ctx context.Context, n int) error
+	// counts is what its pool sent PostgreSQL (nil on kvstore).
+	counts() *pgCount
 }
 
 // txSystems are the rows at pool size n (connections, and the jetsaga
@@ -166,6 +168,33 @@ func (r txResult) median() (stepsPerS float64, cpu time.Duration) {
 	return s[len(s)/2], c[len(c)/2]
 }
 
+// serverCPU is the median round's CPU per step of PostgreSQL's processes.
+func (r txResult) serverCPU() time.Duration {
+	if len(r.Rounds) == 0 {
+		return 0
+	}
+	var c []time.Duration
+	for _, x := range r.Rounds {
+		c = append(c, x.ServerCPUPer)
+	}
+	slices.Sort(c)
+	return c[len(c)/2]
+}
+
+// sql is the statements and round trips per step to PostgreSQL, over
+// every round (0 on kvstore).
+func (r txResult) sql() (stmts, trips float64) {
+	steps := 0.0
+	for _, x := range r.Rounds {
+		n := float64(2 * x.Instances)
+		stmts, trips, steps = stmts+x.Stmts*n, trips+x.Trips*n, steps+n
+	}
+	if steps == 0 {
+		return 0, 0
+	}
+	return stmts / steps, trips / steps
+}
+
 // runTx runs workload (e): cfg.txRounds rounds, each running every system
 // at every pool size of cfg.txPools in turn (the order rotated each
 // round), each for cfg.txTime with cfg.txWindow instances in flight.
@@ -203,19 +232,24 @@ func runTx(ctx context.Context, cfg config, e *env) ([]txResult, error) {
 			}
 			logf("(e) round %d: %s, pool %d, %d in flight for %v", round+1, s.name, s.pool, cfg.txWindow, cfg.txTime)
 			var r txRun
+			var stmts0, trips0 int64
 			p := peer{name: s.name, saga: func(ctx context.Context, _ time.Duration, done func(int)) (sagas, error) {
 				var err error
 				if r, err = s.open(ctx, done); err != nil {
 					r = nil // a nil *txJetsaga is not a nil txRun
 					return nil, err
 				}
-				return keepOpen{r}, nil // closed below, after the check
+				stmts0, trips0 = r.counts().snapshot() // set up: not counted
+				return keepOpen{r}, nil                // closed below, after the check
 			}}
 			if s.pg {
 				p.servers = pgProcs
 			}
 			sr, err := runSaga(ctx, run, p)
 			if err == nil {
+				stmts, trips := r.counts().snapshot()
+				steps := float64(max(2*sr.Instances, 1))
+				sr.Stmts, sr.Trips = float64(stmts-stmts0)/steps, float64(trips-trips0)/steps
 				err = r.check(ctx, sr.Instances)
 			}
 			if r != nil {
@@ -266,7 +300,8 @@ var errNoTx = errors.New("peers: the step has no pgstore transaction")
 
 type txJetsaga struct {
 	*jetSaga
-	pool *pgxpool.Pool // nil on kvstore
+	pool  *pgxpool.Pool // nil on kvstore
+	count *pgCount      // the pool's
 }
 
 // openTxJetsaga starts a dispatcher of the two-step saga on a fresh
@@ -297,7 +332,8 @@ func openTxJetsaga(ctx context.Context, e *env, done func(int), mode string, poo
 			return fail(err)
 		}
 	} else {
-		if s.pool, err = txPool(ctx, e, "jetsaga", pool); err != nil {
+		s.count = new(pgCount)
+		if s.pool, err = txPool(ctx, e, "jetsaga", pool, s.count); err != nil {
 			return fail(err)
 		}
 		if err := pgstore.Migrate(ctx, s.pool); err != nil {
@@ -380,6 +416,8 @@ func (s *txJetsaga) check(ctx context.Context, n int) error {
 	return txCheck(ctx, s.pool, n)
 }
 
+func (s *txJetsaga) counts() *pgCount { return s.count }
+
 func (s *txJetsaga) close() {
 	s.jetSaga.close()
 	if s.pool != nil {
@@ -388,8 +426,8 @@ func (s *txJetsaga) close() {
 }
 
 // txPool makes a fresh database with the business tables and a pool of n
-// connections on it.
-func txPool(ctx context.Context, e *env, prefix string, n int) (*pgxpool.Pool, error) {
+// connections on it, which count tells what it sends.
+func txPool(ctx context.Context, e *env, prefix string, n int, count *pgCount) (*pgxpool.Pool, error) {
 	url, err := e.pg.newDatabase(ctx, "tx"+prefix)
 	if err != nil {
 		return nil, err
@@ -399,6 +437,7 @@ func txPool(ctx context.Context, e *env, prefix string, n int) (*pgxpool.Pool, e
 		return nil, err
 	}
 	pc.MaxConns = int32(n)
+	pc.ConnConfig.Tracer = count
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, err
@@ -413,14 +452,16 @@ func txPool(ctx context.Context, e *env, prefix string, n int) (*pgxpool.Pool, e
 // The DBOS side.
 
 type txDBOS struct {
-	ctx  dbos.Context
-	pool *pgxpool.Pool
-	wf   dbos.Workflow[int, int]
-	pre  string
+	ctx   dbos.Context
+	pool  *pgxpool.Pool
+	count *pgCount
+	wf    dbos.Workflow[int, int]
+	pre   string
 }
 
 func openTxDBOS(ctx context.Context, e *env, done func(int), n int) (*txDBOS, error) {
-	pool, err := txPool(ctx, e, "dbos", n)
+	count := new(pgCount)
+	pool, err := txPool(ctx, e, "dbos", n, count)
 	if err != nil {
 		return nil, err
 	}
@@ -429,7 +470,7 @@ func openTxDBOS(ctx context.Context, e *env, done func(int), n int) (*txDBOS, er
 		pool.Close()
 		return nil, err
 	}
-	t := &txDBOS{ctx: dctx, pool: pool, pre: fmt.Sprintf("tx%d-", dbosSeq.Add(1))}
+	t := &txDBOS{ctx: dctx, pool: pool, count: count, pre: fmt.Sprintf("tx%d-", dbosSeq.Add(1))}
 	ds, err := dbos.NewDataSource(dctx, pool, dbos.WithDataSourceName("business"))
 	if err != nil {
 		t.close()
@@ -461,6 +502,8 @@ func (t *txDBOS) start(_ context.Context, id int) error {
 	_, err := dbos.RunWorkflow(t.ctx, t.wf, id, dbos.WithWorkflowID(t.pre+strconv.Itoa(id)))
 	return err
 }
+
+func (t *txDBOS) counts() *pgCount { return t.count }
 
 func (t *txDBOS) check(ctx context.Context, n int) error { return txCheck(ctx, t.pool, n) }
 

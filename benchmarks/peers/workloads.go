@@ -172,6 +172,13 @@ type sagaResult struct {
 	Instances int
 	StepsPerS float64
 	CPUPer    time.Duration // CPU per step: this process and the system's servers
+	// ServerCPUPer is the servers' part of CPUPer (PostgreSQL's processes,
+	// the Temporal dev server; the embedded nats-server is in this
+	// process).
+	ServerCPUPer time.Duration
+	// Stmts and Trips, of workload (e): the statements a step sent
+	// PostgreSQL (BEGIN and COMMIT included), and in how many round trips.
+	Stmts, Trips float64
 }
 
 // runSaga keeps cfg.sagaWindow instances in flight for cfg.sagaTime, each
@@ -223,12 +230,15 @@ func runSaga(ctx context.Context, cfg config, p peer) (sagaResult, error) {
 		time.Sleep(time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	cpu := cpuSince(cpu0, append(serversOf(p), os.Getpid()))
+	servers := serversOf(p)
+	cpuServers := cpuSince(cpu0, servers)
+	cpu := cpuServers + cpuSince(cpu0, []int{os.Getpid()})
 	if c := completed.Load(); c < n {
 		return sagaResult{}, fmt.Errorf("%d of %d instances completed %v after the last start", c, n, 4*cfg.grace)
 	}
 	steps := 2 * n
-	return sagaResult{Instances: int(n), StepsPerS: float64(steps) / elapsed.Seconds(), CPUPer: cpu / time.Duration(max(steps, 1))}, nil
+	per := time.Duration(max(steps, 1))
+	return sagaResult{Instances: int(n), StepsPerS: float64(steps) / elapsed.Seconds(), CPUPer: cpu / per, ServerCPUPer: cpuServers / per}, nil
 }
 
 var errStop = errors.New("stop")

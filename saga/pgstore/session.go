@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jetsaga/jetsaga/saga"
 )
@@ -21,12 +22,31 @@ import (
 var _ saga.UnitStore = (*Store)(nil)
 
 // session is a step's transaction, as the context Begin returns carries
-// it.
+// it. A step's statements take three round trips beside the handler's:
+//
+//	BEGIN, the load of the record, a revision drawn for its write   (one batch)
+//	the handler's statements
+//	the write of the record at that revision, COMMIT                (one batch)
+//
+// The write is conditional on the revision loaded, as outside a session;
+// one that matches no row fails the transaction (see statements), and
+// Commit reports saga.ErrConflict.
 type session struct {
 	store *Store
-	tx    pgx.Tx
-	mu    sync.Mutex // guards ended
-	ended bool
+	conn  *pgxpool.Conn // from the first statement to the end
+	tx    pgx.Tx        // on conn, begun with the first statement
+	next  int64         // a revision drawn with the load, for the write (0: none left)
+	write *write        // the record's write, sent with the COMMIT
+	mu    sync.Mutex
+	ended bool // guarded by mu
+}
+
+// write is a write of the record that a session sends with its COMMIT.
+type write struct {
+	key  string
+	rev  uint64 // the revision it is conditional on
+	sql  string
+	args []any
 }
 
 type sessionKey struct{}
@@ -36,27 +56,77 @@ type sessionKey struct{}
 // run in it until it ends, and Tx returns it to the step's handler. With
 // WithLocking, Load in it locks the row (SELECT ... FOR UPDATE) until it
 // ends.
+//
+// The transaction's BEGIN goes out with its first statement (the step's
+// load of the record), and a Put after the load goes out with the
+// COMMIT: a Put in the transaction returns the record's new revision at
+// once, and Commit reports saga.ErrConflict if the record's revision
+// changed since the load (with WithLocking it cannot, but for a record
+// two steps create at once).
 func (s *Store) Begin(ctx context.Context) (context.Context, saga.Unit, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return ctx, nil, fmt.Errorf("pgstore: begin: %w", err)
-	}
-	ss := &session{store: s, tx: tx}
+	ss := &session{store: s}
 	return context.WithValue(ctx, sessionKey{}, ss), ss, nil
 }
 
-// Commit commits the step's transaction.
+// Commit sends the record's write, if a Put left one, with the COMMIT.
 func (ss *session) Commit(ctx context.Context) error {
 	ss.end()
-	if err := ss.tx.Commit(ctx); err != nil {
-		return fmt.Errorf("pgstore: commit: %w", err)
+	if ss.conn == nil {
+		return nil // nothing was sent
+	}
+	// A connection left in a transaction (a failure) is closed, not
+	// reused.
+	defer ss.conn.Release()
+	if ss.write == nil {
+		if err := ss.tx.Commit(ctx); err != nil {
+			return fmt.Errorf("pgstore: commit: %w", err)
+		}
+		return nil
+	}
+	w := ss.write
+	ss.write = nil
+	b := &pgx.Batch{}
+	b.Queue(w.sql, w.args...)
+	b.Queue("commit")
+	br := ss.conn.SendBatch(ctx, b)
+	var n int64
+	err := br.QueryRow().Scan(&n)
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = ss.tx.Rollback(ctx) // the transaction failed: its end
+		return fmt.Errorf("pgstore: commit: %w", writeError(w, err))
+	}
+	if tag.String() == "ROLLBACK" {
+		return fmt.Errorf("pgstore: commit: %w", pgx.ErrTxCommitRollback)
 	}
 	return nil
+}
+
+// writeError is the error of a failed write of the record.
+func writeError(w *write, err error) error {
+	var pe *pgconn.PgError
+	switch {
+	case !errors.As(err, &pe) || pe.Code != "22012": // division_by_zero: no row written
+		return fmt.Errorf("put %s: %w", w.key, err)
+	case w.rev == 0:
+		return fmt.Errorf("%w: %s exists", saga.ErrConflict, w.key)
+	}
+	return fmt.Errorf("%w: %s is not at revision %d", saga.ErrConflict, w.key, w.rev)
 }
 
 // Rollback rolls the step's transaction back.
 func (ss *session) Rollback(ctx context.Context) error {
 	ss.end()
+	if ss.conn == nil {
+		return nil
+	}
+	defer ss.conn.Release()
 	if err := ss.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("pgstore: rollback: %w", err)
 	}
@@ -75,6 +145,85 @@ func (ss *session) open() bool {
 	return !ss.ended
 }
 
+// ready makes the transaction ready for a statement: begun (by itself, if
+// no load began it), and the record's write sent if a Put left one.
+func (ss *session) ready(ctx context.Context) error {
+	if ss.conn == nil {
+		conn, err := ss.store.pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("begin: %w", err)
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			conn.Release()
+			return fmt.Errorf("begin: %w", err)
+		}
+		ss.conn, ss.tx = conn, tx
+	}
+	if w := ss.write; w != nil {
+		ss.write = nil
+		var n int64
+		if err := ss.tx.QueryRow(ctx, w.sql, w.args...).Scan(&n); err != nil {
+			return writeError(w, err)
+		}
+	}
+	return nil
+}
+
+// load loads the record with stmt: with the transaction's BEGIN, and a
+// revision drawn for the record's write, in one round trip if it is the
+// first statement.
+func (ss *session) load(ctx context.Context, stmt, key string, value *[]byte, rev *int64) error {
+	if ss.conn != nil {
+		if err := ss.ready(ctx); err != nil {
+			return err
+		}
+		return ss.tx.QueryRow(ctx, stmt, key).Scan(value, rev)
+	}
+	conn, err := ss.store.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{})
+	var loadErr error
+	b.Queue(stmt, key).QueryRow(func(r pgx.Row) error {
+		loadErr = r.Scan(value, rev)
+		return nil
+	})
+	b.Queue(ss.store.sql.next).QueryRow(func(r pgx.Row) error { return r.Scan(&ss.next) })
+	br := conn.SendBatch(ctx, b)
+	// From here the transaction holds the connection until it ends, also
+	// if the batch failed: Rollback releases it.
+	ss.conn, ss.tx = conn, br.Tx()
+	if err := br.Close(); err != nil {
+		ss.next = 0
+		return err
+	}
+	return loadErr
+}
+
+// put is Store.put in the transaction: after a load, it leaves the write
+// for Commit to send (deferred), at the revision drawn with the load.
+func (ss *session) put(ctx context.Context, key string, value []byte, rev uint64, ttlMicros *int64) (n uint64, deferred bool, err error) {
+	if err := ss.ready(ctx); err != nil {
+		return 0, false, fmt.Errorf("pgstore: put %s: %w", key, err)
+	}
+	if ss.next == 0 {
+		return 0, false, nil
+	}
+	next := ss.next
+	ss.next = 0
+	w := &write{key: key, rev: rev}
+	if rev == 0 {
+		w.sql, w.args = ss.store.sql.createAt, []any{key, value, ttlMicros, next}
+	} else {
+		w.sql, w.args = ss.store.sql.updateAt, []any{key, value, ttlMicros, int64(rev), next}
+	}
+	ss.write = w
+	return uint64(next), true, nil
+}
+
 // sessionOf returns the open session ctx carries, if any.
 func sessionOf(ctx context.Context) (*session, bool) {
 	ss, ok := ctx.Value(sessionKey{}).(*session)
@@ -91,30 +240,30 @@ func sessionOf(ctx context.Context) (*session, bool) {
 // step's handler (or once the step's transaction ended).
 //
 // The handler must not Commit or Rollback it (the dispatcher does, after
-// the handler returns), nor use it after it returned or from another
-// goroutine; a nested transaction (tx.Begin) is a savepoint, and may be
+// the handler returns: they return an error), nor use it after it
+// returned (it then returns pgx.ErrTxClosed) or from another goroutine; a
+// nested transaction (tx.Begin) is a savepoint, and may be committed or
 // rolled back on its own.
 func Tx(ctx context.Context) (tx pgx.Tx, ok bool) {
 	ss, ok := sessionOf(ctx)
-	if !ok {
+	if !ok || ss.ready(ctx) != nil { // begun by the step's load, in a step
 		return nil, false
 	}
-	return ss.tx, true
+	return &stepTx{ss: ss, tx: ss.tx}, true
 }
 
 // querier is what the store's statements run on: a pool or a transaction.
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
-// db returns where a call with ctx runs: in the step's transaction if ctx
-// carries one of this store's that is open, otherwise on the pool.
-func (s *Store) db(ctx context.Context) (querier, bool) {
+// session returns the step's session ctx carries, if it is open and of
+// this store.
+func (s *Store) session(ctx context.Context) (*session, bool) {
 	if ss, ok := sessionOf(ctx); ok && ss.store == s {
-		return ss.tx, true
+		return ss, true
 	}
-	return s.pool, false
+	return nil, false
 }
 
 // WithoutSession returns the store without step transactions: a

@@ -357,7 +357,7 @@ func TestSessionRollsBackBusinessWrites(t *testing.T) {
 }
 
 const (
-	crashEnv  = "PGSTORE_CRASH_AT"  // where the child kills itself: "write" or "commit"
+	crashEnv  = "PGSTORE_CRASH_AT"  // where the child kills itself: "write", "carry" or "commit"
 	natsEnv   = "PGSTORE_NATS_URL"  // the parent's nats-server
 	dbEnv     = "PGSTORE_DB_URL"    // the parent's database
 	tablesEnv = "PGSTORE_TABLES"    // the store's table, then the bank's prefix
@@ -367,15 +367,19 @@ const (
 // TestSessionCrash kills a process with SIGKILL in the middle of a step
 // and lets another dispatcher take the message over when it comes back:
 // after the handler's business writes, before the step's commit (the
-// writes must be gone, and the redelivery writes them once); and after
-// the commit, before the message is settled (the redelivery finds the
-// step in the record's inbox, and writes nothing).
+// writes must be gone, and the redelivery writes them once); as the
+// step's transaction has committed, before its message is sent ("carry":
+// the redelivery finds the step in the record's inbox, writes nothing,
+// and sends the message the stored outbox holds); and after the message
+// was sent, before the delivery is settled (the redelivery sends it
+// again, which the queue deduplicates). The notified queue gets the
+// step's message exactly once.
 func TestSessionCrash(t *testing.T) {
 	if at := os.Getenv(crashEnv); at != "" {
 		crashChild(t, at)
 		return
 	}
-	for _, at := range []string{"write", "commit"} {
+	for _, at := range []string{"write", "carry", "commit"} {
 		t.Run(at, func(t *testing.T) {
 			ctx := t.Context()
 			pool := sharedPool(t)
@@ -414,7 +418,7 @@ func TestSessionCrash(t *testing.T) {
 				if a.status != "none" {
 					t.Fatalf("after a crash before the commit: account %+v, want none", a)
 				}
-			case "commit":
+			case "carry", "commit":
 				if a.status != "open" {
 					t.Fatalf("after a crash after the commit: account %+v, want open", a)
 				}
@@ -432,7 +436,7 @@ func TestSessionCrash(t *testing.T) {
 				t.Fatal("the message did not come back")
 			}
 			want, wantRuns := saga.Handled, 1
-			if at == "commit" {
+			if at != "write" {
 				want, wantRuns = saga.Duplicate, 0
 			}
 			if o != want || runs != wantRuns {
@@ -445,8 +449,41 @@ func TestSessionCrash(t *testing.T) {
 			if n != 1 {
 				t.Fatalf("%d open accounts a1, want 1", n)
 			}
+			nq, err := broker.Queue(ctx, b.notify)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent := 0
+			for _, err := range nq.Browse(ctx, 0) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent++
+			}
+			if sent != 1 {
+				t.Fatalf("the step's message reached %s %d times, want once", b.notify, sent)
+			}
 		})
 	}
+}
+
+// crashAfterCommit is a store whose step transactions kill the process
+// as soon as they committed.
+type crashAfterCommit struct{ *pgstore.Store }
+
+type crashUnit struct{ saga.Unit }
+
+func (s crashAfterCommit) Begin(ctx context.Context) (context.Context, saga.Unit, error) {
+	uctx, u, err := s.Store.Begin(ctx)
+	return uctx, crashUnit{u}, err
+}
+
+func (u crashUnit) Commit(ctx context.Context) error {
+	err := u.Unit.Commit(ctx)
+	if err == nil {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
+	return err
 }
 
 // crashChild is the child of TestSessionCrash: it runs the dispatcher,
@@ -466,7 +503,11 @@ func crashChild(t *testing.T, at string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}}
 	qc := transport.QueueConfig{Name: b.queue, LockDuration: time.Second}
-	runDispatcher(t, natsBroker(t, os.Getenv(natsEnv)), store, b, saga.WithQueueConfig(qc), saga.WithHooks(hooks))
+	var st saga.Store = store
+	if at == "carry" {
+		st = crashAfterCommit{store}
+	}
+	runDispatcher(t, natsBroker(t, os.Getenv(natsEnv)), st, b, saga.WithQueueConfig(qc), saga.WithHooks(hooks))
 	select {
 	case <-t.Context().Done():
 	case <-time.After(30 * time.Second):

@@ -39,9 +39,19 @@ var (
 // clock): a row past it is absent to every statement.
 type statements struct {
 	load, lock, create, update, delete, list, cleanup string
+	// In a step's transaction: a revision drawn with the load, and the
+	// writes of the record at that revision, sent with the COMMIT (see
+	// session). A write that matches no row (a conflict) divides by zero:
+	// an error, which aborts the transaction, so that the COMMIT sent
+	// behind it does not commit the handler's writes without the record.
+	next, createAt, updateAt string
 }
 
 const live = "(expires_at IS NULL OR expires_at > now())"
+
+// oneRowOrFail returns the revision the write w wrote, or fails with
+// division_by_zero (22012) if it wrote no row.
+const oneRowOrFail = "SELECT coalesce((SELECT rev FROM w), 0) / (SELECT count(*) FROM w)"
 
 func statementsFor(n names) statements {
 	return statements{
@@ -60,6 +70,14 @@ func statementsFor(n names) statements {
 		// live row was there tells ErrConflict from ErrNotFound.
 		delete: "WITH d AS (DELETE FROM " + n.table + " WHERE key = $1 AND rev = $2 AND " + live + " RETURNING 1) " +
 			"SELECT EXISTS (SELECT 1 FROM d), EXISTS (SELECT 1 FROM " + n.table + " WHERE key = $1 AND " + live + ")",
+		next: "SELECT nextval('" + n.seq + "')",
+		createAt: "WITH w AS (INSERT INTO " + n.table + " AS r (key, value, rev, expires_at) " +
+			"VALUES ($1, $2, $4, now() + $3::bigint * interval '1 microsecond') " +
+			"ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at " +
+			"WHERE r.expires_at IS NOT NULL AND r.expires_at <= now() RETURNING rev) " + oneRowOrFail,
+		updateAt: "WITH w AS (UPDATE " + n.table + " SET value = $2, rev = $5, " +
+			"expires_at = now() + $3::bigint * interval '1 microsecond' " +
+			"WHERE key = $1 AND rev = $4 AND " + live + " RETURNING rev) " + oneRowOrFail,
 		list: "SELECT key FROM " + n.table + " WHERE key > $1 AND key < $2 AND " + live + " ORDER BY key LIMIT $3",
 		cleanup: "DELETE FROM " + n.table + " WHERE key IN (SELECT key FROM " + n.table +
 			" WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED) AND expires_at <= now()",
@@ -101,12 +119,16 @@ func (s *Store) Table() string { return s.table }
 func (s *Store) Load(ctx context.Context, key string) ([]byte, uint64, error) {
 	var value []byte
 	var rev int64
-	q, inTx := s.db(ctx)
-	stmt := s.sql.load
-	if inTx && s.locking {
-		stmt = s.sql.lock
+	var err error
+	if ss, ok := s.session(ctx); ok {
+		stmt := s.sql.load
+		if s.locking {
+			stmt = s.sql.lock
+		}
+		err = ss.load(ctx, stmt, key, &value, &rev)
+	} else {
+		err = s.pool.QueryRow(ctx, s.sql.load, key).Scan(&value, &rev)
 	}
-	err := q.QueryRow(ctx, stmt, key).Scan(&value, &rev)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, 0, fmt.Errorf("%w: %s", saga.ErrNotFound, key)
 	}
@@ -142,18 +164,23 @@ func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64, t
 	if value == nil {
 		value = []byte{} // the column is NOT NULL; nil would be NULL
 	}
-	var row pgx.Row
-	q, _ := s.db(ctx)
-	switch {
-	case rev == 0:
-		row = q.QueryRow(ctx, s.sql.create, key, value, ttlMicros)
-	case rev > math.MaxInt64:
+	if rev > math.MaxInt64 {
 		return 0, fmt.Errorf("%w: %s: revision %d was never issued", saga.ErrConflict, key, rev)
-	default:
-		row = q.QueryRow(ctx, s.sql.update, key, value, ttlMicros, int64(rev))
+	}
+	q := querier(s.pool)
+	if ss, ok := s.session(ctx); ok {
+		if n, deferred, err := ss.put(ctx, key, value, rev, ttlMicros); err != nil || deferred {
+			return n, err
+		}
+		q = ss.tx
 	}
 	var n int64
-	err := row.Scan(&n)
+	var err error
+	if rev == 0 {
+		err = q.QueryRow(ctx, s.sql.create, key, value, ttlMicros).Scan(&n)
+	} else {
+		err = q.QueryRow(ctx, s.sql.update, key, value, ttlMicros, int64(rev)).Scan(&n)
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		if rev == 0 {
 			return 0, fmt.Errorf("%w: %s exists", saga.ErrConflict, key)
@@ -173,7 +200,13 @@ func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
 		rev = 0 // never issued: matches no row
 	}
 	var deleted, existed bool
-	q, _ := s.db(ctx)
+	q := querier(s.pool)
+	if ss, ok := s.session(ctx); ok {
+		if err := ss.ready(ctx); err != nil {
+			return fmt.Errorf("pgstore: delete %s: %w", key, err)
+		}
+		q = ss.tx
+	}
 	if err := q.QueryRow(ctx, s.sql.delete, key, int64(rev)).Scan(&deleted, &existed); err != nil {
 		return fmt.Errorf("pgstore: delete %s: %w", key, err)
 	}
