@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ type engineSpy struct {
 
 	mu        sync.Mutex
 	down      bool
+	slow      time.Duration // how long Schedule takes to return after scheduling
 	scheduled []timeout.Timeout
 	cancels   map[timeout.Ref]error
 }
@@ -43,10 +45,12 @@ func (e *engineSpy) Schedule(ctx context.Context, t timeout.Timeout) (timeout.Re
 	}
 	ref, err := e.inner.Schedule(ctx, t)
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if err == nil {
 		e.scheduled = append(e.scheduled, t)
 	}
+	slow := e.slow
+	e.mu.Unlock()
+	time.Sleep(slow)
 	return ref, err
 }
 
@@ -97,10 +101,10 @@ func pendingTicks(t *testing.T, h *harness) map[string]int {
 }
 
 // With WithTimeouts the pending occurrence of a schedule is a timeout on
-// the engine given, due 300 ms before the occurrence: every second for ten
-// seconds, each occurrence is sent once, none early, from ticks all on
-// the engine (none written on the queue); Pause cancels the pending tick
-// on the engine, Resume schedules the next one there.
+// the engine given, due 1.3 s before the occurrence: every 3 seconds for a
+// minute, each occurrence is sent once, none early, from ticks all on the
+// engine (none written on the queue); Pause cancels the pending tick on
+// the engine, Resume schedules the next one there.
 func TestTicksOnATimeoutEngine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t)
@@ -110,10 +114,10 @@ func TestTicksOnATimeoutEngine(t *testing.T) {
 			t.Fatal(err)
 		}
 		base := time.Now().Add(time.Minute).Truncate(time.Minute)
-		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(20 * time.Second)})
+		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: 3 * time.Second}, Start: base, End: base.Add(60 * time.Second)})
 		h.run()
 		defer h.stopRun()
-		sleepUntil(base.Add(9*time.Second + 500*time.Millisecond))
+		sleepUntil(base.Add(28*time.Second + 500*time.Millisecond)) // the tick of 30 s is due at 28.7 s
 		info, err := h.s.Get(h.ctx, "s")
 		if err != nil {
 			t.Fatal(err)
@@ -125,8 +129,8 @@ func TestTicksOnATimeoutEngine(t *testing.T) {
 			t.Errorf("ticks pending on the schedule queue by writer: %v, want one, the engine's", got)
 		}
 		var want []time.Duration
-		for i := range 11 {
-			want = append(want, time.Duration(i)*time.Second-300*time.Millisecond)
+		for i := 0; i <= 30; i += 3 {
+			want = append(want, time.Duration(i)*time.Second-1300*time.Millisecond)
 		}
 		if got := eng.ticks(base); !slices.Equal(got, want) {
 			t.Errorf("ticks on the engine due at %v from the first occurrence, want %v", got, want)
@@ -141,34 +145,66 @@ func TestTicksOnATimeoutEngine(t *testing.T) {
 			t.Fatal("no tick was scheduled on the engine")
 		}
 		last := eng.scheduled[len(eng.scheduled)-1]
-		cancels := len(eng.cancels)
-		var cancelErr error = errors.New("not cancelled")
-		for ref, err := range eng.cancels {
-			if string(ref) != "" && err == nil {
-				cancelErr = nil
-			}
-		}
+		cancels := maps.Clone(eng.cancels)
 		eng.mu.Unlock()
-		if cancels != 1 || cancelErr != nil {
-			t.Errorf("Pause cancelled %d ticks on the engine (%v), want the pending one (%s), cancelled", cancels, cancelErr, last.ID)
+		if len(cancels) != 1 {
+			t.Errorf("Pause cancelled %v on the engine, want the pending tick %s", cancels, last.ID)
+		}
+		for ref, err := range cancels {
+			if err != nil {
+				t.Errorf("Pause: cancel of %s: %v, want it cancelled", ref, err)
+			}
 		}
 		if got := pendingTicks(t, h); len(got) != 0 {
 			t.Errorf("ticks pending after Pause: %v, want none", got)
 		}
-		sleepUntil(base.Add(13*time.Second + 500*time.Millisecond))
+		sleepUntil(base.Add(40*time.Second + 500*time.Millisecond))
 		if err := h.s.Resume(h.ctx, "s", ""); err != nil {
 			t.Fatal(err)
 		}
-		if info, _ := h.s.Get(h.ctx, "s"); info.Engine != "eng" {
-			t.Errorf("after Resume, Info.Engine %q, want eng", info.Engine)
+		if info, _ := h.s.Get(h.ctx, "s"); info.Engine != "eng" || info.Skipped != 4 {
+			t.Errorf("after Resume, Info.Engine %q skipped %d, want eng and 4 (30 to 39 s)", info.Engine, info.Skipped)
 		}
-		sleepUntil(base.Add(21 * time.Second))
+		sleepUntil(base.Add(61 * time.Second))
 		got, msgs := h.received(base)
-		equalInts(t, "nominal seconds", got, append(seq(0, 9), seq(14, 20)...))
+		var wantSecs []int
+		for i := 0; i <= 60; i += 3 {
+			if i < 30 || i > 40 {
+				wantSecs = append(wantSecs, i)
+			}
+		}
+		equalInts(t, "nominal seconds", got, wantSecs)
 		for i, m := range msgs {
 			if nominal := base.Add(time.Duration(got[i]) * time.Second); m.EnqueuedAt.Before(nominal) {
 				t.Errorf("occurrence %d sent %v early", got[i], nominal.Sub(m.EnqueuedAt))
 			}
+		}
+	})
+}
+
+// A Pause while Run holds a tick that came early (the engine's lead)
+// stops its occurrence: Run reads the record again after the hold.
+func TestPauseWhileATickIsHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		eng := newEngineSpy(h.b)
+		var err error
+		if h.s, err = schedule.New(h.b, schedule.WithLogger(discard()), schedule.WithTimeouts(eng)); err != nil {
+			t.Fatal(err)
+		}
+		base := time.Now().Add(time.Minute).Truncate(time.Minute)
+		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(20 * time.Second)})
+		h.run()
+		defer h.stopRun()
+		sleepUntil(base.Add(5*time.Second + 500*time.Millisecond)) // the tick of 6 s came at 4.7 s
+		if err := h.s.Pause(h.ctx, "s", ""); err != nil {
+			t.Fatal(err)
+		}
+		sleepUntil(base.Add(8 * time.Second))
+		got, _ := h.received(base)
+		equalInts(t, "nominal seconds", got, seq(0, 5))
+		if info, _ := h.s.Get(h.ctx, "s"); info.Sent != 6 {
+			t.Errorf("Info.Sent %d, want 6", info.Sent)
 		}
 	})
 }
@@ -203,12 +239,43 @@ func TestTicksFallBackToTheQueue(t *testing.T) {
 		}
 		eng.setDown(false)
 		sleepUntil(base.Add(6*time.Second + 500*time.Millisecond))
-		if got, want := engines(), "eng map[eng:1]"; got != want {
-			t.Errorf("with the engine back: engine and pending ticks %q, want %q", got, want)
+		if info, _ := h.s.Get(h.ctx, "s"); info.Engine != "eng" {
+			t.Errorf("with the engine back: Info.Engine %q, want eng", info.Engine)
 		}
 		sleepUntil(base.Add(11 * time.Second))
 		got, _ := h.received(base)
 		equalInts(t, "nominal seconds", got, seq(0, 10))
+		// The ticks of 4 and 5 were planned while the engine was down.
+		var want []time.Duration
+		for _, n := range append(seq(0, 3), seq(6, 10)...) {
+			want = append(want, time.Duration(n)*time.Second-1300*time.Millisecond)
+		}
+		if got := eng.ticks(base); !slices.Equal(got, want) {
+			t.Errorf("ticks on the engine due at %v from the first occurrence, want %v", got, want)
+		}
+	})
+}
+
+// A tick due at once (a schedule every second: its ticks are due 1.3 s
+// early) that the engine delivers before the scheduler has written the
+// record naming it is not taken for a stale one: Run waits for the record,
+// and every occurrence is sent.
+func TestTickBeforeItsRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		eng := newEngineSpy(h.b)
+		eng.slow = 100 * time.Millisecond
+		var err error
+		if h.s, err = schedule.New(h.b, schedule.WithLogger(discard()), schedule.WithTimeouts(eng)); err != nil {
+			t.Fatal(err)
+		}
+		base := time.Now().Add(time.Minute).Truncate(time.Minute)
+		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(5 * time.Second)})
+		h.run()
+		defer h.stopRun()
+		sleepUntil(base.Add(6 * time.Second))
+		got, _ := h.received(base)
+		equalInts(t, "nominal seconds", got, seq(0, 5))
 	})
 }
 

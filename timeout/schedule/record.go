@@ -39,6 +39,7 @@ type record struct {
 	TickID    string    `json:"tick_id,omitempty"`
 	TickSeq   uint64    `json:"tick_seq,omitempty"`
 	TickRef   string    `json:"tick_ref,omitempty"` // the tick's ref on the engine given WithTimeouts
+	Gen       uint64    `json:"gen,omitempty"`      // incremented by every write (commit)
 	First     time.Time `json:"first,omitzero"`     // first occurrence sent or skipped
 	Last      time.Time `json:"last,omitzero"`
 	Paused    bool      `json:"paused,omitempty"`

@@ -250,9 +250,10 @@ func WithQueue(name string) Option {
 // WithTimeouts has the scheduler wake up for each pending occurrence
 // through the timeout engine ts rather than by a scheduled message it
 // writes on its queue with the schedule's record: a timeout.Timeout whose
-// message (the tick) ts delivers to the scheduler's queue
-// timeout.DefaultEarlyActivation (300 ms) before the occurrence, where Run
-// receives it and holds it until the occurrence's time. ts is typically the Temporal engine (the nested
+// message (the tick) ts delivers to the scheduler's queue 1.3 s before
+// the occurrence (a Temporal timer fires up to a second late when it is
+// shorter than a second, some 100 ms late otherwise), where Run receives
+// it and holds it until the occurrence's time. ts is typically the Temporal engine (the nested
 // module github.com/jetsaga/jetsaga/timeout/temporal), whose workers must
 // deliver to the broker the scheduler uses, or a timeout.Router that
 // sends long gaps (a monthly run) to Temporal and short ones to the

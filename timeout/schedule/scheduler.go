@@ -234,18 +234,25 @@ const (
 	tickSubject  = "jetsaga.schedule.tick"
 	propTickName = "jetsaga-schedule"
 	propTickID   = "jetsaga-schedule-tick"
+	// propTickGen carries the generation of the record that names the
+	// tick (record.Gen), so that Run tells a tick that came before its
+	// record was written from a stale one.
+	propTickGen = "jetsaga-schedule-gen"
 )
 
 // commit writes r at revision rev, with a tick for r.Next unless the
 // schedule is paused or ended. The record never names a tick that was not
 // written: the two go in one atomic write, or, on a queue where such a
 // write is staged by the server and slow (StateCommitsStaged: one replica,
-// file storage), the tick first and the record after it. A tick written
-// for a record that was then not written (a crash, a concurrent write)
-// names an ID no record holds, and is dropped when it fires.
+// file storage), or when the tick goes to a timeout engine (WithTimeouts),
+// the tick first and the record after it. A tick written for a record
+// that was then not written (a crash, a concurrent write) names an ID no
+// record holds, and is dropped when it fires; one that fires before its
+// record is written (it was due at once) waits for it (see handleTick).
 func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, rev uint64) error {
 	var tick *transport.Message
 	r.TickID, r.TickSeq, r.TickRef, r.FireAt = "", 0, "", time.Time{}
+	r.Gen++
 	if !r.Paused && !r.Ended && !r.Next.IsZero() {
 		r.FireAt = r.Next.Add(jitter(OccurrenceID(r.Name, r.Next), r.Jitter))
 		// A random part makes the ID unique to this write, so that no
@@ -258,7 +265,7 @@ func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, r
 			at = r.retryAt
 		}
 		tick = &transport.Message{MessageID: r.TickID, Subject: tickSubject, ScheduledAt: at,
-			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID}}
+			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID, propTickGen: strconv.FormatUint(r.Gen, 10)}}
 	}
 	if tick != nil && s.timeouts != nil {
 		if r.TickRef = s.scheduleTick(ctx, r, tick); r.TickRef != "" {
@@ -322,10 +329,13 @@ func (s *Scheduler) scheduleTick(ctx context.Context, r *record, tick *transport
 }
 
 // tickLead is how long before its occurrence a tick scheduled on a timeout
-// engine (WithTimeouts) is due, so that the engine's own lateness (a
-// Temporal timer fires some 100 ms late) does not delay the occurrence:
-// Run holds the tick until the occurrence's time.
-const tickLead = timeout.DefaultEarlyActivation
+// engine (WithTimeouts) is due, so that the engine's own lateness does not
+// delay the occurrence: a Temporal timer fires some 100 ms late, and one
+// shorter than a second fires after a second (measured on the Temporal
+// dev server: a schedule every second whose ticks were due 300 ms early
+// drifted 40 ms later at each occurrence). Run holds the tick until the
+// occurrence's time.
+const tickLead = time.Second + timeout.DefaultEarlyActivation
 
 // cancelRef cancels a tick scheduled on the timeout engine, if this
 // scheduler has it; any outcome will do (a tick that fires finds its
