@@ -57,6 +57,18 @@
 //     collection from Dispatcher.ScheduledTimeouts (which browses the
 //     dispatcher's queue: one read per scheduled message, so collect it
 //     at a modest interval on queues with very many timeouts).
+//
+// # Recurring schedules
+//
+// ScheduleHooks gives schedule.WithHooks hooks that count the occurrences
+// a timeout/schedule Scheduler's Run handles:
+//
+//   - jetsaga.schedule.occurrences ({occurrence}): by jetsaga.schedule.name,
+//     jetsaga.schedule.outcome (sent, skipped) and jetsaga.schedule.late
+//     (beyond the schedule's catch-up tolerance): fired, skipped and late
+//     occurrences;
+//   - jetsaga.schedule.lateness (s): how late occurrences were sent, by
+//     jetsaga.schedule.name.
 package sagaotel
 
 import (
