@@ -2,7 +2,6 @@ package sagaotel_test
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -28,16 +27,12 @@ func TestScheduleHooks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hooks, err := tel.ScheduleHooks()
-		if err != nil {
-			t.Fatal(err)
-		}
 		b, err := transport.NewMemory()
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		s, err := schedule.New(b, schedule.WithHooks(hooks), schedule.WithLogger(slog.New(slog.DiscardHandler)))
+		s, err := docsScheduleTelemetry(b, tel)
 		if err != nil {
 			t.Fatal(err)
 		}
