@@ -74,7 +74,7 @@ func TestScheduleHooks(t *testing.T) {
 						name, _ := p.Attributes.Value("jetsaga.schedule.name")
 						outcome, _ := p.Attributes.Value("jetsaga.schedule.outcome")
 						late, _ := p.Attributes.Value("jetsaga.schedule.late")
-						counts[name.AsString()+" "+outcome.AsString()+" late="+late.Emit()] += p.Value
+						counts[name.AsString()+" "+outcome.AsString()+" late="+late.String()] += p.Value
 					}
 				case metricdata.Histogram[float64]:
 					if m.Name != "jetsaga.schedule.lateness" {
