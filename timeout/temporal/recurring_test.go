@@ -43,10 +43,11 @@ type recurLog struct {
 	mu        sync.Mutex
 	first     map[string]time.Time   // the first occurrence's due time
 	handled   map[string][]time.Time // committed occurrences' due times
-	dropped   map[string]int         // occurrences delivered after the stop
-	stoppedAt map[string]int         // the occurrence pending at the stop message
-	raced     map[string]bool        // the stop came less than raceMargin before it was due
-	stopped   map[string]bool        // the stop message's step committed
+	lateness  map[string][]time.Duration
+	dropped   map[string]int  // occurrences delivered after the stop
+	stoppedAt map[string]int  // the occurrence pending at the stop message
+	raced     map[string]bool // the stop came less than raceMargin before it was due
+	stopped   map[string]bool // the stop message's step committed
 	problems  []string
 }
 
@@ -62,6 +63,7 @@ func (l *recurLog) stepDone(_ context.Context, info saga.StepInfo, res saga.Step
 		switch {
 		case info.MessageType == saga.MessageName[recurTick]() && committed:
 			l.handled[info.ID] = append(l.handled[info.ID], info.TimeoutDue)
+			l.lateness[info.ID] = append(l.lateness[info.ID], info.StartedAt.Sub(info.TimeoutDue).Round(time.Millisecond))
 		case info.MessageType == saga.MessageName[recurTick]() && res.Outcome == saga.Dropped:
 			l.dropped[info.ID]++
 		case info.MessageType == saga.MessageName[recurStop]() && committed:
@@ -114,7 +116,7 @@ func TestRecurringTimeoutOnTemporal(t *testing.T) {
 	b := broker(t, ns)
 	e, tq := servedEngine(t, c, b, WithBroker(b))
 
-	log := &recurLog{first: map[string]time.Time{}, handled: map[string][]time.Time{}, dropped: map[string]int{},
+	log := &recurLog{first: map[string]time.Time{}, handled: map[string][]time.Time{}, lateness: map[string][]time.Duration{}, dropped: map[string]int{},
 		stoppedAt: map[string]int{}, raced: map[string]bool{}, stopped: map[string]bool{}}
 	flow := saga.Define[recurData](name)
 	saga.StartedBy(flow, saga.By(func(m recurStart) string { return m.ID }),
@@ -278,6 +280,11 @@ func TestRecurringTimeoutOnTemporal(t *testing.T) {
 		outcomes[r.Outcome]++
 	}
 	t.Logf("timeout workflows by outcome %v; %d occurrences handled, %d dropped", outcomes, handled, dropped)
+	log.do(func() {
+		for _, id := range all {
+			t.Logf("%s: handlers got the occurrences late by %v", id, log.lateness[id])
+		}
+	})
 	if outcomes[outcomeFired] != handled+dropped || outcomes[outcomeCancelled]+dropped != len(byMessage) || len(outcomes) > 2 {
 		t.Errorf("timeout workflows by outcome %v, want %d fired (%d handled, %d dropped) and %d cancelled",
 			outcomes, handled+dropped, handled, dropped, len(byMessage)-dropped)
