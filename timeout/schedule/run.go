@@ -68,6 +68,18 @@ func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
 		return
 	}
 	gen, _ := strconv.ParseUint(d.Properties[propTickGen], 10, 64) // 0 (as stale) if absent
+	// Never early: a tick activates up to the scheduler's lead before its
+	// occurrence; hold it until then, by this process's clock, before
+	// reading the record, so that a Pause during the hold stops it. (fire
+	// holds a tick that does not carry its time.)
+	if at, err := time.Parse(time.RFC3339Nano, d.Properties[propTickFireAt]); err == nil && time.Until(at) > 0 {
+		select {
+		case <-ctx.Done():
+			_ = d.Abandon(context.WithoutCancel(ctx))
+			return
+		case <-time.After(time.Until(at)):
+		}
+	}
 	wait := 10 * time.Millisecond
 	for start := time.Now(); ; {
 		err := s.fire(ctx, name, tickID, gen)
@@ -153,10 +165,10 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) e
 	if r.TickID != tickID || r.Paused || r.Ended || r.Next.IsZero() {
 		return nil // stale: re-planned, paused, or handled before
 	}
-	// Never early: a tick activates up to the scheduler's lead before
-	// FireAt; hold it until then, by this process's clock, and read the
-	// record again: a Pause or Delete during the hold must stop the
-	// occurrence, not merely fail the write after it was sent.
+	// Never early: hold the tick until FireAt (handleTick did, if the
+	// tick carries it), and read the record again: a Pause or Delete
+	// during the hold must stop the occurrence, not merely fail the write
+	// after it was sent.
 	if wait := time.Until(r.FireAt); wait > 0 {
 		select {
 		case <-ctx.Done():

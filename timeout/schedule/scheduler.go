@@ -238,6 +238,10 @@ const (
 	// tick (record.Gen), so that Run tells a tick that came before its
 	// record was written from a stale one.
 	propTickGen = "jetsaga-schedule-gen"
+	// propTickFireAt carries the record's FireAt, so that Run holds an
+	// early tick before it reads the record, not between the read and the
+	// send.
+	propTickFireAt = "jetsaga-schedule-fire-at"
 )
 
 // commit writes r at revision rev, with a tick for r.Next unless the
@@ -265,7 +269,8 @@ func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, r
 			at = r.retryAt
 		}
 		tick = &transport.Message{MessageID: r.TickID, Subject: tickSubject, ScheduledAt: at,
-			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID, propTickGen: strconv.FormatUint(r.Gen, 10)}}
+			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID, propTickGen: strconv.FormatUint(r.Gen, 10),
+				propTickFireAt: r.FireAt.UTC().Format(time.RFC3339Nano)}}
 	}
 	if tick != nil && s.timeouts != nil {
 		if r.TickRef = s.scheduleTick(ctx, r, tick); r.TickRef != "" {
