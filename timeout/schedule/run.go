@@ -68,16 +68,16 @@ func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
 		return
 	}
 	gen, _ := strconv.ParseUint(d.Properties[propTickGen], 10, 64) // 0 (as stale) if absent
-	// Never early: a tick activates up to the scheduler's lead before its
-	// occurrence; hold it until then, by this process's clock, before
-	// reading the record, so that a Pause during the hold stops it. (fire
-	// holds a tick that does not carry its time.)
-	if at, err := time.Parse(time.RFC3339Nano, d.Properties[propTickFireAt]); err == nil && time.Until(at) > 0 {
+	// A tick activates up to the scheduler's lead before its occurrence:
+	// hold it until readAhead before then, and only then read the record,
+	// so that a Pause during the hold stops it. (fire holds the rest of
+	// the way, and holds a tick that does not carry its time.)
+	if at, err := time.Parse(time.RFC3339Nano, d.Properties[propTickFireAt]); err == nil && time.Until(at) > readAhead {
 		select {
 		case <-ctx.Done():
 			_ = d.Abandon(context.WithoutCancel(ctx))
 			return
-		case <-time.After(time.Until(at)):
+		case <-time.After(time.Until(at) - readAhead):
 		}
 	}
 	wait := 10 * time.Millisecond
@@ -123,6 +123,12 @@ func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
 	}
 }
 
+// readAhead is how long before an occurrence's time Run reads its record:
+// the read's own latency is then mostly over by the time the occurrence
+// is due, and a Pause written less than readAhead before it may not stop
+// it (the occurrence is then counted as sent).
+const readAhead = 50 * time.Millisecond
+
 // errRecordBehind: the tick's record is of a generation before the
 // tick's.
 var errRecordBehind = errors.New("schedule: record not written yet")
@@ -165,17 +171,19 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) e
 	if r.TickID != tickID || r.Paused || r.Ended || r.Next.IsZero() {
 		return nil // stale: re-planned, paused, or handled before
 	}
-	// Never early: hold the tick until FireAt (handleTick did, if the
-	// tick carries it), and read the record again: a Pause or Delete
-	// during the hold must stop the occurrence, not merely fail the write
-	// after it was sent.
+	// Never early: hold the tick until FireAt, by this process's clock.
+	// Held longer than readAhead (a tick that does not carry its time),
+	// read the record again: a Pause or Delete during the hold must stop
+	// the occurrence, not merely fail the write after it was sent.
 	if wait := time.Until(r.FireAt); wait > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(wait):
 		}
-		return s.fire(ctx, name, tickID, gen)
+		if wait > readAhead {
+			return s.fire(ctx, name, tickID, gen)
+		}
 	}
 	p, err := s.planner(r)
 	if err != nil {
