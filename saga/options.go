@@ -362,6 +362,8 @@ type StepInfo struct {
 	DeliveryCount                int
 	// MessageID is the incoming message's MessageID (may be empty).
 	MessageID string
+	// PartitionKey is the incoming message's PartitionKey (may be empty).
+	PartitionKey string
 	// EnqueuedAt is when the message became active on the queue.
 	EnqueuedAt time.Time
 	// TimeoutDue is the due time of a timeout, zero for other messages:

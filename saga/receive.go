@@ -147,7 +147,7 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, h hold
 // cannot be read.
 func (d *Dispatcher) stepInfo(ctx context.Context, del *transport.Delivery, h holdPlan, start time.Time) StepInfo {
 	info := StepInfo{Queue: d.queueName, MessageType: del.Properties[propType], Seq: del.Seq, DeliveryCount: del.DeliveryCount,
-		MessageID: del.MessageID, EnqueuedAt: del.EnqueuedAt, StartedAt: start, Properties: del.Properties}
+		MessageID: del.MessageID, PartitionKey: del.PartitionKey, EnqueuedAt: del.EnqueuedAt, StartedAt: start, Properties: del.Properties}
 	if h.timeout {
 		info.TimeoutDue = h.due
 		if h.dueErr != nil {

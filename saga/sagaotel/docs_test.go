@@ -9,6 +9,7 @@ import (
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/memstore"
 	"github.com/jetsaga/jetsaga/saga/sagaotel"
+	"github.com/jetsaga/jetsaga/timeout/schedule"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -69,4 +70,15 @@ func TestDocsTelemetry(t *testing.T) {
 	if err != nil || m != (CodeRequested{Login: "l1", User: "ann"}) {
 		t.Errorf("sent %+v, %v; want l1 for ann", m, err)
 	}
+}
+
+// docsScheduleTelemetry is the snippet of docs/schedules.md (internal/doccheck
+// checks that the guide quotes it): a scheduler whose occurrences are
+// counted. TestScheduleHooks runs it.
+func docsScheduleTelemetry(b *transport.Broker, tel *sagaotel.Telemetry) (*schedule.Scheduler, error) {
+	hooks, err := tel.ScheduleHooks() // jetsaga.schedule.occurrences, jetsaga.schedule.lateness
+	if err != nil {
+		return nil, err
+	}
+	return schedule.New(b, schedule.WithHooks(hooks))
 }

@@ -14,7 +14,8 @@
 // messaging.destination.name, messaging.message.conversation_id for the
 // saga instance) and jetsaga's own (jetsaga.saga.name, jetsaga.saga.id,
 // jetsaga.message.type, jetsaga.message.seq, jetsaga.delivery_count,
-// jetsaga.step.outcome, jetsaga.timeout.due, jetsaga.timeout.lateness).
+// jetsaga.step.outcome, jetsaga.timeout.due, jetsaga.timeout.lateness;
+// with WithPartitionKeyAttribute, jetsaga.message.partition_key).
 // A step that ends in an error (retried, dead-lettered, abandoned) has
 // status Error and the error recorded.
 //
@@ -32,7 +33,8 @@
 // # Metrics
 //
 //   - jetsaga.steps ({step}): steps by jetsaga.step.outcome, saga and
-//     queue;
+//     queue (and, with WithPartitionKeyAttribute, by
+//     jetsaga.message.partition_key, as every step metric below);
 //   - jetsaga.step.duration (s): a histogram of step durations;
 //   - jetsaga.step.conflicts ({conflict}): optimistic-concurrency
 //     conflicts that made a step run again;
@@ -57,6 +59,18 @@
 //     collection from Dispatcher.ScheduledTimeouts (which browses the
 //     dispatcher's queue: one read per scheduled message, so collect it
 //     at a modest interval on queues with very many timeouts).
+//
+// # Recurring schedules
+//
+// ScheduleHooks gives schedule.WithHooks hooks that count the occurrences
+// a timeout/schedule Scheduler's Run handles:
+//
+//   - jetsaga.schedule.occurrences ({occurrence}): by jetsaga.schedule.name,
+//     jetsaga.schedule.outcome (sent, skipped) and jetsaga.schedule.late
+//     (beyond the schedule's catch-up tolerance): fired, skipped and late
+//     occurrences;
+//   - jetsaga.schedule.lateness (s): how late occurrences were sent, by
+//     jetsaga.schedule.name.
 package sagaotel
 
 import (
@@ -87,9 +101,10 @@ const PropertyPrefix = "otel-"
 type Option func(*config)
 
 type config struct {
-	tp   trace.TracerProvider
-	mp   metric.MeterProvider
-	prop propagation.TextMapPropagator
+	tp           trace.TracerProvider
+	mp           metric.MeterProvider
+	prop         propagation.TextMapPropagator
+	partitionKey bool
 }
 
 // WithTracerProvider sets the tracer provider. Default: otel.GetTracerProvider().
@@ -103,11 +118,19 @@ func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) 
 // tracestate) and baggage.
 func WithPropagator(p propagation.TextMapPropagator) Option { return func(c *config) { c.prop = p } }
 
+// WithPartitionKeyAttribute adds the incoming message's PartitionKey (when
+// it has one) to every step's span and metrics, as the attribute
+// jetsaga.message.partition_key. Off by default: a metric gets one series
+// per key, so turn it on only where keys are few (tenants, regions), not
+// where they are per customer or per order.
+func WithPartitionKeyAttribute() Option { return func(c *config) { c.partitionKey = true } }
+
 // Telemetry makes the hooks that trace and measure a dispatcher's steps.
 type Telemetry struct {
-	tracer trace.Tracer
-	meter  metric.Meter
-	prop   propagation.TextMapPropagator
+	tracer       trace.Tracer
+	meter        metric.Meter
+	prop         propagation.TextMapPropagator
+	partitionKey bool // WithPartitionKeyAttribute
 
 	steps, conflicts, retries, deadLetters metric.Int64Counter
 	duration, lateness, handlerLateness    metric.Float64Histogram
@@ -129,7 +152,7 @@ func New(opts ...Option) (*Telemetry, error) {
 	if c.prop == nil {
 		c.prop = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	}
-	t := &Telemetry{tracer: c.tp.Tracer(ScopeName), meter: c.mp.Meter(ScopeName), prop: c.prop}
+	t := &Telemetry{tracer: c.tp.Tracer(ScopeName), meter: c.mp.Meter(ScopeName), prop: c.prop, partitionKey: c.partitionKey}
 	var errs []error
 	counter := func(name, unit, desc string) metric.Int64Counter {
 		m, err := t.meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
@@ -236,7 +259,7 @@ type spanKey struct{}
 
 func (t *Telemetry) stepStarted(ctx context.Context, info saga.StepInfo) context.Context {
 	parent := t.Extract(ctx, info.Properties)
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(stepAttrs(info)...)}
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(t.stepAttrs(info)...)}
 	if sc := trace.SpanContextFromContext(parent); sc.IsValid() && sc.IsRemote() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 	}
@@ -248,8 +271,7 @@ func (t *Telemetry) stepStarted(ctx context.Context, info saga.StepInfo) context
 			attribute.Float64("jetsaga.timeout.lateness", late.Seconds()),
 			attribute.Float64("jetsaga.timeout.handler_lateness", handlerLate.Seconds()))
 		if info.DeliveryCount <= 1 {
-			attrs := metric.WithAttributes(attribute.String("jetsaga.saga.name", info.Saga),
-				attribute.String("messaging.destination.name", info.Queue))
+			attrs := metric.WithAttributes(t.metricAttrs(info)...)
 			t.lateness.Record(ctx, late.Seconds(), attrs)
 			t.handlerLateness.Record(ctx, handlerLate.Seconds(), attrs)
 		}
@@ -257,7 +279,19 @@ func (t *Telemetry) stepStarted(ctx context.Context, info saga.StepInfo) context
 	return context.WithValue(ctx, spanKey{}, span)
 }
 
-func stepAttrs(info saga.StepInfo) []attribute.KeyValue {
+// metricAttrs are the attributes of a step's metrics: its saga and queue,
+// and with WithPartitionKeyAttribute its partition key.
+func (t *Telemetry) metricAttrs(info saga.StepInfo, more ...attribute.KeyValue) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, len(more)+3)
+	attrs = append(attrs, more...)
+	attrs = append(attrs, attribute.String("jetsaga.saga.name", info.Saga), attribute.String("messaging.destination.name", info.Queue))
+	if t.partitionKey && info.PartitionKey != "" {
+		attrs = append(attrs, attribute.String("jetsaga.message.partition_key", info.PartitionKey))
+	}
+	return attrs
+}
+
+func (t *Telemetry) stepAttrs(info saga.StepInfo) []attribute.KeyValue {
 	attrs := []attribute.KeyValue{
 		attribute.String("messaging.system", "jetsaga"),
 		attribute.String("messaging.operation.type", "process"),
@@ -269,6 +303,9 @@ func stepAttrs(info saga.StepInfo) []attribute.KeyValue {
 	}
 	if info.MessageID != "" {
 		attrs = append(attrs, attribute.String("messaging.message.id", info.MessageID))
+	}
+	if t.partitionKey && info.PartitionKey != "" {
+		attrs = append(attrs, attribute.String("jetsaga.message.partition_key", info.PartitionKey))
 	}
 	if info.Saga != "" {
 		attrs = append(attrs, attribute.String("jetsaga.saga.name", info.Saga))
@@ -282,8 +319,7 @@ func stepAttrs(info saga.StepInfo) []attribute.KeyValue {
 
 func (t *Telemetry) stepDone(ctx context.Context, info saga.StepInfo, res saga.StepResult) {
 	outcome := attribute.String("jetsaga.step.outcome", string(res.Outcome))
-	attrs := metric.WithAttributes(outcome, attribute.String("jetsaga.saga.name", info.Saga),
-		attribute.String("messaging.destination.name", info.Queue))
+	attrs := metric.WithAttributes(t.metricAttrs(info, outcome)...)
 	t.steps.Add(ctx, 1, attrs)
 	t.duration.Record(ctx, res.Duration.Seconds(), attrs)
 	if res.Conflicts > 0 {
@@ -299,7 +335,7 @@ func (t *Telemetry) stepDone(ctx context.Context, info saga.StepInfo, res saga.S
 	if !ok {
 		return
 	}
-	span.SetAttributes(stepAttrs(info)...)
+	span.SetAttributes(t.stepAttrs(info)...)
 	span.SetAttributes(outcome, attribute.Int("jetsaga.step.conflicts", res.Conflicts))
 	if res.Err != nil {
 		span.RecordError(res.Err)

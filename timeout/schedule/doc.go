@@ -40,6 +40,13 @@
 // runs, the pending occurrence waits on the queue, and the next Run applies
 // the catch-up policy to everything due by then.
 //
+// With WithTimeouts the pending occurrence waits on a timeout engine
+// instead (the Temporal engine, or a timeout.Router that sends long gaps
+// there): the tick is a timeout that the engine delivers to the
+// scheduler's queue 1.3 s before the occurrence, scheduled before the
+// record is written (the two cannot be one write); everything else is
+// the same. Info.Engine tells where a schedule's tick waits.
+//
 // An occurrence that cannot be sent (a topic not created yet, a calendar
 // version missing from the registry given WithCalendars, which every
 // process that runs Run needs) is tried again every 10 seconds; it is never

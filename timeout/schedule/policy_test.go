@@ -602,3 +602,37 @@ func TestOverlapBySession(t *testing.T) {
 		}
 	})
 }
+
+// A Pause that lands between an occurrence's send and the write that
+// records it does not make the occurrence count as skipped: Run notes it
+// as sent in the paused record, and Resume skips only those after it.
+func TestPauseDuringASend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h *harness
+		base := time.Now().Add(time.Minute).Truncate(time.Minute)
+		h = newHarness(t, schedule.WithHooks(schedule.Hooks{Sent: func(ctx context.Context, p schedule.OccurrenceParams) {
+			if p.Nominal.Equal(base.Add(3 * time.Second)) {
+				if err := h.s.Pause(ctx, "s", "during the send"); err != nil {
+					t.Errorf("Pause: %v", err)
+				}
+			}
+		}}))
+		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(10 * time.Second)})
+		h.run()
+		defer h.stopRun()
+		sleepUntil(base.Add(6*time.Second + 500*time.Millisecond))
+		if err := h.s.Resume(h.ctx, "s", ""); err != nil {
+			t.Fatal(err)
+		}
+		sleepUntil(base.Add(11 * time.Second))
+		got, _ := h.received(base)
+		equalInts(t, "nominal seconds", got, append(seq(0, 3), seq(7, 10)...))
+		info, err := h.s.Get(h.ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Sent != 8 || info.Skipped != 3 {
+			t.Errorf("sent %d skipped %d, want 8 and 3 (4 to 6 s)", info.Sent, info.Skipped)
+		}
+	})
+}

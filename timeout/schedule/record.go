@@ -7,6 +7,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -37,7 +38,9 @@ type record struct {
 	FireAt    time.Time `json:"fire_at,omitzero"`
 	TickID    string    `json:"tick_id,omitempty"`
 	TickSeq   uint64    `json:"tick_seq,omitempty"`
-	First     time.Time `json:"first,omitzero"` // first occurrence sent or skipped
+	TickRef   string    `json:"tick_ref,omitempty"` // the tick's ref on the engine given WithTimeouts
+	Gen       uint64    `json:"gen,omitempty"`      // incremented by every write (commit)
+	First     time.Time `json:"first,omitzero"`     // first occurrence sent or skipped
 	Last      time.Time `json:"last,omitzero"`
 	Paused    bool      `json:"paused,omitempty"`
 	PausedAt  time.Time `json:"paused_at,omitzero"`
@@ -88,8 +91,20 @@ func (r *record) info() Info {
 			Start: r.Start, End: r.End, CatchUp: r.CatchUp, Jitter: r.Jitter, Note: r.Note},
 		Created: r.Created, Next: r.Next, FireAt: r.FireAt, Last: r.Last,
 		Paused: r.Paused, PausedAt: r.PausedAt, PauseNote: r.PauseNote, Ended: r.Ended,
-		Sent: r.Sent, Skipped: r.Skipped, Late: r.Late,
+		Sent: r.Sent, Skipped: r.Skipped, Late: r.Late, Engine: r.engine(),
 	}
+}
+
+// engine names where the pending occurrence's tick is: the engine of its
+// ref, or timeout.QueueEngine for one on the scheduler's queue.
+func (r *record) engine() string {
+	switch {
+	case r.TickRef != "":
+		return timeout.Ref(r.TickRef).Engine()
+	case r.TickID != "":
+		return timeout.QueueEngine
+	}
+	return ""
 }
 
 // jitter returns the delay of the occurrence id: fixed by the ID, in [0, max).

@@ -67,10 +67,40 @@ func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
 		_ = d.DeadLetter(ctx, "NotATick", "a message on a schedule queue that the scheduler did not write")
 		return
 	}
-	for {
-		err := s.fire(ctx, name, tickID)
+	gen, _ := strconv.ParseUint(d.Properties[propTickGen], 10, 64) // 0 (as stale) if absent
+	// A tick activates up to the scheduler's lead before its occurrence:
+	// hold it until readAhead before then, and only then read the record,
+	// so that a Pause during the hold stops it. (fire holds the rest of
+	// the way, and holds a tick that does not carry its time.)
+	if at, err := time.Parse(time.RFC3339Nano, d.Properties[propTickFireAt]); err == nil && time.Until(at) > readAhead {
+		select {
+		case <-ctx.Done():
+			_ = d.Abandon(context.WithoutCancel(ctx))
+			return
+		case <-time.After(time.Until(at) - readAhead):
+		}
+	}
+	wait := 10 * time.Millisecond
+	for start := time.Now(); ; {
+		err := s.fire(ctx, name, tickID, gen)
 		if errors.Is(err, transport.ErrStateConflict) {
 			continue
+		}
+		if errors.Is(err, errRecordBehind) {
+			// The tick came before the write of the record that names it
+			// (a tick due at once on a timeout engine, written first):
+			// wait for the record. If it never comes (the writer died or
+			// lost a race), its record still names a tick of its own; drop
+			// this one.
+			if time.Since(start) < maxRecordWait {
+				select {
+				case <-ctx.Done():
+				case <-time.After(wait):
+				}
+				wait = min(2*wait, 500*time.Millisecond)
+				continue
+			}
+			err = nil
 		}
 		if ctx.Err() != nil {
 			// Run is stopping: let another Run have the tick at once.
@@ -93,6 +123,20 @@ func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
 	}
 }
 
+// readAhead is how long before an occurrence's time Run reads its record:
+// the read's own latency is then mostly over by the time the occurrence
+// is due, and a Pause written less than readAhead before it may not stop
+// it (the occurrence is then counted as sent).
+const readAhead = 50 * time.Millisecond
+
+// errRecordBehind: the tick's record is of a generation before the
+// tick's.
+var errRecordBehind = errors.New("schedule: record not written yet")
+
+// maxRecordWait bounds how long Run waits for the record of a tick that
+// came before it (errRecordBehind): well within MaxLockDuration.
+const maxRecordWait = 5 * time.Second
+
 // retryDelay is how long after a failed tick a Run tries again.
 const retryDelay = 10 * time.Second
 
@@ -109,10 +153,11 @@ func (s *Scheduler) retryLater(ctx context.Context, name, tickID string) error {
 	return err
 }
 
-// fire handles the tick tickID of the schedule name: it sends the pending
+// fire handles the tick tickID (of generation gen) of the schedule name:
+// it sends the pending
 // occurrence and any after it that are due by now, as the catch-up policy
 // says, then writes the record with the tick of the next occurrence.
-func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
+func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) error {
 	q, r, rev, err := s.load(ctx, name)
 	if errors.Is(err, ErrNotFound) {
 		return nil // deleted
@@ -120,16 +165,24 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 	if err != nil {
 		return err
 	}
+	if r.TickID != tickID && r.Gen < gen {
+		return errRecordBehind
+	}
 	if r.TickID != tickID || r.Paused || r.Ended || r.Next.IsZero() {
 		return nil // stale: re-planned, paused, or handled before
 	}
-	// Never early: a tick activates up to the scheduler's lead before
-	// FireAt; hold it until then, by this process's clock.
+	// Never early: hold the tick until FireAt, by this process's clock.
+	// Held longer than readAhead (a tick that does not carry its time),
+	// read the record again: a Pause or Delete during the hold must stop
+	// the occurrence, not merely fail the write after it was sent.
 	if wait := time.Until(r.FireAt); wait > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(wait):
+		}
+		if wait > readAhead {
+			return s.fire(ctx, name, tickID, gen)
 		}
 	}
 	p, err := s.planner(r)
@@ -156,6 +209,7 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 	late := func(t time.Time) bool {
 		return now.Sub(t.Add(jitter(OccurrenceID(r.Name, t), r.Jitter))) > tolerance
 	}
+	var sent []sentOccurrence
 	for i, t := range due {
 		send := true
 		switch r.CatchUp.Policy {
@@ -193,6 +247,7 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 		r.Sent++
 		s.call(ctx, params, func(h Hooks) func(context.Context, OccurrenceParams) { return h.Sent })
 		r.handled(t)
+		sent = append(sent, sentOccurrence{t, late(t)})
 	}
 	r.Next = t
 	switch {
@@ -203,7 +258,59 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string) error {
 	case !r.End.IsZero() && t.After(r.End):
 		r.Ended, r.Next = true, time.Time{}
 	}
-	return s.commit(ctx, q, r, rev)
+	err = s.commit(ctx, q, r, rev)
+	if errors.Is(err, transport.ErrStateConflict) && len(sent) > 0 {
+		// Someone wrote the record while we sent (a Pause, say): the
+		// sends stand, so note them in the record as it is now, lest a
+		// Resume count them as skipped by the pause.
+		return s.noteSent(ctx, name, sent)
+	}
+	return err
+}
+
+// sentOccurrence is an occurrence fire sent, and whether it was late.
+type sentOccurrence struct {
+	nominal time.Time
+	late    bool
+}
+
+// noteSent notes, in the record of the schedule name, the occurrences
+// sent whose write lost to a concurrent one: those the record still has
+// pending (from its Next on, in order) are counted as sent, and the
+// record planned from the one after them. The concurrent writer's tick,
+// stale then, is cancelled.
+func (s *Scheduler) noteSent(ctx context.Context, name string, sent []sentOccurrence) error {
+	_, err := s.update(ctx, name, func(r *record) (bool, error) {
+		p, err := s.planner(r)
+		if err != nil {
+			return false, err
+		}
+		n := 0
+		for _, o := range sent {
+			if !r.Next.Equal(o.nominal) || r.Ended {
+				break
+			}
+			r.Sent++
+			if o.late {
+				r.Late++
+			}
+			r.handled(o.nominal)
+			n++
+			if r.Next, err = p.next(o.nominal); errors.Is(err, ErrNeverFires) {
+				r.Ended, r.Next = true, time.Time{}
+			} else if err != nil {
+				return false, err
+			}
+			if !r.End.IsZero() && r.Next.After(r.End) {
+				r.Ended, r.Next = true, time.Time{}
+			}
+		}
+		return n > 0, nil
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil // deleted meanwhile
+	}
+	return err
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

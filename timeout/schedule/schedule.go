@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetsaga/jetsaga/calendar"
+	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -185,6 +186,11 @@ type Info struct {
 	// Sent, Skipped and Late count the occurrences sent, skipped (by the
 	// catch-up policy or a pause) and sent more than the tolerance late.
 	Sent, Skipped, Late int64
+	// Engine names the timeout engine that holds the pending occurrence's
+	// tick (see WithTimeouts): timeout.QueueEngine ("queue") for a
+	// scheduled message on the scheduler's queue, else the engine's name
+	// ("temporal"); empty when none is pending.
+	Engine string
 }
 
 // Occurrence is one occurrence's message as Trigger or Backfill sent it.
@@ -237,6 +243,39 @@ func WithQueue(name string) Option {
 			return fmt.Errorf("%w: queue: %w", ErrInvalidOption, err)
 		}
 		s.queueName = name
+		return nil
+	})
+}
+
+// WithTimeouts has the scheduler wake up for each pending occurrence
+// through the timeout engine ts rather than by a scheduled message it
+// writes on its queue with the schedule's record: a timeout.Timeout whose
+// message (the tick) ts delivers to the scheduler's queue 1.3 s before
+// the occurrence (a Temporal timer fires up to a second late when it is
+// shorter than a second, some 100 ms late otherwise), where Run receives
+// it and holds it until the occurrence's time. ts is typically the Temporal engine (the nested
+// module github.com/jetsaga/jetsaga/timeout/temporal), whose workers must
+// deliver to the broker the scheduler uses, or a timeout.Router that
+// sends long gaps (a monthly run) to Temporal and short ones to the
+// queue. Records, occurrence IDs, policies and operator commands are the
+// same on every engine.
+//
+// The tick is scheduled first and the record written after it (the two
+// cannot be one write across engines); a tick whose record was then not
+// written is cancelled, and if it fires anyway it is dropped. An engine
+// that refuses a tick (Temporal down) does not stop the schedule: the
+// warning is logged and that tick is written on the queue, as without
+// this option. A Scheduler without the option (the jetsaga command) that
+// pauses, resumes or re-plans a schedule writes its tick on the queue and
+// cannot cancel the old one on the engine, which is dropped when it
+// fires; the next occurrence Run handles goes back to the engine.
+// Default: none, ticks are scheduled messages on the scheduler's queue.
+func WithTimeouts(ts timeout.Scheduler) Option {
+	return optionFunc(func(s *Scheduler) error {
+		if ts == nil {
+			return fmt.Errorf("%w: nil timeout scheduler", ErrInvalidOption)
+		}
+		s.timeouts = ts
 		return nil
 	})
 }

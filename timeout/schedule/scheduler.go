@@ -27,6 +27,7 @@ type Scheduler struct {
 	cals      *calendar.Registry
 	log       *slog.Logger
 	hooks     []Hooks
+	timeouts  timeout.Scheduler // the ticks' engine (WithTimeouts); nil: the queue itself
 
 	mu      sync.Mutex
 	home    *transport.Queue
@@ -233,18 +234,29 @@ const (
 	tickSubject  = "jetsaga.schedule.tick"
 	propTickName = "jetsaga-schedule"
 	propTickID   = "jetsaga-schedule-tick"
+	// propTickGen carries the generation of the record that names the
+	// tick (record.Gen), so that Run tells a tick that came before its
+	// record was written from a stale one.
+	propTickGen = "jetsaga-schedule-gen"
+	// propTickFireAt carries the record's FireAt, so that Run holds an
+	// early tick before it reads the record, not between the read and the
+	// send.
+	propTickFireAt = "jetsaga-schedule-fire-at"
 )
 
 // commit writes r at revision rev, with a tick for r.Next unless the
 // schedule is paused or ended. The record never names a tick that was not
 // written: the two go in one atomic write, or, on a queue where such a
 // write is staged by the server and slow (StateCommitsStaged: one replica,
-// file storage), the tick first and the record after it. A tick written
-// for a record that was then not written (a crash, a concurrent write)
-// names an ID no record holds, and is dropped when it fires.
+// file storage), or when the tick goes to a timeout engine (WithTimeouts),
+// the tick first and the record after it. A tick written for a record
+// that was then not written (a crash, a concurrent write) names an ID no
+// record holds, and is dropped when it fires; one that fires before its
+// record is written (it was due at once) waits for it (see handleTick).
 func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, rev uint64) error {
 	var tick *transport.Message
-	r.TickID, r.TickSeq, r.FireAt = "", 0, time.Time{}
+	r.TickID, r.TickSeq, r.TickRef, r.FireAt = "", 0, "", time.Time{}
+	r.Gen++
 	if !r.Paused && !r.Ended && !r.Next.IsZero() {
 		r.FireAt = r.Next.Add(jitter(OccurrenceID(r.Name, r.Next), r.Jitter))
 		// A random part makes the ID unique to this write, so that no
@@ -257,7 +269,13 @@ func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, r
 			at = r.retryAt
 		}
 		tick = &transport.Message{MessageID: r.TickID, Subject: tickSubject, ScheduledAt: at,
-			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID}}
+			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID, propTickGen: strconv.FormatUint(r.Gen, 10),
+				propTickFireAt: r.FireAt.UTC().Format(time.RFC3339Nano)}}
+	}
+	if tick != nil && s.timeouts != nil {
+		if r.TickRef = s.scheduleTick(ctx, r, tick); r.TickRef != "" {
+			tick = nil
+		}
 	}
 	if tick != nil && q.StateCommitsStaged() {
 		res, err := q.Send(ctx, tick)
@@ -276,6 +294,11 @@ func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, r
 	}
 	res, err := q.CommitState(ctx, c)
 	if err != nil {
+		if r.TickRef != "" {
+			// The record does not name this tick: it would fire for
+			// nothing (a month from now, maybe). Best effort.
+			s.cancelRef(ctx, timeout.Ref(r.TickRef))
+		}
 		return err
 	}
 	if tick != nil && len(res.Seqs) == 1 {
@@ -288,6 +311,44 @@ func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, r
 		}
 	}
 	return nil
+}
+
+// scheduleTick schedules the tick of r on the engine given WithTimeouts,
+// for its time less tickLead, and returns its ref; or "" if the engine
+// refused it (it is down, say): the caller then writes the tick on the
+// queue, so that an engine that fails never stops a schedule.
+func (s *Scheduler) scheduleTick(ctx context.Context, r *record, tick *transport.Message) string {
+	at := r.FireAt.Add(-tickLead)
+	if at.Before(r.retryAt) {
+		at = r.retryAt
+	}
+	m := *tick
+	m.ScheduledAt = time.Time{}
+	ref, err := s.timeouts.Schedule(ctx, timeout.Timeout{ID: r.TickID, Queue: s.queueName, At: at, Message: &m})
+	if err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: the timeout engine refused a tick; it goes on the schedule queue",
+			slog.String("schedule", r.Name), slog.String("tick", r.TickID), slog.Any("error", err))
+		return ""
+	}
+	return string(ref)
+}
+
+// tickLead is how long before its occurrence a tick scheduled on a timeout
+// engine (WithTimeouts) is due, so that the engine's own lateness does not
+// delay the occurrence: a Temporal timer fires some 100 ms late, and one
+// shorter than a second fires after a second (measured on the Temporal
+// dev server: a schedule every second whose ticks were due 300 ms early
+// drifted 40 ms later at each occurrence). Run holds the tick until the
+// occurrence's time.
+const tickLead = time.Second + timeout.DefaultEarlyActivation
+
+// cancelRef cancels a tick scheduled on the timeout engine, if this
+// scheduler has it; any outcome will do (a tick that fires finds its
+// record naming another, and is dropped).
+func (s *Scheduler) cancelRef(ctx context.Context, ref timeout.Ref) {
+	if s.timeouts != nil && ref != "" {
+		_ = s.timeouts.Cancel(ctx, ref)
+	}
 }
 
 // load reads the record of name.
@@ -318,7 +379,7 @@ func (s *Scheduler) update(ctx context.Context, name string, change func(r *reco
 		if err != nil {
 			return nil, err
 		}
-		oldSeq := r.TickSeq
+		oldSeq, oldRef := r.TickSeq, r.TickRef
 		write, err := change(r)
 		if err != nil || !write {
 			return r, err
@@ -330,11 +391,14 @@ func (s *Scheduler) update(ctx context.Context, name string, change func(r *reco
 		if err != nil {
 			return nil, err
 		}
+		// The old tick is stale now (the record names another); cancel
+		// it so it does not wake a runner for nothing. Any outcome will
+		// do: a tick that fired is dropped.
 		if oldSeq != 0 && oldSeq != r.TickSeq {
-			// The old tick is stale now (the record names another);
-			// cancel it so it does not wake a runner for nothing. Any
-			// outcome will do: a tick that fired is dropped.
 			_ = q.Cancel(ctx, oldSeq)
+		}
+		if oldRef != "" && oldRef != r.TickRef {
+			s.cancelRef(ctx, timeout.Ref(oldRef))
 		}
 		return r, nil
 	}
@@ -575,9 +639,11 @@ func (s *Scheduler) Delete(ctx context.Context, name string) error {
 		if err != nil {
 			return err
 		}
+		// A tick that fires finds no record and is dropped.
 		if r.TickSeq != 0 {
-			_ = q.Cancel(ctx, r.TickSeq) // a tick that fired finds no record and is dropped
+			_ = q.Cancel(ctx, r.TickSeq)
 		}
+		s.cancelRef(ctx, timeout.Ref(r.TickRef))
 		return nil
 	}
 }
