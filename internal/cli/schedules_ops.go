@@ -88,6 +88,9 @@ type ScheduleView struct {
 	State   string `json:"state"` // active, paused or ended
 	Note    string `json:"note,omitempty"`
 	CatchUp string `json:"catch_up"`
+	// Engine is the timeout engine that holds the pending occurrence's
+	// tick: "queue", or the engine given to the scheduler (WithTimeouts).
+	Engine string `json:"engine,omitempty"`
 	// Next is the pending occurrence's nominal time (UTC) and NextLocal the
 	// same in the schedule's zone; FireAt includes jitter.
 	Next      *time.Time `json:"next,omitempty"`
@@ -159,7 +162,7 @@ func schedErr(err error) error {
 
 func scheduleViewOf(i schedule.Info) ScheduleView {
 	v := ScheduleView{Name: i.Name, Spec: i.Spec.String(), Zone: i.Spec.ZoneName(), Queue: i.Action.Queue, Topic: i.Action.Topic,
-		State: "active", Note: i.Note, CatchUp: i.CatchUp.Policy.String(), PauseNote: i.PauseNote,
+		State: "active", Note: i.Note, CatchUp: i.CatchUp.Policy.String(), PauseNote: i.PauseNote, Engine: i.Engine,
 		Sent: i.Sent, Skipped: i.Skipped, Late: i.Late}
 	if i.CatchUp.Tolerance > 0 {
 		v.CatchUp += " beyond " + i.CatchUp.Tolerance.String()
@@ -264,6 +267,9 @@ func cmdSchedulesShow(c *call) error {
 			fmt.Fprintf(w, "Paused:\t%s %s\n", fmtOpt(v.PausedAt), v.PauseNote)
 		}
 		fmt.Fprintf(w, "Catch-up:\t%s\n", v.CatchUp)
+		if v.Engine != "" {
+			fmt.Fprintf(w, "Tick on:\t%s engine\n", v.Engine)
+		}
 		fmt.Fprintf(w, "Last:\t%s\n", fmtOpt(v.Last))
 		fmt.Fprintf(w, "Sent/skipped/late:\t%d/%d/%d\n", v.Sent, v.Skipped, v.Late)
 		fmt.Fprintln(w)

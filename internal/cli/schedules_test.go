@@ -79,8 +79,8 @@ func TestSchedulesCommands(t *testing.T) {
 	}
 	warsaw, _ := time.LoadLocation("Europe/Warsaw")
 	show := jsonOf[ScheduleView](w, 0, "schedules", "show", "nightly", "--next", "3")
-	if len(show.Upcoming) != 3 || show.State != "active" {
-		t.Fatalf("show nightly: %+v, want 3 upcoming, active", show)
+	if len(show.Upcoming) != 3 || show.State != "active" || show.Engine != "queue" {
+		t.Fatalf("show nightly: %+v, want 3 upcoming, active, its tick on the queue engine", show)
 	}
 	for _, o := range show.Upcoming {
 		if got := o.UTC.In(warsaw).Format("15:04"); got != "02:30" && got != "03:00" {
@@ -102,7 +102,7 @@ func TestSchedulesCommands(t *testing.T) {
 	if len(rem.Upcoming) != 5 {
 		t.Fatalf("show with the calendar: %+v, want 5 upcoming", rem)
 	}
-	if table := w.must(0, "schedules", "show", "reminders", "--calendar", "pl@1="+calFile).stdout; !strings.Contains(table, "NEXT (Europe/Warsaw)") || !strings.Contains(table, rem.Upcoming[0].ID) {
+	if table := w.must(0, "schedules", "show", "reminders", "--calendar", "pl@1="+calFile).stdout; !strings.Contains(table, "NEXT (Europe/Warsaw)") || !strings.Contains(table, rem.Upcoming[0].ID) || !strings.Contains(table, "queue engine") {
 		t.Errorf("show table:\n%s", table)
 	}
 
