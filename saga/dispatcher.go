@@ -223,6 +223,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	work := context.WithoutCancel(ctx)
 	r := newRunner(d, work)
+	stopKeys := r.startKeys(q.Config().LockDuration)
 	var wg sync.WaitGroup
 	for range d.cfg.concurrency {
 		wg.Go(func() { d.worker(ctx, r, r.slots, q, q.Config().LockDuration) })
@@ -231,7 +232,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		wg.Go(func() { d.runSubscription(ctx, r, s) })
 	}
 	wg.Wait()
-	r.wg.Wait() // the timeouts held until their due time
+	stopKeys()  // abandons the deliveries set aside
+	r.wg.Wait() // the timeouts held until their due time, the steps of set-aside deliveries
 	return nil
 }
 
