@@ -3,6 +3,8 @@ package saga
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -74,5 +76,78 @@ func TestKeyLimiter(t *testing.T) {
 	}
 	if ok, ab := l.admit(keyed("k", 3), holdPlan{}); ok || !ab {
 		t.Fatalf("after close, over the limit: admitted %v, abandon %v; want abandon", ok, ab)
+	}
+}
+
+// heapAfterGC returns the bytes in use on the heap after a collection.
+func heapAfterGC() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// millionThrough passes n deliveries, key(i) each, through a limiter of
+// limit 1 as eight workers would (eight in flight, a second delivery of
+// every fourth key set aside behind the first), and returns the bytes
+// the limiter still holds after they all ended, and the most it held.
+func millionThrough(n int, key func(i int) string) (retained, peak uint64) {
+	l := newKeyLimiter(1, KeyLimitBacklog(8, 8))
+	base := heapAfterGC()
+	var window []string
+	for i := range n {
+		k := key(i)
+		del := &transport.Delivery{Message: &transport.Message{PartitionKey: k}}
+		if ok, _ := l.admit(del, holdPlan{}); ok {
+			window = append(window, k)
+		}
+		if k != "" && i%4 == 0 {
+			l.admit(&transport.Delivery{Message: &transport.Message{PartitionKey: k}}, holdPlan{}) // set aside
+		}
+		if len(window) == 8 {
+			for _, k := range window {
+				for {
+					if _, more := l.release(k); !more {
+						break
+					}
+				}
+			}
+			window = window[:0]
+		}
+		if i == n/2 {
+			peak = heapAfterGC() - min(base, heapAfterGC())
+		}
+	}
+	for _, k := range window {
+		for {
+			if _, more := l.release(k); !more {
+				break
+			}
+		}
+	}
+	runtime.KeepAlive(l)
+	after := heapAfterGC()
+	if after < base {
+		return 0, peak
+	}
+	return after - base, peak
+}
+
+// A million distinct keys cost the key limiter no more memory than a
+// million messages without keys: it keeps state only for keys in flight
+// or set aside, and forgets a key when its last step ends. (The
+// transport keeps none per key: the key is a header and a hash.)
+func TestMillionKeysBoundedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million deliveries")
+	}
+	const n = 1_000_000
+	noKeys, noKeysPeak := millionThrough(n, func(int) string { return "" })
+	keys, keysPeak := millionThrough(n, func(i int) string { return "tenant-" + strconv.Itoa(i) })
+	t.Logf("%d deliveries through the key limiter: without keys %d B held after, %d B at half-way; %d distinct keys %d B after, %d B at half-way",
+		n, noKeys, noKeysPeak, n, keys, keysPeak)
+	if keys > noKeys+64<<10 || keysPeak > noKeysPeak+64<<10 {
+		t.Errorf("a million distinct keys hold %d B (%d B at half-way), more than 64 KiB above the %d B (%d B) without keys", keys, keysPeak, noKeys, noKeysPeak)
 	}
 }
