@@ -50,7 +50,7 @@ func TestTimeoutsDueTogetherServedRoundRobin(t *testing.T) {
 			got := env.ServedKeys()[served:]
 			want := []string{"A", "B", "C", "A", "C", "A", "A", "A"}
 			if !slices.Equal(got, want) {
-				t.Errorf("keys served %v, want %v: round-robin across the keys, in the order they first appear", got, want)
+				t.Errorf("keys served %v, want %v: round-robin across the keys, by earliest due time, then name", got, want)
 			}
 		})
 	}
