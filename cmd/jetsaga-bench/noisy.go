@@ -169,7 +169,7 @@ func benchNoisy(ctx context.Context, e *env) ([]Result, error) {
 	nA, nEach := e.scaled(noisyBurst), max(10, e.scaled(noisyEach))
 	alone, err := noisyRun(ctx, e, parts, false)
 	if err != nil {
-		return nil, fmt.Errorf("A alone: %w", err)
+		return nil, fmt.Errorf("tenant A alone: %w", err)
 	}
 	res := []Result{{
 		Bench: "noisy", Label: fmt.Sprintf("A alone (%d due at one instant, %s): burst drained", nA, noisyFairness(parts, false)),
