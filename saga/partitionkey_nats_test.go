@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,55 @@ func TestHostilePartitionKeyBy(t *testing.T) {
 		if _, _, ok := data[struct{}](t, disp, "keyed-hostile", "x"); ok {
 			t.Errorf("key %.20q: the instance was started", key)
 		}
+	}
+}
+
+type (
+	sessionStart struct{ ID string }
+	sessionOut   struct{ ID string }
+)
+
+// A step that gives a message a SessionID sends it in the session's
+// partition, without the instance's key (which would differ from the
+// session and be refused); a key it gives itself wins over the instance's.
+func TestInstanceKeyYieldsToSession(t *testing.T) {
+	t.Parallel()
+	b, err := transport.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	out, err := b.OpenQueue(ctxFor(t), transport.QueueConfig{Name: "session-out", Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := saga.Define[struct{}]("keyed-session")
+	saga.StartedBy(d, saga.By(func(m sessionStart) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[struct{}], m sessionStart) error {
+			if err := c.Send("session-out", sessionOut(m), saga.WithSessionID("session-"+m.ID)); err != nil {
+				return err
+			}
+			return c.Send("session-out", sessionOut(m), saga.WithPartitionKey("own-"+m.ID))
+		})
+	res := make(chan saga.StepResult, 1)
+	disp, err := saga.NewDispatcher(b, memstore.New(), "keyed-session", saga.WithSagas(d), saga.WithLogger(testutil.Logger()),
+		saga.WithHooks(saga.Hooks{StepDone: func(_ context.Context, _ saga.StepInfo, r saga.StepResult) { res <- r }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, disp)
+	if _, err := disp.Send(ctxFor(t), sessionStart{ID: "x"}, saga.WithPartitionKey("tenant-x")); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-res; r.Outcome != saga.Handled {
+		t.Fatalf("step %s: %v; want handled", r.Outcome, r.Err)
+	}
+	var got []string
+	for _, m := range peekAll(t, out) {
+		got = append(got, m.SessionID+"|"+m.PartitionKey)
+	}
+	slices.Sort(got)
+	if want := []string{"session-x|", "|own-x"}; !slices.Equal(got, want) {
+		t.Errorf("sent (session|key) %q, want %q", got, want)
 	}
 }
