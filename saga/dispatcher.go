@@ -223,7 +223,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 	work := context.WithoutCancel(ctx)
 	r := newRunner(d, work)
-	stopKeys := r.startKeys(q.Config().LockDuration)
 	var wg sync.WaitGroup
 	for range d.cfg.concurrency {
 		wg.Go(func() { d.worker(ctx, r, r.slots, q, q.Config().LockDuration) })
@@ -231,6 +230,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	for _, s := range subs {
 		wg.Go(func() { d.runSubscription(ctx, r, s) })
 	}
+	stopKeys := r.startKeys(q.Config().LockDuration) // renews the locks of set-aside deliveries
 	wg.Wait()
 	stopKeys()  // abandons the deliveries set aside
 	r.wg.Wait() // the timeouts held until their due time, the steps of set-aside deliveries
