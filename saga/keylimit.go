@@ -19,11 +19,12 @@ import (
 // A worker never waits for a key at its limit: it sets the delivery
 // aside, keeping its lock (renewed as a step's would be), and handles
 // the next one; the delivery is handled, in the order it was received
-// among its key's, as soon as one of its key's steps ends. At most
-// KeyLimitBacklog(concurrency, batch) deliveries are set aside: when
-// that many are, the workers stop receiving until one is taken, rather
-// than buffering without bound. Set-aside deliveries that Run's end
-// finds are abandoned, for redelivery at once.
+// among its key's, as soon as one of its key's steps ends. When
+// KeyLimitBacklog(concurrency, batch) deliveries are set aside, the
+// workers stop receiving until one is taken, rather than buffering
+// without bound (the batches they hold already may add one batch per
+// worker). Set-aside deliveries that Run's end finds are abandoned, for
+// redelivery at once.
 //
 // The limit is per dispatcher: n in flight on each of several
 // dispatchers of one queue. The key is the delivered message's
@@ -56,8 +57,6 @@ type keyLimiter struct {
 	room     chan struct{}              // closed when n drops below backlog
 	closed   bool                       // Run ended: set aside nothing more
 
-	// served, in tests: called with each key as its step is admitted.
-	served func(key string)
 }
 
 type asideDelivery struct {
@@ -85,9 +84,6 @@ func (l *keyLimiter) admit(del *transport.Delivery, h holdPlan) (ok, abandon boo
 	}
 	if l.inFlight[key] < l.limit {
 		l.inFlight[key]++
-		if l.served != nil {
-			l.served(key)
-		}
 		return true, false
 	}
 	if l.closed {
@@ -124,9 +120,6 @@ func (l *keyLimiter) release(key string) (asideDelivery, bool) {
 	if l.n < l.backlog && l.room != nil {
 		close(l.room)
 		l.room = nil
-	}
-	if l.served != nil {
-		l.served(key)
 	}
 	return next, true
 }
