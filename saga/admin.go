@@ -30,6 +30,9 @@ type Instance struct {
 	// versions existed. Data is as stored, not upcast: InstanceOf
 	// decodes and upcasts it.
 	DataVersion int
+	// PartitionKey is the instance's fairness key (PartitionKeyBy); empty
+	// if it has none.
+	PartitionKey string
 }
 
 // Instance returns the stored state of a saga instance, or ErrNotFound
@@ -53,6 +56,7 @@ func (d *Dispatcher) instance(ctx context.Context, sagaName, id string) (*Instan
 	return &Instance{
 		Saga: sagaName, ID: id, Data: rec.Data(), Completed: rec.Completed,
 		Started: rec.Started, Updated: rec.Updated, Timeouts: s.pending(), DataVersion: rec.DataVersion(),
+		PartitionKey: rec.PartitionKey,
 	}, rec, nil
 }
 

@@ -43,10 +43,11 @@ func sampleRecord() *record {
 			},
 			{Kind: effectCancel, Ref: "queue:q:4"}, // no message
 		},
-		Originator: &address{ReplyTo: "r", CorrelationID: "rc"},
-		Completed:  true,
-		Started:    time.Unix(2, 0).UTC(),
-		Updated:    time.Unix(5, 0).UTC(),
+		Originator:   &address{ReplyTo: "r", CorrelationID: "rc"},
+		Completed:    true,
+		PartitionKey: "tenant-1",
+		Started:      time.Unix(2, 0).UTC(),
+		Updated:      time.Unix(5, 0).UTC(),
 	}
 }
 
@@ -82,6 +83,7 @@ func mutateRecord(r *record) {
 	m.Properties["k2"] = "new"
 	r.Outbox[1].Ref = "changed"
 	r.Originator.ReplyTo, r.Originator.CorrelationID = "s", "sc"
+	r.PartitionKey = "tenant-2"
 }
 
 // unset lists the fields, at any depth, that v leaves zero, but for

@@ -20,6 +20,8 @@ type Definition[S any] struct {
 	liveness bool // CheckLiveness
 	err      error
 
+	partitionKey func(id string) string // PartitionKeyBy
+
 	version   int        // DataVersion; 0 is 1
 	upcasters []Upcaster // upcasters[i]: version i+1 to i+2
 
@@ -97,7 +99,7 @@ func Define[S any](name string, opts ...DefinitionOption) *Definition[S] {
 	}
 	d.notFound, d.engine = cfg.notFound, cfg.engine
 	d.version, d.upcasters = cfg.version, cfg.upcasters
-	d.liveness = cfg.liveness
+	d.liveness, d.partitionKey = cfg.liveness, cfg.partitionKey
 	if cfg.err != nil && d.err == nil {
 		d.err = fmt.Errorf("%w: saga %s: %w", ErrInvalidDefinition, name, cfg.err)
 	}
@@ -111,6 +113,8 @@ type definitionConfig struct {
 	upcasters []Upcaster
 	liveness  bool
 	err       error // of an option given an invalid value
+
+	partitionKey func(id string) string
 }
 
 // DefinitionOption configures a Definition.
@@ -286,6 +290,9 @@ func (d *Definition[S]) find(ctx context.Context, msgType string, m any) (string
 
 func (d *Definition[S]) run(ctx context.Context, s *stepState, msgType string, m any) error {
 	c := &Context[S]{step: s}
+	if err := s.keyInstance(d.partitionKey); err != nil {
+		return err
+	}
 	var err error
 	if c.Data, err = d.loadData(s.codec, s.rec); err != nil {
 		return err

@@ -233,8 +233,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	for _, s := range subs {
 		wg.Go(func() { d.runSubscription(ctx, r, s) })
 	}
+	stopKeys := r.startKeys(q.Config().LockDuration) // renews the locks of set-aside deliveries
 	wg.Wait()
-	r.wg.Wait() // the timeouts held until their due time
+	stopKeys()  // abandons the deliveries set aside
+	r.wg.Wait() // the timeouts held until their due time, the steps of set-aside deliveries
 	return nil
 }
 

@@ -84,9 +84,11 @@ func (s *stepState) envelope(m any, opts []SendOption) (*envelope, error) {
 		ContentType: s.codec.ContentType(),
 	}
 	s.n++
+	s.inheritKey(e)
 	for _, o := range opts {
 		o(e)
 	}
+	s.keepKey(e)
 	if h := s.d.cfg.hooks.Outgoing; h != nil && s.ctx != nil {
 		if e.Properties == nil {
 			e.Properties = make(map[string]string)

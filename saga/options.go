@@ -44,6 +44,8 @@ type config struct {
 
 	services []Service // WithService
 
+	keyLimit int // WithKeyLimit
+
 	// loseCompletion (tests): a step whose message it returns true for
 	// does not complete it, as if its worker died right after the commit.
 	loseCompletion func(*transport.Delivery) bool

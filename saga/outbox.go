@@ -116,7 +116,7 @@ func timeoutOf(e effect) timeout.Timeout {
 	m := transportMessage(e.Msg)
 	return timeout.Timeout{
 		ID: cmp.Or(e.ID, e.Token), Queue: e.Queue, At: e.At, Message: m,
-		Saga: m.Properties[propSaga], Instance: m.Properties[propSagaID], Engine: e.Engine,
+		Saga: m.Properties[propSaga], Instance: m.Properties[propSagaID], Engine: e.Engine, PartitionKey: m.PartitionKey,
 	}
 }
 

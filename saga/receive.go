@@ -28,17 +28,19 @@ type runner struct {
 	work  context.Context // for holds and steps, which outlive Run's context
 	slots chan struct{}   // one per message handled at once (WithConcurrency)
 	held  atomic.Int64
-	wg    sync.WaitGroup // the holding goroutines
+	wg    sync.WaitGroup // the holding goroutines, and those of set-aside deliveries
+	keys  *keyLimiter    // WithKeyLimit; nil without
 }
 
 func newRunner(d *Dispatcher, work context.Context) *runner {
-	return &runner{d: d, work: work, slots: make(chan struct{}, d.cfg.concurrency)}
+	return &runner{d: d, work: work, slots: make(chan struct{}, d.cfg.concurrency),
+		keys: newKeyLimiter(d.cfg.keyLimit, KeyLimitBacklog(d.cfg.concurrency, d.cfg.batch))}
 }
 
-// dispatch runs del, whose hold is planned (h), through the dispatcher in
+// handle runs del, whose hold is planned (h), through the dispatcher in
 // a concurrency slot, if slots (nil for a subscription's workers, which
 // have their own).
-func (r *runner) dispatch(slots chan struct{}, del *transport.Delivery, h holdPlan) {
+func (r *runner) handle(slots chan struct{}, del *transport.Delivery, h holdPlan) {
 	if slots != nil {
 		slots <- struct{}{}
 		defer func() { <-slots }()
@@ -59,7 +61,7 @@ type receiver interface {
 func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{}, q receiver, lock time.Duration) {
 	work := r.work
 	backoff := 10 * time.Millisecond
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && r.keys.waitRoom(ctx) {
 		ds, err := q.Receive(ctx, d.cfg.batch)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {

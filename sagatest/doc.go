@@ -50,11 +50,17 @@
 //     handler that keeps requesting timeouts that are already due would
 //     otherwise hang the test, since virtual time moves only when every
 //     goroutine waits. Beyond it the Env stops the dispatcher and fails
-//     the test, with the journal.
+//     the test, with the journal;
+//   - timeouts (and messages) ready at the same instant are served
+//     round-robin across their PartitionKeys — a saga's timeouts carry
+//     its instance's key (saga.PartitionKeyBy) — the keys taken by their
+//     earliest due time, then by name, each key's messages in queue order;
+//     [Env.ServedKeys] tells the order in which keys were served.
 //
-// The dispatcher runs one step at a time, in queue order, so a run is
-// deterministic. Its options, the codec and the start time can be changed
-// with [WithDispatcherOptions], [WithCodec] and [WithStart].
+// The dispatcher runs one step at a time, in queue order (round-robin
+// across keys for what is ready at once), so a run is deterministic. Its
+// options, the codec and the start time can be changed with
+// [WithDispatcherOptions], [WithCodec] and [WithStart].
 //
 // # Time
 //

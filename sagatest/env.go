@@ -197,6 +197,16 @@ type Env struct {
 	inputs     map[int]string // Explore's inputs, as resolved
 	crash      *crashState    // the crash armed for the step in flight (Crash)
 
+	// waitLock is held around synctest.Wait, which one goroutine of the
+	// bubble at a time may call: by settle, and by the receive loop to
+	// take what is ready at one instant (readyAtOnce).
+	waitLock chan struct{}
+	// quietDone: the receive loop, handed waitLock by settle (wantQuiet),
+	// has waited and given it back.
+	quietDone chan struct{}
+	wantQuiet bool // under mu: the receive loop waits for waitLock from settle
+	exploring bool // under mu: Explore holds deliveries (readyAtOnce)
+
 	mu         sync.Mutex
 	events     []event
 	snaps      map[instanceKey]*saga.Instance
@@ -287,8 +297,10 @@ func newEnv(t *testing.T, sagas []saga.Saga, cfg config) *Env {
 	time.Sleep(d)
 	e := &Env{
 		t: t, codec: cfg.codec, start: time.Now().UTC(), budget: cfg.budget, limit: cfg.limit,
-		snaps:   make(map[instanceKey]*saga.Instance),
-		watched: make(map[string]*watchedQueue),
+		snaps:     make(map[instanceKey]*saga.Instance),
+		waitLock:  make(chan struct{}, 1),
+		quietDone: make(chan struct{}, 1),
+		watched:   make(map[string]*watchedQueue),
 		// 40 random bits: Envs, and the records they leave (StoredRecord),
 		// do not share MessageIDs.
 		idPrefix: strings.ToLower(rand.Text()[:8]),
@@ -368,10 +380,12 @@ func (e *Env) pause() {
 }
 
 // receiveLoop is Dispatcher.Run's receive loop with one worker, which
-// also counts steps against the budget.
+// also counts steps against the budget. It serves what is ready at once
+// (up to fairBatch messages) round-robin across PartitionKeys (see
+// fairOrder).
 func (e *Env) receiveLoop(ctx context.Context) {
 	for {
-		ds, err := e.q.Receive(ctx, 1)
+		ds, err := e.q.Receive(ctx, fairBatch)
 		if err != nil {
 			if ctx.Err() == nil && !errors.Is(err, transport.ErrClosed) {
 				e.mu.Lock()
@@ -380,7 +394,7 @@ func (e *Env) receiveLoop(ctx context.Context) {
 			}
 			return
 		}
-		for _, del := range ds {
+		for _, del := range fairOrder(e.readyAtOnce(ctx, ds)) {
 			if !e.admit() {
 				<-ctx.Done() // settle reports it; stop ends it
 				return
@@ -524,7 +538,18 @@ func (e *Env) drive() {
 // dispatcher has handled every message that is due.
 func (e *Env) settle() {
 	e.t.Helper()
-	synctest.Wait()
+	for {
+		e.waitLock <- struct{}{}
+		synctest.Wait()
+		e.mu.Lock()
+		want := e.wantQuiet
+		e.mu.Unlock()
+		<-e.waitLock
+		if !want {
+			break
+		}
+		<-e.quietDone // the receive loop takes what is ready at this instant
+	}
 	if e.stopped {
 		return
 	}

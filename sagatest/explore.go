@@ -410,6 +410,8 @@ func fixOrder(p []int, after []int) {
 // deliver runs the inputs in order, at one instant.
 func (e *Env) deliver(inputs []Input, order []int) {
 	e.t.Helper()
+	e.setExploring(true) // it holds timeouts itself: no fair batches
+	defer e.setExploring(false)
 	// Resolve the Timeout inputs to pending timeouts.
 	type due struct {
 		p    saga.PendingTimeout

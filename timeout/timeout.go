@@ -49,6 +49,16 @@ type Timeout struct {
 	// Engine asks a Router for an engine by name ("queue", "temporal"),
 	// whatever its routes say. Optional; other schedulers ignore it.
 	Engine string
+	// PartitionKey is the fairness key of whoever asked for the timeout
+	// (a tenant, an account; the saga package sets its instance's key).
+	// Optional. The delivered message carries it as its PartitionKey
+	// unless Message has one of its own, so that on a queue with several
+	// partitions a tenant's timeouts wait and come due in the tenant's
+	// partition (transport.Message.PartitionKey), and a burst of one
+	// key's timeouts does not delay the others'. The Temporal engine
+	// ignores it: its timeouts wait in workflows, not partitions, and are
+	// delivered without a key (to the partition their MessageID picks).
+	PartitionKey string
 }
 
 // Properties the engines set on a timeout's message.
@@ -69,11 +79,15 @@ const (
 
 // DeliveryMessage returns the message an engine delivers for t: a copy of
 // t.Message with MessageID set to t.ID and the properties PropertyTimeout,
-// PropertyDue, PropertySaga and PropertyInstance set, so that every engine delivers
-// the same message.
+// PropertyDue, PropertySaga and PropertyInstance set, and PartitionKey
+// set to t.PartitionKey if it has neither a PartitionKey nor a SessionID,
+// so that every engine delivers the same message.
 func (t Timeout) DeliveryMessage() *transport.Message {
 	m := *t.Message
 	m.MessageID = t.ID
+	if m.PartitionKey == "" && m.SessionID == "" {
+		m.PartitionKey = t.PartitionKey
+	}
 	m.Properties = make(map[string]string, len(t.Message.Properties)+4)
 	maps.Copy(m.Properties, t.Message.Properties)
 	m.Properties[PropertyTimeout] = "1"

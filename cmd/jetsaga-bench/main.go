@@ -88,7 +88,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "million bench: write heap profiles of the child processes, with all pending and at the end, to this file .raw/.jetsaga .pending/.end")
 	fs.StringVar(&cfg.burstProfile, "burstprofile", "", "million bench: write CPU profiles of the child processes during the burst alone (from the end of the cancels to the last receipt) to this file .raw and .jetsaga")
 	fs.StringVar(&cfg.svgDir, "svg", "", "write SVG charts (lateness.svg: lateness distribution; burst.svg: the million bench's drain) to this directory")
-	fs.IntVar(&cfg.noisyParts, "noisy-partitions", 1, "noisy bench: partitions of its queue, tenant A alone in one (see noisy.go)")
+	fs.IntVar(&cfg.noisyParts, "noisy-partitions", 11, "noisy bench: partitions of the fair run's queue, tenant A alone in one; 1: no fair run (see noisy.go)")
 	fs.IntVar(&cfg.millionParts, "million-partitions", 1, "partitions of the million bench's jetsaga queue")
 	fs.DurationVar(&cfg.millionLead, "million-lead", 0, "million bench: time from the estimated end of the scheduling to the first due time (default 20s × -n, at least 5s); schedules older than 10s when they fire meet nats-server's cache expiry (BENCHMARKS.md)")
 	fs.DurationVar(&cfg.millionSettle, "million-settle", 0, "million bench: wait this long after the scheduling before cancelling (the first due time moves as much later); after 10s unused nats-server drops a message block's cache, so the first cancels then meet cold blocks (BENCHMARKS.md)")

@@ -41,6 +41,15 @@ sequence numbers), or a subscription's dead-letter queue
 				"jetsaga queues browse orders --from 0:s120 --json", "jetsaga queues browse 'orders/$DeadLetterQueue'",
 				"jetsaga queues browse events/Subscriptions/billing"},
 			flags: fJSON | fBrowse | fState | fFilter, defMax: 50, run: cmdQueuesBrowse},
+		{path: "queues show", args: "QUEUE", minArgs: 1, maxArgs: 1,
+			short: "show a queue's counts and the work waiting per PartitionKey (top keys)",
+			long: `The counts, as queues list. Then the keys (transport.Message.PartitionKey:
+a tenant's, a saga instance's) with the most messages waiting, active and
+scheduled, from a browse of at most --max messages from --from: the line
+"read N of the queue's messages" says how many were read, and whether that
+was all of them. A saga's timeouts carry their instance's key.`,
+			examples: []string{"jetsaga queues show orders", "jetsaga queues show orders --max 100000 --json"},
+			flags:    fJSON | fBrowse, defMax: 10_000, run: cmdQueuesShow},
 		{path: "queues peek", args: "QUEUE [SEQ]", minArgs: 1, maxArgs: 2,
 			short:    "show the message at or after SEQ in full, body included",
 			examples: []string{"jetsaga queues peek orders 42", "jetsaga queues peek orders 0:s7 --json"},
@@ -372,6 +381,41 @@ func cmdQueuesList(c *call) error {
 		fmt.Fprintln(w, "QUEUE\tPARTITIONS\tACTIVE\tSCHEDULED\tDEAD-LETTERED")
 		for _, q := range qs {
 			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", q.Name, q.Partitions, q.Active, q.Scheduled, q.DeadLettered)
+		}
+	})
+}
+
+func cmdQueuesShow(c *call) error {
+	q, err := c.env.queue(c.ctx, c.args[0])
+	if err != nil {
+		return err
+	}
+	from, err := parseSeq(c.o.from)
+	if err != nil {
+		return err
+	}
+	if c.o.max < 1 {
+		return fmt.Errorf("%w: --max %d: must be at least 1", ErrUsage, c.o.max)
+	}
+	v, err := showQueue(c.ctx, q, from, c.o.max)
+	if err != nil {
+		return err
+	}
+	return c.out(v, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, "QUEUE\tPARTITIONS\tACTIVE\tSCHEDULED\tDEAD-LETTERED")
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", v.Queue, v.Partitions, v.Active, v.Scheduled, v.DeadLettered)
+		w.Flush()
+		all := "all of them"
+		if !v.Complete {
+			all = "not all: raise --max"
+		}
+		fmt.Fprintf(c.stdout, "\nread %d of the queue's messages (%s): %d distinct keys, %d without a key\n", v.Read, all, v.Keys, v.WithoutKey)
+		if len(v.TopKeys) == 0 {
+			return
+		}
+		fmt.Fprintln(w, "KEY\tACTIVE\tSCHEDULED\tTOTAL")
+		for _, k := range v.TopKeys {
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", k.Key, k.Active, k.Scheduled, k.Active+k.Scheduled)
 		}
 	})
 }

@@ -149,6 +149,8 @@ func splitTop(s string) []string {
 // by TestJSONOutputAsDocumented on what the commands print.
 var jsonTypes = map[string]reflect.Type{
 	"queue":               reflect.TypeFor[QueueInfo](),
+	"queue-show":          reflect.TypeFor[QueueShow](),
+	"key-work":            reflect.TypeFor[KeyWork](),
 	"page":                reflect.TypeFor[BrowsePage](),
 	"message":             reflect.TypeFor[MessageView](),
 	"cancel-outcome":      reflect.TypeFor[CancelOutcome](),

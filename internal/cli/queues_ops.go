@@ -557,3 +557,80 @@ func (e *env) listQueueNames(ctx context.Context) ([]string, error) {
 	slices.Sort(out)
 	return out, nil
 }
+
+// QueueShow is a queue with its counts and the work waiting per
+// PartitionKey, from a bounded browse.
+type QueueShow struct {
+	Queue        string `json:"queue"`
+	Partitions   int    `json:"partitions"`
+	Active       uint64 `json:"active"`
+	Scheduled    uint64 `json:"scheduled"`
+	DeadLettered uint64 `json:"dead_lettered"`
+	// Read is how many messages the browse read (at most --max); Complete
+	// is true if that was every message.
+	Read     int  `json:"read"`
+	Complete bool `json:"complete"`
+	// WithoutKey counts the messages read that have no PartitionKey.
+	WithoutKey int `json:"without_key"`
+	// Keys is how many distinct keys the messages read have; TopKeys the
+	// topKeys of them with the most messages.
+	Keys    int       `json:"keys"`
+	TopKeys []KeyWork `json:"top_keys"`
+}
+
+// KeyWork is how many of the messages read carry one PartitionKey.
+type KeyWork struct {
+	Key       string `json:"key"`
+	Active    int    `json:"active"`
+	Scheduled int    `json:"scheduled"`
+}
+
+// topKeys is how many keys queues show lists.
+const topKeys = 10
+
+// showQueue counts q's messages by PartitionKey, reading at most max of
+// them from sequence number from. Memory: one entry per distinct key
+// among the messages read, so at most max.
+func showQueue(ctx context.Context, q *transport.Queue, from uint64, max int) (QueueShow, error) {
+	c, err := q.Counts(ctx)
+	if err != nil {
+		return QueueShow{}, err
+	}
+	v := QueueShow{Queue: q.Name(), Partitions: q.Config().Partitions, Active: uint64(c.Active), Scheduled: uint64(c.Scheduled),
+		DeadLettered: uint64(c.DeadLettered), Complete: true, TopKeys: []KeyWork{}}
+	v.Partitions = cmp.Or(v.Partitions, 1)
+	byKey := map[string]*KeyWork{}
+	for m, err := range q.Browse(ctx, from) {
+		if err != nil {
+			return QueueShow{}, err
+		}
+		if v.Read == max {
+			v.Complete = false
+			break
+		}
+		v.Read++
+		if m.PartitionKey == "" {
+			v.WithoutKey++
+			continue
+		}
+		k := byKey[m.PartitionKey]
+		if k == nil {
+			k = &KeyWork{Key: m.PartitionKey}
+			byKey[m.PartitionKey] = k
+		}
+		if m.State == transport.Scheduled {
+			k.Scheduled++
+		} else {
+			k.Active++
+		}
+	}
+	v.Keys = len(byKey)
+	for _, k := range byKey {
+		v.TopKeys = append(v.TopKeys, *k)
+	}
+	slices.SortFunc(v.TopKeys, func(a, b KeyWork) int {
+		return cmp.Or(cmp.Compare(b.Active+b.Scheduled, a.Active+a.Scheduled), strings.Compare(a.Key, b.Key))
+	})
+	v.TopKeys = v.TopKeys[:min(len(v.TopKeys), topKeys)]
+	return v, nil
+}

@@ -53,6 +53,15 @@ type Record struct {
 	// (omitzero writes an empty list, see saga/liveness.go).
 	Expects []string `json:"expects,omitzero"`
 
+	// PartitionKey is the instance's fairness key (saga.PartitionKeyBy):
+	// by default the PartitionKey of the message that started it. Every
+	// message the instance sends and every timeout it requests carries
+	// it, unless the step gives another. Empty for an instance without
+	// one, and for records written before the key existed. It is kept
+	// here, once, rather than on each Timeout, so that a Timeout stays
+	// within 128 bytes.
+	PartitionKey string `json:"partition_key,omitempty"`
+
 	// FromCache marks a record the runtime's record cache served, not
 	// the store: a mark of this value, not content.
 	FromCache bool `json:"-"`

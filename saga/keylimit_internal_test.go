@@ -1,0 +1,153 @@
+package saga
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+func keyed(key string, i int) *transport.Delivery {
+	return &transport.Delivery{Message: &transport.Message{PartitionKey: key, MessageID: fmt.Sprint(key, i)}}
+}
+
+// The limiter admits n per key, sets the rest aside in the order they
+// came, hands them out one per step that ends, holds receiving while the
+// backlog is full, and forgets a key once it has nothing in flight.
+func TestKeyLimiter(t *testing.T) {
+	l := newKeyLimiter(2, 3)
+	for i := range 2 {
+		if ok, _ := l.admit(keyed("hot", i), holdPlan{}); !ok {
+			t.Fatalf("hot %d not admitted under the limit", i)
+		}
+	}
+	for i := 2; i < 5; i++ {
+		if ok, ab := l.admit(keyed("hot", i), holdPlan{}); ok || ab {
+			t.Fatalf("hot %d over the limit: admitted %v, abandon %v; want set aside", i, ok, ab)
+		}
+	}
+	if ok, _ := l.admit(keyed("cold", 0), holdPlan{}); !ok {
+		t.Fatal("a cold key waits behind a hot one")
+	}
+	if ok, _ := l.admit(keyed("", 0), holdPlan{}); !ok {
+		t.Fatal("a message without a key is limited")
+	}
+	// Three set aside: the backlog is full, receiving waits.
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if l.waitRoom(ctx) {
+		t.Fatal("waitRoom returned with the backlog full")
+	}
+	room := make(chan bool)
+	go func() { room <- l.waitRoom(t.Context()) }()
+	next, ok := l.release("hot")
+	if !ok || next.del.MessageID != "hot2" {
+		t.Fatalf("release(hot) = %v, %v; want hot2, the first set aside", next.del, ok)
+	}
+	if !<-room {
+		t.Fatal("waitRoom did not return once a set-aside delivery was taken")
+	}
+	for _, want := range []string{"hot3", "hot4"} {
+		if next, ok := l.release("hot"); !ok || next.del.MessageID != want {
+			t.Fatalf("release(hot): %v, want %s", ok, want)
+		}
+	}
+	for range 2 {
+		if _, ok := l.release("hot"); ok {
+			t.Fatal("release(hot) handed out a delivery with none set aside")
+		}
+	}
+	l.release("cold")
+	l.release("")
+	if len(l.inFlight) != 0 || len(l.aside) != 0 || l.n != 0 {
+		t.Errorf("after every step ended: in flight %v, aside %v, n %d; want none kept", l.inFlight, l.aside, l.n)
+	}
+	// Once closed, what is set aside is handed back, and a delivery over
+	// the limit is to be abandoned.
+	l.admit(keyed("k", 0), holdPlan{})
+	l.admit(keyed("k", 1), holdPlan{})
+	l.admit(keyed("k", 2), holdPlan{})
+	if back := l.close(); len(back) != 1 || back[0].MessageID != "k2" {
+		t.Fatalf("close handed back %v, want k2", back)
+	}
+	if ok, ab := l.admit(keyed("k", 3), holdPlan{}); ok || !ab {
+		t.Fatalf("after close, over the limit: admitted %v, abandon %v; want abandon", ok, ab)
+	}
+}
+
+// heapAfterGC returns the bytes in use on the heap after a collection.
+func heapAfterGC() uint64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// millionThrough passes n deliveries, key(i) each, through a limiter of
+// limit 1 as eight workers would (eight in flight, a second delivery of
+// every fourth key set aside behind the first), and returns the bytes
+// the limiter still holds after they all ended, and the most it held.
+func millionThrough(n int, key func(i int) string) (retained, peak uint64) {
+	l := newKeyLimiter(1, KeyLimitBacklog(8, 8))
+	base := heapAfterGC()
+	var window []string
+	for i := range n {
+		k := key(i)
+		del := &transport.Delivery{Message: &transport.Message{PartitionKey: k}}
+		if ok, _ := l.admit(del, holdPlan{}); ok {
+			window = append(window, k)
+		}
+		if k != "" && i%4 == 0 {
+			l.admit(&transport.Delivery{Message: &transport.Message{PartitionKey: k}}, holdPlan{}) // set aside
+		}
+		if len(window) == 8 {
+			for _, k := range window {
+				for {
+					if _, more := l.release(k); !more {
+						break
+					}
+				}
+			}
+			window = window[:0]
+		}
+		if i == n/2 {
+			peak = heapAfterGC() - min(base, heapAfterGC())
+		}
+	}
+	for _, k := range window {
+		for {
+			if _, more := l.release(k); !more {
+				break
+			}
+		}
+	}
+	runtime.KeepAlive(l)
+	after := heapAfterGC()
+	if after < base {
+		return 0, peak
+	}
+	return after - base, peak
+}
+
+// A million distinct keys cost the key limiter no more memory than a
+// million messages without keys: it keeps state only for keys in flight
+// or set aside, and forgets a key when its last step ends. (The
+// transport keeps none per key: the key is a header and a hash.)
+func TestMillionKeysBoundedMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million deliveries")
+	}
+	const n = 1_000_000
+	noKeys, noKeysPeak := millionThrough(n, func(int) string { return "" })
+	keys, keysPeak := millionThrough(n, func(i int) string { return "tenant-" + strconv.Itoa(i) })
+	t.Logf("%d deliveries through the key limiter: without keys %d B held after, %d B at half-way; %d distinct keys %d B after, %d B at half-way",
+		n, noKeys, noKeysPeak, n, keys, keysPeak)
+	if keys > noKeys+64<<10 || keysPeak > noKeysPeak+64<<10 {
+		t.Errorf("a million distinct keys hold %d B (%d B at half-way), more than 64 KiB above the %d B (%d B) without keys", keys, keysPeak, noKeys, noKeysPeak)
+	}
+}

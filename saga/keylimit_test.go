@@ -1,0 +1,220 @@
+package saga_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
+	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/saga/memstore"
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+type klStep struct{ Key, ID string }
+
+// klProbe watches the steps of klSaga: how many run at once per key, the
+// most ever, and which are done; steps of keys in gated wait for the
+// gate.
+type klProbe struct {
+	mu       sync.Mutex
+	inFlight map[string]int
+	most     map[string]int
+	done     map[string]int
+	counts   []int // DeliveryCount of each step, from the StepDone hook
+	gate     chan struct{}
+	gated    map[string]bool
+	slow     time.Duration // how long each step works
+}
+
+func newKLProbe(gated ...string) *klProbe {
+	p := &klProbe{inFlight: map[string]int{}, most: map[string]int{}, done: map[string]int{}, gate: make(chan struct{}), gated: map[string]bool{}}
+	for _, k := range gated {
+		p.gated[k] = true
+	}
+	return p
+}
+
+func (p *klProbe) get(f func() int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return f()
+}
+
+func klSaga(name string, p *klProbe) *saga.Definition[struct{}] {
+	d := saga.Define[struct{}](name)
+	saga.StartedBy(d, saga.By(func(m klStep) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[struct{}], m klStep) error {
+			p.mu.Lock()
+			p.inFlight[m.Key]++
+			p.most[m.Key] = max(p.most[m.Key], p.inFlight[m.Key])
+			p.mu.Unlock()
+			defer func() {
+				p.mu.Lock()
+				p.inFlight[m.Key]--
+				p.done[m.Key]++
+				p.mu.Unlock()
+			}()
+			if p.slow > 0 {
+				select { // a step that works for a while
+				case <-time.After(p.slow):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			if p.gated[m.Key] {
+				select {
+				case <-p.gate:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			c.MarkComplete()
+			return nil
+		})
+	return d
+}
+
+// With WithKeyLimit(2), a key whose steps all wait never has more than
+// two in flight, and other keys' messages, sent after its burst, are
+// handled meanwhile: the workers set its deliveries aside rather than
+// wait. When its steps end, the rest of its burst is handled, each
+// message once.
+func TestKeyLimit(t *testing.T) {
+	t.Parallel()
+	const (
+		limit = 2
+		hot   = 20
+		cold  = 10
+	)
+	p := newKLProbe("hot")
+	qcfg := transport.QueueConfig{Name: "keylimit"}
+	n, _ := queueOnNewServer(t, qcfg)
+	disp := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(klSaga("keylimit", p)), saga.WithQueueConfig(qcfg),
+		saga.WithKeyLimit(limit), saga.WithConcurrency(4), saga.WithReceiveBatch(4),
+		saga.WithHooks(saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, _ saga.StepResult) {
+			p.mu.Lock()
+			p.counts = append(p.counts, info.DeliveryCount)
+			p.mu.Unlock()
+		}}))
+	run(t, disp)
+	for i := range hot {
+		if _, err := disp.Send(ctxFor(t), klStep{Key: "hot", ID: fmt.Sprint("hot-", i)}, saga.WithPartitionKey("hot")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Await(t, 20*time.Second, func() string {
+		if n := p.get(func() int { return p.inFlight["hot"] }); n < limit {
+			return fmt.Sprintf("%d hot steps in flight, want %d", n, limit)
+		}
+		return ""
+	})
+	for i := range cold {
+		key := fmt.Sprint("cold-", i)
+		if _, err := disp.Send(ctxFor(t), klStep{Key: key, ID: key}, saga.WithPartitionKey(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Await(t, 20*time.Second, func() string {
+		var left []string
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for i := range cold {
+			if key := fmt.Sprint("cold-", i); p.done[key] != 1 {
+				left = append(left, key)
+			}
+		}
+		if len(left) > 0 {
+			return fmt.Sprintf("cold keys not handled while the hot one is at its limit: %v (hot: %d in flight, %d done)", left, p.inFlight["hot"], p.done["hot"])
+		}
+		return ""
+	})
+	close(p.gate)
+	testutil.Await(t, 30*time.Second, func() string {
+		if n := p.get(func() int { return p.done["hot"] }); n < hot {
+			return fmt.Sprintf("%d of %d hot steps done", n, hot)
+		}
+		return ""
+	})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.most["hot"] != limit {
+		t.Errorf("the hot key had up to %d steps in flight, want %d (its limit, reached)", p.most["hot"], limit)
+	}
+	if p.done["hot"] != hot {
+		t.Errorf("%d hot steps done, want %d: each once", p.done["hot"], hot)
+	}
+	var again []string
+	for i, c := range p.counts {
+		if c != 1 {
+			again = append(again, fmt.Sprintf("step %d: delivery %d", i, c))
+		}
+	}
+	if len(again) > 0 {
+		t.Errorf("messages delivered more than once: %s", strings.Join(again, ", "))
+	}
+}
+
+// Deliveries set aside for a key at its limit keep their locks: with a
+// one-second lock, a burst of one key handled one step at a time, each
+// step half the lock long, waits set aside for more than three locks,
+// and no message is delivered twice.
+func TestKeyLimitKeepsLocks(t *testing.T) {
+	t.Parallel()
+	const (
+		burst = 8
+		lock  = time.Second
+	)
+	p := newKLProbe()
+	p.slow = lock / 2
+	qcfg := transport.QueueConfig{Name: "keylimit-lock", LockDuration: lock}
+	n, _ := queueOnNewServer(t, qcfg)
+	disp := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(klSaga("keylimit-lock", p)), saga.WithQueueConfig(qcfg),
+		saga.WithKeyLimit(1), saga.WithConcurrency(4), saga.WithReceiveBatch(burst),
+		saga.WithHooks(saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, _ saga.StepResult) {
+			p.mu.Lock()
+			p.counts = append(p.counts, info.DeliveryCount)
+			p.mu.Unlock()
+		}}))
+	for i := range burst {
+		if _, err := disp.Send(ctxFor(t), klStep{Key: "hot", ID: fmt.Sprint("hot-", i)}, saga.WithPartitionKey("hot")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	run(t, disp)
+	testutil.Await(t, 30*time.Second, func() string {
+		if n := p.get(func() int { return len(p.counts) }); n < burst {
+			return fmt.Sprintf("%d of %d steps done", n, burst)
+		}
+		return ""
+	})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if took := time.Since(start); took < 3*lock {
+		t.Fatalf("the burst took %v, less than three locks: the test proves nothing", took)
+	}
+	if p.most["hot"] != 1 {
+		t.Errorf("up to %d steps in flight, want 1", p.most["hot"])
+	}
+	if p.done["hot"] != burst || !slices.Equal(p.counts, slices.Repeat([]int{1}, burst)) {
+		t.Errorf("%d steps done with delivery counts %v, want %d, each delivered once", p.done["hot"], p.counts, burst)
+	}
+}
+
+func TestKeyLimitOption(t *testing.T) {
+	b, err := transport.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, err = saga.NewDispatcher(b, memstore.New(), "q", saga.WithSagas(klSaga("keylimit-opt", newKLProbe())), saga.WithKeyLimit(-1))
+	if !errors.Is(err, saga.ErrInvalidOption) || !strings.Contains(err.Error(), "key limit") {
+		t.Errorf("WithKeyLimit(-1): %v, want ErrInvalidOption about the key limit", err)
+	}
+}
