@@ -357,7 +357,14 @@ type messagesPage struct {
 	ResubmitTo string
 	// Subscriptions are a topic's.
 	Subscriptions []SubscriptionInfo
+	// Keys is a queue's waiting work by PartitionKey (its "all" tab),
+	// as jetsaga queues show counts it.
+	Keys *QueueShow
 }
+
+// consoleKeyRead bounds the messages the queue page reads to count the
+// work waiting per key.
+const consoleKeyRead = 10000
 
 type tab struct{ State, Label string }
 
@@ -408,7 +415,11 @@ func (c *console) queuePage(r *http.Request) (string, string, any, error) {
 	}
 	p := &messagesPage{Base: "/queues/" + url.PathEscape(name), Tabs: []tab{tabAll, tabActive, tabSched, tabDead},
 		CanCancel: true, ResubmitTo: name}
-	err = c.messages(r, p, q, name, q.DeadLetterQueue)
+	if err = c.messages(r, p, q, name, q.DeadLetterQueue); err != nil || p.State != "all" {
+		return title, "messages", p, err
+	}
+	keys, err := showQueue(r.Context(), q, 0, consoleKeyRead)
+	p.Keys = &keys
 	return title, "messages", p, err
 }
 

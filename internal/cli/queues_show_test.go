@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,4 +63,21 @@ func TestQueuesShowTopKeys(t *testing.T) {
 		t.Errorf("queues show tenants: %+v", r)
 	}
 	w.must(ExitNotFound, "queues", "show", "nope")
+
+	// The console's queue page shows the same top keys on its "all" tab.
+	srv := w.console("", false)
+	code, body := get(t, client(t), srv.URL+"/queues/tenants")
+	rows := regexp.MustCompile(`<tr class="key"><td class="mono">([^<]*)</td><td class="n">(\d+)</td><td class="n">(\d+)</td></tr>`).FindAllStringSubmatch(body, -1)
+	var page []KeyWork
+	for _, r := range rows {
+		a, _ := strconv.Atoi(r[2])
+		s, _ := strconv.Atoi(r[3])
+		page = append(page, KeyWork{Key: r[1], Active: a, Scheduled: s})
+	}
+	if code != 200 || !slices.Equal(page, want) || !strings.Contains(body, "among the 15 messages read; 4 without a key") {
+		t.Errorf("console queue page: %d, keys %+v, want %+v\n%s", code, page, want, body)
+	}
+	if _, body := get(t, client(t), srv.URL+"/queues/tenants?state=scheduled"); strings.Contains(body, `id="keys"`) {
+		t.Error("the scheduled tab shows the keys table; only the all tab should")
+	}
 }
