@@ -14,10 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/jetsaga/jetsaga/timeout/schedule"
 	"github.com/jetsaga/jetsaga/transport"
@@ -372,28 +369,9 @@ func recurringRiver(ctx context.Context, cfg config, e *env, tuned bool, note fu
 	if err != nil {
 		return nil, err
 	}
-	url, err := pg.newDatabase(ctx, "riverperiodic")
+	pool, driver, err := riverDatabase(ctx, pg, "riverperiodic")
 	if err != nil {
 		return nil, err
-	}
-	pcfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, err
-	}
-	pcfg.MaxConns = 40
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
-	if err != nil {
-		return nil, err
-	}
-	driver := riverpgxv5.New(pool)
-	m, err := rivermigrate.New(driver, nil)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("migrating: %w", err)
 	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[occurrenceArgs]) error {

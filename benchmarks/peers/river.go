@@ -84,30 +84,11 @@ type riverTimers struct {
 // openRiver migrates a fresh database and starts a client whose workers
 // handle timers (fire) and the saga's two steps (done).
 func openRiver(ctx context.Context, pg *postgres, poll, cooldown time.Duration, fire func(int), delay time.Duration, done func(int)) (*riverTimers, error) {
-	url, err := pg.newDatabase(ctx, "river")
-	if err != nil {
-		return nil, err
-	}
-	pcfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, err
-	}
-	pcfg.MaxConns = 40
-	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	pool, driver, err := riverDatabase(ctx, pg, "river")
 	if err != nil {
 		return nil, err
 	}
 	t := &riverTimers{pool: pool, delay: delay}
-	driver := riverpgxv5.New(pool)
-	m, err := rivermigrate.New(driver, nil)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("migrating: %w", err)
-	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, job *river.Job[timerArgs]) error {
 		if fire != nil {
@@ -151,6 +132,34 @@ func openRiver(ctx context.Context, pg *postgres, poll, cooldown time.Duration, 
 		return nil, err
 	}
 	return t, nil
+}
+
+// riverDatabase makes a fresh database named after name, a pool of 40
+// connections on it and River's driver, with River's schema migrated.
+func riverDatabase(ctx context.Context, pg *postgres, name string) (*pgxpool.Pool, *riverpgxv5.Driver, error) {
+	url, err := pg.newDatabase(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	pcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, nil, err
+	}
+	pcfg.MaxConns = 40
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	driver := riverpgxv5.New(pool)
+	m, err := rivermigrate.New(driver, nil)
+	if err == nil {
+		_, err = m.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, fmt.Errorf("migrating: %w", err)
+	}
+	return pool, driver, nil
 }
 
 func (t *riverTimers) schedule(ctx context.Context, id int, due time.Time) (any, error) {
