@@ -2,12 +2,11 @@ package ordermachine_test
 
 import (
 	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/jetsaga/jetsaga/examples/ordermachine"
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/machine"
 	"github.com/jetsaga/jetsaga/saga/machine/machinetest"
@@ -162,17 +161,5 @@ func TestOrderAnswerRacingTimeout(t *testing.T) {
 
 func TestDiagram(t *testing.T) {
 	got := newOrder(t).Machine.Mermaid()
-	p := filepath.Join("testdata", "order.mmd")
-	if *update {
-		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("%v (go test -update writes it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("diagram: got\n%s\nwant\n%s", got, want)
-	}
+	testutil.Golden(t, "order.mmd", got, *update)
 }

@@ -4,14 +4,13 @@ import (
 	"encoding/xml"
 	"flag"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/jetsaga/jetsaga/examples/ordermachine"
 	"github.com/jetsaga/jetsaga/internal/diagram"
+	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 )
 
@@ -48,19 +47,7 @@ func TestGolden(t *testing.T) {
 			{From: "Submitted", To: "Accepted", Event: "OrderAccepted"},
 		},
 	})
-	p := filepath.Join("testdata", "ordermachine.svg")
-	if *update {
-		if err := os.WriteFile(p, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("%v (go test -update writes it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("SVG differs from %s (go test -update rewrites it):\n%s", p, got)
-	}
+	testutil.Golden(t, "ordermachine.svg", got, *update)
 }
 
 // parsed is what an SVG holds, as encoding/xml reads it.

@@ -1,7 +1,7 @@
 // Package testutil holds the helpers jetsaga's tests share: awaiting a
 // condition, running something until the test ends, a test logger, a
-// buffer safe for concurrent writers, and an embedded nats-server for one
-// test. It is for tests only.
+// buffer safe for concurrent writers, an embedded nats-server for one
+// test, and golden files. It is for tests only.
 package testutil
 
 import (
