@@ -34,6 +34,19 @@ func newEngineSpy(b *transport.Broker) *engineSpy {
 	return &engineSpy{inner: timeout.NewQueue(b, timeout.WithEngineName("eng")), cancels: map[timeout.Ref]error{}}
 }
 
+// newEngineHarness is a harness whose scheduler's ticks wait on an
+// engineSpy.
+func newEngineHarness(t *testing.T) (*harness, *engineSpy) {
+	t.Helper()
+	h := newHarness(t)
+	eng := newEngineSpy(h.b)
+	var err error
+	if h.s, err = schedule.New(h.b, schedule.WithLogger(discard()), schedule.WithTimeouts(eng)); err != nil {
+		t.Fatal(err)
+	}
+	return h, eng
+}
+
 var errEngineDown = errors.New("test: engine down")
 
 func (e *engineSpy) Schedule(ctx context.Context, t timeout.Timeout) (timeout.Ref, error) {
@@ -107,12 +120,7 @@ func pendingTicks(t *testing.T, h *harness) map[string]int {
 // the engine, Resume schedules the next one there.
 func TestTicksOnATimeoutEngine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t)
-		eng := newEngineSpy(h.b)
-		var err error
-		if h.s, err = schedule.New(h.b, schedule.WithLogger(discard()), schedule.WithTimeouts(eng)); err != nil {
-			t.Fatal(err)
-		}
+		h, eng := newEngineHarness(t)
 		base := time.Now().Add(time.Minute).Truncate(time.Minute)
 		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: 3 * time.Second}, Start: base, End: base.Add(60 * time.Second)})
 		h.run()
@@ -186,12 +194,7 @@ func TestTicksOnATimeoutEngine(t *testing.T) {
 // stops its occurrence: Run reads the record again after the hold.
 func TestPauseWhileATickIsHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t)
-		eng := newEngineSpy(h.b)
-		var err error
-		if h.s, err = schedule.New(h.b, schedule.WithLogger(discard()), schedule.WithTimeouts(eng)); err != nil {
-			t.Fatal(err)
-		}
+		h, _ := newEngineHarness(t)
 		base := time.Now().Add(time.Minute).Truncate(time.Minute)
 		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(20 * time.Second)})
 		h.run()
@@ -214,12 +217,7 @@ func TestPauseWhileATickIsHeld(t *testing.T) {
 // engine once it takes them again; every occurrence is sent once.
 func TestTicksFallBackToTheQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t)
-		eng := newEngineSpy(h.b)
-		var err error
-		if h.s, err = schedule.New(h.b, schedule.WithLogger(discard()), schedule.WithTimeouts(eng)); err != nil {
-			t.Fatal(err)
-		}
+		h, eng := newEngineHarness(t)
 		base := time.Now().Add(time.Minute).Truncate(time.Minute)
 		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(10 * time.Second)})
 		h.run()
@@ -284,12 +282,7 @@ func TestTickBeforeItsRecord(t *testing.T) {
 // for nothing.
 func TestOrphanTickCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t)
-		eng := newEngineSpy(h.b)
-		var err error
-		if h.s, err = schedule.New(h.b, schedule.WithLogger(discard()), schedule.WithTimeouts(eng)); err != nil {
-			t.Fatal(err)
-		}
+		h, eng := newEngineHarness(t)
 		sch := schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Hour}, Start: time.Now().Add(time.Minute),
 			Action: schedule.Action{Queue: "work", Message: &transport.Message{Subject: "Tick"}}}
 		h.create(sch)
