@@ -56,7 +56,6 @@ type keyLimiter struct {
 	n        int                        // set aside, all keys
 	room     chan struct{}              // closed when n drops below backlog
 	closed   bool                       // Run ended: set aside nothing more
-
 }
 
 type asideDelivery struct {

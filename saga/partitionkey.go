@@ -52,7 +52,7 @@ func (s *stepState) keyInstance(keyOf func(id string) string) error {
 }
 
 // inheritKey gives an outgoing envelope, before its SendOptions, the
-// instance's key; withKey, after them, takes it back if an option set a
+// instance's key; keepKey, after them, takes it back if an option set a
 // SessionID, which chooses the partition itself.
 func (s *stepState) inheritKey(e *envelope) { e.PartitionKey = s.rec.PartitionKey }
 
