@@ -228,7 +228,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { d.publishCatalog(ctx, q) }) // catalog.go
 	for range d.cfg.concurrency {
-		wg.Go(func() { d.worker(ctx, r, r.slots, q, q.Config().LockDuration) })
+		wg.Go(func() { d.worker(ctx, r, r.slots, q, q.Config().Partitions, q.Config().LockDuration) })
 	}
 	for _, s := range subs {
 		wg.Go(func() { d.runSubscription(ctx, r, s) })

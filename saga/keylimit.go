@@ -20,11 +20,15 @@ import (
 // aside, keeping its lock (renewed as a step's would be), and handles
 // the next one; the delivery is handled, in the order it was received
 // among its key's, as soon as one of its key's steps ends. When
-// KeyLimitBacklog(concurrency, batch) deliveries are set aside, the
-// workers stop receiving until one is taken, rather than buffering
-// without bound (the batches they hold already may add one batch per
-// worker). Set-aside deliveries that Run's end finds are abandoned, for
-// redelivery at once.
+// KeyLimitBacklog(concurrency, batch) deliveries of one partition of the
+// queue are set aside, the workers stop receiving from that partition
+// (transport.Queue.ReceiveFrom) until one is taken, and go on receiving
+// from the others: a tenant's burst holds back its own partition, not the
+// queue; on a queue of one partition they stop receiving. So no more than
+// that many per partition are buffered (the batches the workers hold
+// already may add one batch per worker, and timeouts held until their
+// due time up to the 4096 Run holds at once). Set-aside deliveries that
+// Run's end finds are abandoned, for redelivery at once.
 //
 // The limit is per dispatcher: n in flight on each of several
 // dispatchers of one queue. The key is the delivered message's
@@ -40,9 +44,9 @@ func WithKeyLimit(n int) Option {
 	})
 }
 
-// KeyLimitBacklog is how many deliveries a dispatcher with WithKeyLimit
-// sets aside at most before its workers stop receiving: two batches per
-// worker.
+// KeyLimitBacklog is how many deliveries of one partition a dispatcher
+// with WithKeyLimit sets aside at most before its workers stop receiving
+// from that partition: two batches per worker.
 func KeyLimitBacklog(concurrency, batch int) int { return 2 * concurrency * batch }
 
 // keyLimiter counts the steps in flight per key and keeps the deliveries
@@ -53,8 +57,8 @@ type keyLimiter struct {
 	mu       sync.Mutex
 	inFlight map[string]int
 	aside    map[string][]asideDelivery // per key, in the order received
-	n        int                        // set aside, all keys
-	room     chan struct{}              // closed when n drops below backlog
+	byPart   map[int]int                // set aside, per partition of the delivery's sequence number
+	room     chan struct{}              // closed when a partition's count drops below backlog
 	closed   bool                       // Run ended: set aside nothing more
 }
 
@@ -68,7 +72,7 @@ func newKeyLimiter(limit, backlog int) *keyLimiter {
 	if limit <= 0 {
 		return nil
 	}
-	return &keyLimiter{limit: limit, backlog: backlog, inFlight: make(map[string]int), aside: make(map[string][]asideDelivery)}
+	return &keyLimiter{limit: limit, backlog: backlog, inFlight: make(map[string]int), aside: make(map[string][]asideDelivery), byPart: make(map[int]int)}
 }
 
 // admit reports whether del, of key, may be handled now, counting it in
@@ -89,7 +93,7 @@ func (l *keyLimiter) admit(del *transport.Delivery, h holdPlan) (ok, abandon boo
 		return false, true
 	}
 	l.aside[key] = append(l.aside[key], asideDelivery{del: del, h: h, lock: time.Until(del.LockedUntil())})
-	l.n++
+	l.byPart[transport.Partition(del.Seq)]++
 	return false, false
 }
 
@@ -115,25 +119,33 @@ func (l *keyLimiter) release(key string) (asideDelivery, bool) {
 	} else {
 		l.aside[key] = q
 	}
-	l.n--
-	if l.n < l.backlog && l.room != nil {
+	p := transport.Partition(next.del.Seq)
+	if l.byPart[p]--; l.byPart[p] <= 0 {
+		delete(l.byPart, p)
+	}
+	if l.byPart[p] < l.backlog && l.room != nil {
 		close(l.room)
 		l.room = nil
 	}
 	return next, true
 }
 
-// waitRoom waits, before a worker receives, until fewer than the backlog
-// are set aside; false if ctx ended first.
-func (l *keyLimiter) waitRoom(ctx context.Context) bool {
+// waitRoom waits, before a worker receives from a queue or subscription
+// of parts partitions, until fewer than the backlog of one of them are
+// set aside, and returns those partitions (nil: all of them; see
+// WithKeyLimit); false if ctx ended first. Partitions are told apart by
+// number only, so a subscription's partition is held back with the
+// queue's of the same number.
+func (l *keyLimiter) waitRoom(ctx context.Context, parts int) ([]int, bool) {
 	if l == nil {
-		return true
+		return nil, true
 	}
 	for {
 		l.mu.Lock()
-		if l.n < l.backlog {
+		from := l.roomLocked(parts)
+		if from == nil || len(from) > 0 {
 			l.mu.Unlock()
-			return true
+			return from, true
 		}
 		if l.room == nil {
 			l.room = make(chan struct{})
@@ -143,9 +155,30 @@ func (l *keyLimiter) waitRoom(ctx context.Context) bool {
 		select {
 		case <-room:
 		case <-ctx.Done():
-			return false
+			return nil, false
 		}
 	}
+}
+
+// roomLocked returns the partitions, of parts, with fewer than the
+// backlog set aside: nil if that is all of them.
+func (l *keyLimiter) roomLocked(parts int) []int {
+	full := 0
+	for p, n := range l.byPart {
+		if p < parts && n >= l.backlog {
+			full++
+		}
+	}
+	if full == 0 {
+		return nil
+	}
+	from := make([]int, 0, parts-full)
+	for p := range parts {
+		if l.byPart[p] < l.backlog {
+			from = append(from, p)
+		}
+	}
+	return from
 }
 
 // renew renews the locks of the deliveries set aside that are half gone,
@@ -193,7 +226,7 @@ func (l *keyLimiter) close() []*transport.Delivery {
 		}
 		delete(l.aside, key)
 	}
-	l.n = 0
+	clear(l.byPart)
 	if l.room != nil {
 		close(l.room)
 		l.room = nil

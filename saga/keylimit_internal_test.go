@@ -39,11 +39,14 @@ func TestKeyLimiter(t *testing.T) {
 	// Three set aside: the backlog is full, receiving waits.
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	if l.waitRoom(ctx) {
+	if _, ok := l.waitRoom(ctx, 1); ok {
 		t.Fatal("waitRoom returned with the backlog full")
 	}
 	room := make(chan bool)
-	go func() { room <- l.waitRoom(t.Context()) }()
+	go func() {
+		_, ok := l.waitRoom(t.Context(), 1)
+		room <- ok
+	}()
 	next, ok := l.release("hot")
 	if !ok || next.del.MessageID != "hot2" {
 		t.Fatalf("release(hot) = %v, %v; want hot2, the first set aside", next.del, ok)
@@ -63,8 +66,8 @@ func TestKeyLimiter(t *testing.T) {
 	}
 	l.release("cold")
 	l.release("")
-	if len(l.inFlight) != 0 || len(l.aside) != 0 || l.n != 0 {
-		t.Errorf("after every step ended: in flight %v, aside %v, n %d; want none kept", l.inFlight, l.aside, l.n)
+	if len(l.inFlight) != 0 || len(l.aside) != 0 || len(l.byPart) != 0 {
+		t.Errorf("after every step ended: in flight %v, aside %v, per partition %v; want none kept", l.inFlight, l.aside, l.byPart)
 	}
 	// Once closed, what is set aside is handed back, and a delivery over
 	// the limit is to be abandoned.
@@ -76,6 +79,49 @@ func TestKeyLimiter(t *testing.T) {
 	}
 	if ok, ab := l.admit(keyed("k", 3), holdPlan{}); ok || !ab {
 		t.Fatalf("after close, over the limit: admitted %v, abandon %v; want abandon", ok, ab)
+	}
+}
+
+// keyedIn is keyed in partition p.
+func keyedIn(key string, i, p int) *transport.Delivery {
+	d := keyed(key, i)
+	d.Seq = uint64(p)<<transport.PartitionShift | uint64(i+1)
+	return d
+}
+
+// On a queue of several partitions, a full backlog holds back only the
+// partition it is in: the workers go on receiving from the others, and
+// stop only once every partition's backlog is full.
+func TestKeyLimiterPartitions(t *testing.T) {
+	const parts = 3
+	l := newKeyLimiter(1, 2)
+	if from, ok := l.waitRoom(t.Context(), parts); !ok || from != nil {
+		t.Fatalf("waitRoom with nothing set aside = %v, %v; want all partitions (nil)", from, ok)
+	}
+	l.admit(keyedIn("a", 0, 1), holdPlan{}) // in flight
+	l.admit(keyedIn("a", 1, 1), holdPlan{})
+	if from, _ := l.waitRoom(t.Context(), parts); from != nil {
+		t.Fatalf("one of partition 1's two set aside: waitRoom = %v, want all partitions", from)
+	}
+	l.admit(keyedIn("a", 2, 1), holdPlan{})
+	if from, ok := l.waitRoom(t.Context(), parts); !ok || fmt.Sprint(from) != "[0 2]" {
+		t.Fatalf("partition 1's backlog full: waitRoom = %v, %v; want [0 2]", from, ok)
+	}
+	for _, p := range []int{0, 2} {
+		l.admit(keyedIn(fmt.Sprint("k", p), 0, p), holdPlan{})
+		l.admit(keyedIn(fmt.Sprint("k", p), 1, p), holdPlan{})
+		l.admit(keyedIn(fmt.Sprint("k", p), 2, p), holdPlan{})
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if from, ok := l.waitRoom(ctx, parts); ok {
+		t.Fatalf("every partition's backlog full: waitRoom = %v, want to wait", from)
+	}
+	if _, ok := l.release("a"); !ok {
+		t.Fatal("release(a) handed out nothing")
+	}
+	if from, ok := l.waitRoom(t.Context(), parts); !ok || fmt.Sprint(from) != "[1]" {
+		t.Fatalf("one of partition 1's taken: waitRoom = %v, %v; want [1]", from, ok)
 	}
 }
 

@@ -53,16 +53,27 @@ func (r *runner) handle(slots chan struct{}, del *transport.Delivery, h holdPlan
 // receiver is a queue or a subscription.
 type receiver interface {
 	Receive(ctx context.Context, max int) ([]*transport.Delivery, error)
+	ReceiveFrom(ctx context.Context, max int, partitions []int) ([]*transport.Delivery, error)
 }
 
-// worker receives from q and handles what it receives, each message in
-// one of slots if slots is not nil; it hands timeouts activated early to
-// r to hold until their due time.
-func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{}, q receiver, lock time.Duration) {
+// worker receives from q, of parts partitions, and handles what it
+// receives, each message in one of slots if slots is not nil; it hands
+// timeouts activated early to r to hold until their due time.
+func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{}, q receiver, parts int, lock time.Duration) {
 	work := r.work
 	backoff := 10 * time.Millisecond
-	for ctx.Err() == nil && r.keys.waitRoom(ctx) {
-		ds, err := q.Receive(ctx, d.cfg.batch)
+	for ctx.Err() == nil {
+		from, ok := r.keys.waitRoom(ctx, parts)
+		if !ok {
+			return
+		}
+		var ds []*transport.Delivery
+		var err error
+		if from == nil {
+			ds, err = q.Receive(ctx, d.cfg.batch)
+		} else {
+			ds, err = q.ReceiveFrom(ctx, d.cfg.batch, from)
+		}
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
 				return

@@ -182,7 +182,7 @@ func (d *Dispatcher) runSubscription(ctx context.Context, r *runner, s endpointS
 	if !s.old {
 		var wg sync.WaitGroup
 		for range n {
-			wg.Go(func() { d.worker(ctx, r, nil, s.s, s.s.Config().LockDuration) })
+			wg.Go(func() { d.worker(ctx, r, nil, s.s, s.s.Topic().Config().Partitions, s.s.Config().LockDuration) })
 		}
 		wg.Wait()
 		return
@@ -197,7 +197,7 @@ func (d *Dispatcher) runSubscription(ctx context.Context, r *runner, s endpointS
 			}
 		}
 		dctx, cancel := context.WithTimeout(ctx, time.Second)
-		d.worker(dctx, r, nil, s.s, s.s.Config().LockDuration)
+		d.worker(dctx, r, nil, s.s, s.s.Topic().Config().Partitions, s.s.Config().LockDuration)
 		cancel()
 	}
 }

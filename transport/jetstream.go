@@ -136,6 +136,7 @@ type jsQueue struct {
 	mu       sync.Mutex
 	sessions map[string]jetstream.Consumer
 	pullers  map[*jsPartition]*pull.Puller // see pull.Puller
+	rr       atomic.Uint32                 // turns of receives over the partitions (see gather)
 
 	lastPullWarn   atomic.Int64 // unix nanos of the last "pull failed" log
 	lastLookupWarn atomic.Int64 // unix nanos of the last "cancel record lookup failed" log

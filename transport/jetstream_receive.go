@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,9 +25,18 @@ const pollWait = 250 * time.Millisecond
 // (it restarted) is replaced after at most this long.
 const pullWait = time.Second
 
-func (q *jsQueue) receive(ctx context.Context, max int) ([]*Delivery, error) {
+func (q *jsQueue) receive(ctx context.Context, max int, from []bool) ([]*Delivery, error) {
+	parts := q.parts
+	if from != nil {
+		parts = make([]*jsPartition, 0, len(q.parts))
+		for i, part := range q.parts {
+			if from[i] {
+				parts = append(parts, part)
+			}
+		}
+	}
 	for {
-		ds, err := q.gather(ctx, max)
+		ds, err := q.gather(ctx, max, parts)
 		if ds = q.fresh(ds); len(ds) > 0 || err != nil {
 			return ds, err
 		}
@@ -60,30 +69,18 @@ func (q *jsQueue) fresh(ds []*Delivery) []*Delivery {
 	return out
 }
 
-// gather returns deliveries for receive: one or more, or none and why
-// it stopped.
-func (q *jsQueue) gather(ctx context.Context, max int) ([]*Delivery, error) {
-	start := rand.IntN(len(q.parts))
+// gather returns deliveries for receive from parts (some or all of the
+// queue's partitions): one or more, or none and why it stopped.
+func (q *jsQueue) gather(ctx context.Context, max int, parts []*jsPartition) ([]*Delivery, error) {
+	// Each receive starts at the partition after the one the previous
+	// receive started at (see sweep).
+	start := int(q.rr.Add(1) % uint32(len(parts)))
 	for {
 		if err := q.d.check(); err != nil {
 			return nil, err
 		}
-		// First what earlier pulls brought after their receive returned
-		// (see pull.Puller).
-		for i := range q.parts {
-			part := q.parts[(start+i)%len(q.parts)]
-			p := q.puller(part)
-			if ds := q.collect(ctx, part, p, p.Take(max)); len(ds) > 0 {
-				return ds, nil
-			}
-		}
-		// One pass without waiting over every partition, then a short
-		// blocking pull on one of them.
-		for i := range q.parts {
-			ds, err := q.pullNow(ctx, q.parts[(start+i)%len(q.parts)], max)
-			if err != nil || len(ds) > 0 {
-				return ds, err
-			}
+		if ds, err := q.sweep(ctx, max, parts, start); err != nil || len(ds) > 0 {
+			return ds, err
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, context.Cause(ctx)
@@ -91,24 +88,103 @@ func (q *jsQueue) gather(ctx context.Context, max int) ([]*Delivery, error) {
 		// Wait for one message only: a batch pull returns when full or
 		// expired, and its messages' locks would run out meanwhile.
 		wait := pollWait
-		if len(q.parts) == 1 {
+		if len(parts) == 1 {
 			wait = pullWait
 		}
-		part := q.parts[start]
+		part := parts[start]
 		p := q.puller(part)
 		if err := q.pullOne(ctx, p, wait, time.Time{}); err != nil {
 			return nil, err
 		}
 		if ds := q.collect(ctx, part, p, p.Take(max)); len(ds) > 0 {
 			if max > len(ds) {
-				more, _ := q.pullNow(ctx, part, max-len(ds))
+				more, _, _ := q.pullNow(ctx, part, max-len(ds))
 				ds = append(ds, more...)
 			}
 			return ds, nil
 		}
 		q.d.hk.idle(ctx, q, part)
-		start = (start + 1) % len(q.parts)
+		start = (start + 1) % len(parts)
 	}
+}
+
+// sweep takes up to max deliveries from parts without waiting for any to
+// be sent: from each, what earlier pulls brought (see pull.Puller), else
+// a pull that does not wait. With several partitions each gets a share
+// of max, in turn from start (the first ones one more when max does not
+// divide evenly), all asked at once; what a partition cannot fill goes,
+// in a further round, to those that filled theirs or had no share, until
+// max is reached or none has more. So a partition with a burst takes its
+// share of a receive and no more while others have messages, and each
+// partition's messages still leave in the order its consumer sends them.
+func (q *jsQueue) sweep(ctx context.Context, max int, all []*jsPartition, start int) ([]*Delivery, error) {
+	if len(all) == 1 {
+		ds, _, err := q.take(ctx, all[0], max)
+		return ds, err
+	}
+	parts := make([]*jsPartition, 0, len(all))
+	for i := range all {
+		parts = append(parts, all[(start+i)%len(all)])
+	}
+	type taken struct {
+		ds   []*Delivery
+		full bool
+		err  error
+	}
+	var out []*Delivery
+	var failed error
+	for len(parts) > 0 && len(out) < max {
+		left := max - len(out)
+		share := func(i int) int {
+			n := left / len(parts)
+			if i < left%len(parts) {
+				n++
+			}
+			return n
+		}
+		res := make([]taken, len(parts))
+		var wg sync.WaitGroup
+		for i, part := range parts {
+			if n := share(i); n > 0 {
+				wg.Go(func() {
+					ds, full, err := q.take(ctx, part, n)
+					res[i] = taken{ds, full, err}
+				})
+			}
+		}
+		wg.Wait()
+		more := parts[:0]
+		for i, r := range res {
+			out = append(out, r.ds...)
+			if r.err != nil && failed == nil {
+				failed = r.err
+			}
+			if r.err == nil && (r.full || share(i) == 0) {
+				more = append(more, parts[i])
+			}
+		}
+		parts = more
+	}
+	if len(out) == 0 && failed != nil {
+		return nil, failed
+	}
+	return out, nil
+}
+
+// take takes up to max deliveries from part: what earlier pulls brought
+// if any of it can be delivered, else what a pull that does not wait
+// brings (never both: a receive returns what a late pull brought without
+// waiting for another). full reports whether it took max messages (the
+// partition may have more), counting those it settled itself or held
+// back (see collect).
+func (q *jsQueue) take(ctx context.Context, part *jsPartition, max int) (ds []*Delivery, full bool, err error) {
+	p := q.puller(part)
+	hs := p.Take(max)
+	if ds := q.collect(ctx, part, p, hs); len(ds) > 0 {
+		return ds, len(hs) == max, nil
+	}
+	ds, n, err := q.pullNow(ctx, part, max)
+	return ds, n == max, err
 }
 
 // puller returns the puller of part's consumer (see pull.Puller).
@@ -127,13 +203,14 @@ func (q *jsQueue) puller(part *jsPartition) *pull.Puller {
 }
 
 // pullNow pulls up to max messages from part without waiting for any to
-// be sent, and returns the deliveries among them. It waits for the
-// server's answer for at most pull.Slack: what arrives later is kept.
-func (q *jsQueue) pullNow(ctx context.Context, part *jsPartition, max int) ([]*Delivery, error) {
+// be sent, and returns the deliveries among them and how many messages it
+// took. It waits for the server's answer for at most pull.Slack: what
+// arrives later is kept.
+func (q *jsQueue) pullNow(ctx context.Context, part *jsPartition, max int) ([]*Delivery, int, error) {
 	p := q.puller(part)
 	pl, err := p.Request(max, 0, true)
 	if err != nil {
-		return nil, q.d.mapErr(err)
+		return nil, 0, q.d.mapErr(err)
 	}
 	until := time.Now().Add(pull.Slack)
 	p.WaitEnd(ctx, pl, until)
@@ -145,7 +222,8 @@ func (q *jsQueue) pullNow(ctx context.Context, part *jsPartition, max int) ([]*D
 		p.WaitEnd(context.WithoutCancel(ctx), pl, until)
 	}
 	q.pullEnded(ctx, pl)
-	return q.collect(ctx, part, p, p.Take(max)), nil
+	hs := p.Take(max)
+	return q.collect(ctx, part, p, hs), len(hs), nil
 }
 
 // pullOne waits for a message from p for up to wait, until ctx ends, the

@@ -7,24 +7,54 @@ import (
 	"time"
 )
 
-func (l *memLog) receive(ctx context.Context, max int) ([]*Delivery, error) {
+// receive takes up to max deliveries, one partition after the other in
+// turn, starting at the partition after the one the previous receive
+// started at: partitions with messages share the batch (see the
+// transport's doc on partitions).
+func (l *memLog) receive(ctx context.Context, max int, from []bool) ([]*Delivery, error) {
 	var ds []*Delivery
 	err := l.q.await(ctx, func(now time.Time) bool {
-		for i := range l.parts {
-			p := l.parts[(l.rr+i)%len(l.parts)]
-			for j := 0; j < len(p.active) && len(ds) < max; {
-				if p.active[j].lock != nil {
-					j++
-				} else if d := l.take(p, p.active[j], now); d != nil {
-					ds = append(ds, d)
-					j++
-				} // else take removed p.active[j]: look at j again.
+		var buf [8]int
+		next := buf[:] // each partition's next entry to look at
+		if len(l.parts) > len(buf) {
+			next = make([]int, len(l.parts))
+		}
+		for more := true; more && len(ds) < max; {
+			more = false
+			for i := 0; i < len(l.parts) && len(ds) < max; i++ {
+				pi := (l.rr + i) % len(l.parts)
+				if from != nil && !from[pi] {
+					continue
+				}
+				if d, ok := l.takeNext(l.parts[pi], &next[pi], now); ok {
+					more = true
+					if d != nil {
+						ds = append(ds, d)
+					}
+				}
 			}
 		}
 		l.rr++
 		return len(ds) > 0
 	})
 	return ds, err
+}
+
+// takeNext takes the first unlocked entry of p at or after *j, and
+// reports whether there was one: its delivery, or nil if take
+// dead-lettered it instead.
+func (l *memLog) takeNext(p *memPartition, j *int, now time.Time) (*Delivery, bool) {
+	for *j < len(p.active) && p.active[*j].lock != nil {
+		*j++
+	}
+	if *j >= len(p.active) {
+		return nil, false
+	}
+	d := l.take(p, p.active[*j], now)
+	if d != nil {
+		*j++
+	} // else take removed p.active[*j]: the next one is at *j now.
+	return d, true
 }
 
 // take delivers e, locking it, or moves it to the dead-letter queue if it

@@ -260,8 +260,13 @@ func (q *Queue) Browse(ctx context.Context, from uint64) iter.Seq2[*Message, err
 // locked to the caller for the queue's LockDuration (peek-lock). It returns
 // the context's error if none arrives before ctx ends. Messages are
 // retrieved in sequence order per partition; competing receivers, in this
-// process or others, each get different messages. On a session queue it
-// returns ErrSessionRequired: use AcceptSession.
+// process or others, each get different messages. On a queue of several
+// partitions a Receive shares max among the partitions that have
+// messages, starting at the partition after the one the previous Receive
+// on the Queue started at: a partition with a burst gives its share and
+// no more while others have messages, the others' shares go to it when
+// they have none. On a session queue it returns ErrSessionRequired: use
+// AcceptSession.
 func (q *Queue) Receive(ctx context.Context, max int) ([]*Delivery, error) {
 	if q.cfg.RequiresSession {
 		return nil, ErrSessionRequired
@@ -269,7 +274,34 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]*Delivery, error) {
 	if max <= 0 {
 		return nil, fmt.Errorf("%w: max %d: must be positive", ErrInvalidOption, max)
 	}
-	return q.d.receive(ctx, max)
+	return q.d.receive(ctx, max, nil)
+}
+
+// ReceiveFrom is Receive from some of the queue's partitions only: those
+// listed in partitions (numbered from 0, as Partition numbers them). A
+// receiver that cannot take more of one partition's messages for now (a
+// dispatcher whose key limit holds back a burst there, say) goes on taking
+// the others'. partitions must be non-empty and each in range, else it
+// returns ErrInvalidOption.
+func (q *Queue) ReceiveFrom(ctx context.Context, max int, partitions []int) ([]*Delivery, error) {
+	if q.cfg.RequiresSession {
+		return nil, ErrSessionRequired
+	}
+	if max <= 0 {
+		return nil, fmt.Errorf("%w: max %d: must be positive", ErrInvalidOption, max)
+	}
+	from := make([]bool, q.cfg.Partitions)
+	some := false
+	for _, p := range partitions {
+		if p < 0 || p >= len(from) {
+			return nil, fmt.Errorf("%w: partition %d: the queue has partitions 0 to %d", ErrInvalidOption, p, len(from)-1)
+		}
+		from[p], some = true, true
+	}
+	if !some {
+		return nil, fmt.Errorf("%w: no partition to receive from", ErrInvalidOption)
+	}
+	return q.d.receive(ctx, max, from)
 }
 
 // AcceptSession returns a receiver that holds one session exclusively
@@ -535,7 +567,9 @@ type queueDriver interface {
 	schedule(ctx context.Context, m *Message, partition int, at time.Time) (SendResult, error)
 	cancel(ctx context.Context, seq uint64) error
 	peek(ctx context.Context, from uint64, max int) ([]*Message, error)
-	receive(ctx context.Context, max int) ([]*Delivery, error)
+	// receive receives from the partitions from marks, or from all of
+	// them if from is nil.
+	receive(ctx context.Context, max int, from []bool) ([]*Delivery, error)
 	acceptSession(ctx context.Context, id string, partition int) (sessionDriver, error)
 	// nextSession returns the ID of a session that has messages and none
 	// locked, waiting until there is one or ctx ends.

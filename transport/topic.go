@@ -465,6 +465,12 @@ func (s *Subscription) Receive(ctx context.Context, max int) ([]*Delivery, error
 	return s.q.Receive(ctx, max)
 }
 
+// ReceiveFrom is Receive from some of the subscription's partitions
+// only, as Queue.ReceiveFrom.
+func (s *Subscription) ReceiveFrom(ctx context.Context, max int, partitions []int) ([]*Delivery, error) {
+	return s.q.ReceiveFrom(ctx, max, partitions)
+}
+
 // AcceptSession holds one session of the subscription exclusively, as
 // Queue.AcceptSession.
 func (s *Subscription) AcceptSession(ctx context.Context, sessionID string) (*SessionReceiver, error) {

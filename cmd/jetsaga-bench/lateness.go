@@ -124,6 +124,7 @@ type firings struct {
 	broker  []time.Duration // enqueued - due
 	e2e     []time.Duration // received - due
 	lag     []time.Duration // received - enqueued
+	lastAt  time.Time       // the latest received
 	pubLate atomic.Int64    // schedules whose publish returned after their due time
 }
 
@@ -143,7 +144,17 @@ func (f *firings) add(n int, id string, due, enqueued, received time.Time) bool 
 	f.broker = append(f.broker, enqueued.Sub(due))
 	f.e2e = append(f.e2e, received.Sub(due))
 	f.lag = append(f.lag, received.Sub(enqueued))
+	if received.After(f.lastAt) {
+		f.lastAt = received
+	}
 	return len(f.seen) >= n
+}
+
+// last returns the time the latest activation was received.
+func (f *firings) last() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastAt
 }
 
 func (f *firings) summary(n int, ds []time.Duration) *Latency {

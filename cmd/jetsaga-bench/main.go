@@ -88,6 +88,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "million bench: write heap profiles of the child processes, with all pending and at the end, to this file .raw/.jetsaga .pending/.end")
 	fs.StringVar(&cfg.burstProfile, "burstprofile", "", "million bench: write CPU profiles of the child processes during the burst alone (from the end of the cancels to the last receipt) to this file .raw and .jetsaga")
 	fs.StringVar(&cfg.svgDir, "svg", "", "write SVG charts (lateness.svg: lateness distribution; burst.svg: the million bench's drain) to this directory")
+	fs.IntVar(&cfg.noisyKeyLimit, "noisy-key-limit", 4, "noisy bench, saga level: the fair run's saga.WithKeyLimit (0: none)")
+	fs.StringVar(&cfg.noisyLevels, "noisy-levels", "saga,transport", "noisy bench: the levels to run, comma-separated: saga (handler lateness through a dispatcher, the issue's target), transport (receipt lateness, no early activation)")
 	fs.IntVar(&cfg.noisyParts, "noisy-partitions", 11, "noisy bench: partitions of the fair run's queue, tenant A alone in one; 1: no fair run (see noisy.go)")
 	fs.IntVar(&cfg.millionParts, "million-partitions", 1, "partitions of the million bench's jetsaga queue")
 	fs.DurationVar(&cfg.millionLead, "million-lead", 0, "million bench: time from the estimated end of the scheduling to the first due time (default 20s × -n, at least 5s); schedules older than 10s when they fire meet nats-server's cache expiry (BENCHMARKS.md)")

@@ -2,6 +2,7 @@ package transporttest
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -21,12 +22,37 @@ func (s *suite) testReceiveCompetingOrder(t *testing.T) {
 	runCompetingOrder(t, q, n, 30*time.Second)
 }
 
+// testReceiveCompetingOrderPartitioned is testReceiveCompetingOrder on a
+// queue of several partitions, whose Receives take from each partition:
+// each goroutine sees increasing sequence numbers in every partition.
+func (s *suite) testReceiveCompetingOrderPartitioned(t *testing.T) {
+	_, q := s.open(t, transport.QueueConfig{Partitions: partitions})
+	const n = 300
+	sendKeyed(t, q, n, 4*partitions)
+	runCompetingOrder(t, q, n, 30*time.Second)
+}
+
 // sendNumbered sends numbered("m", 0..n-1) to q, in that order, and waits
 // until all are active.
 func sendNumbered(t *testing.T, q *transport.Queue, n int) {
 	t.Helper()
 	for i := range n {
 		if _, err := q.Send(t.Context(), numbered("m", i)); err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+	}
+	awaitCounts(t, "queue", q.Counts, transport.Counts{Active: int64(n)})
+}
+
+// sendKeyed sends numbered("m", 0..n-1) to q, in that order, with keys
+// spread over its partitions (keys of its own: message i has "key-(i mod
+// keys)"), and waits until all are active.
+func sendKeyed(t *testing.T, q *transport.Queue, n, keys int) {
+	t.Helper()
+	for i := range n {
+		m := numbered("m", i)
+		m.PartitionKey = fmt.Sprintf("key-%d", i%keys)
+		if _, err := q.Send(t.Context(), m); err != nil {
 			t.Fatalf("Send: %v", err)
 		}
 	}

@@ -19,6 +19,7 @@ func (s *suite) testPartition(t *testing.T) {
 	parallel(t, "Sessions", s.testPartitionSessions)
 	parallel(t, "Scheduled", s.testPartitionScheduled)
 	parallel(t, "Key", s.testPartitionKey)
+	parallel(t, "Fair", s.testPartitionFair)
 }
 
 const partitions = 4

@@ -27,6 +27,7 @@ func (s *suite) testReceive(t *testing.T) {
 	parallel(t, "MaxDeliveryCountLockExpiry", s.testReceiveMaxDeliveryLockExpiry)
 	parallel(t, "Competing", s.testReceiveCompeting)
 	parallel(t, "CompetingOrder", s.testReceiveCompetingOrder)
+	parallel(t, "CompetingOrderPartitioned", s.testReceiveCompetingOrderPartitioned)
 	parallel(t, "Order", s.testReceiveOrder)
 	parallel(t, "ContextEnded", s.testReceiveContextEnded)
 }

@@ -31,6 +31,7 @@ func (s *suite) testSlowLink(t *testing.T) {
 	parallel(t, "QueueBatch", s.testSlowLinkQueueBatch)
 	parallel(t, "SubscriptionBatch", s.testSlowLinkSubscriptionBatch)
 	parallel(t, "CompetingOrder", s.testSlowLinkCompetingOrder)
+	parallel(t, "CompetingOrderPartitioned", s.testSlowLinkCompetingOrderPartitioned)
 }
 
 // slowLinkConfig: short locks and few deliveries, so that a message lost

@@ -125,3 +125,18 @@ func (s *suite) testSlowLinkCompetingOrder(t *testing.T) {
 	}
 	runCompetingOrder(t, sq, n, time.Minute)
 }
+
+// testSlowLinkCompetingOrderPartitioned is testSlowLinkCompetingOrder on
+// a queue of several partitions: a Receive's pulls on each partition
+// reach the server late, and what each brings is handed out in order.
+func (s *suite) testSlowLinkCompetingOrderPartitioned(t *testing.T) {
+	_, q := s.open(t, transport.QueueConfig{Partitions: partitions})
+	const n = 24
+	sendKeyed(t, q, n, 4*partitions)
+	slow := s.f.SlowLink(t, slowLinkDelay)
+	sq, err := slow.Queue(t.Context(), q.Name())
+	if err != nil {
+		t.Fatalf("Queue(%q) over the slow link: %v", q.Name(), err)
+	}
+	runCompetingOrder(t, sq, n, time.Minute)
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/saga/kvstore"
+	"github.com/jetsaga/jetsaga/transport"
+)
+
+// The noisy neighbour as a saga service meets it (issue 36's target:
+// handler lateness): each timeout is requested by a saga instance of its
+// tenant and handled by a saga.Dispatcher (kvstore, default options: on
+// JetStream its engine activates timeouts early and the dispatcher holds
+// them until their due time). Lateness is the OnTimeout handler's start
+// less its due time (Context.TimeoutDue). Each instance is started by a
+// message carrying its tenant's PartitionKey, which the instance keeps
+// and its timeout inherits. The fair run puts the queue on
+// -noisy-partitions partitions and gives the dispatcher
+// saga.WithKeyLimit(-noisy-key-limit); the run without fairness has one
+// partition and no key limit.
+
+const (
+	noisySagaQueue  = "noisy-saga"
+	noisySagaBucket = "bench_noisy"
+)
+
+// noisyStart starts an instance of Tenant, which requests a timeout at Due.
+type noisyStart struct {
+	ID     string    `json:"id"`
+	Tenant string    `json:"tenant"`
+	Due    time.Time `json:"due"`
+}
+
+func (noisyStart) MessageName() string { return "bench.NoisyStart" }
+
+type noisyDue struct{}
+
+func (noisyDue) MessageName() string { return "bench.NoisyDue" }
+
+type noisyData struct {
+	Tenant string `json:"tenant"`
+}
+
+// noisySagaDef records each handled timeout in burst (tenant A) or
+// others, and closes done when all n are handled.
+func noisySagaDef(burst, others *firings, nA, nOthers int, handled *atomic.Int64, done chan<- struct{}) *saga.Definition[noisyData] {
+	def := saga.Define[noisyData]("noisy")
+	saga.StartedBy(def, saga.By(func(m noisyStart) string { return m.ID }),
+		func(_ context.Context, c *saga.Context[noisyData], m noisyStart) error {
+			c.Data.Tenant = m.Tenant
+			_, err := c.RequestTimeoutAt(m.Due, noisyDue{})
+			return err
+		})
+	saga.OnTimeout(def, func(_ context.Context, c *saga.Context[noisyData], _ noisyDue) error {
+		now := time.Now()
+		f, total := others, nOthers
+		if c.Data.Tenant == "A" {
+			f, total = burst, nA
+		}
+		f.add(total, c.ID(), c.TimeoutDue(), c.Incoming().EnqueuedAt, now)
+		c.MarkComplete()
+		if handled.Add(1) == int64(nA+nOthers) {
+			close(done)
+		}
+		return nil
+	})
+	return def
+}
+
+// noisySagaRun runs the noisy neighbour once through a dispatcher on a
+// queue of parts partitions, with key limit keyLimit (0: none); without
+// others, A's burst alone.
+func noisySagaRun(ctx context.Context, e *env, parts, keyLimit int, withOthers bool) (noisyOutcome, error) {
+	nc, err := e.servers.connect(nats.Name("jetsaga-bench-noisy-saga"))
+	if err != nil {
+		return noisyOutcome{}, err
+	}
+	defer nc.Close()
+	b, err := transport.NewJetStream(nc, transport.WithPrefix(benchPrefix), transport.WithLogger(sagaLogger()))
+	if err != nil {
+		return noisyOutcome{}, err
+	}
+	defer b.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return noisyOutcome{}, err
+	}
+	drop := func() {
+		ctx := context.WithoutCancel(ctx)
+		if err := b.DeleteQueue(ctx, noisySagaQueue); err != nil {
+			e.progress("deleting queue %s: %v", noisySagaQueue, err)
+		}
+		if err := js.DeleteKeyValue(ctx, noisySagaBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			e.progress("deleting bucket %s: %v", noisySagaBucket, err)
+		}
+	}
+	drop()
+	defer drop()
+	store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: noisySagaBucket})
+	if err != nil {
+		return noisyOutcome{}, err
+	}
+	nA, nEach := e.scaled(noisyBurst), max(10, e.scaled(noisyEach))
+	nOthers := noisyTenants * nEach
+	if !withOthers {
+		nOthers = 0
+	}
+	e.progress("  saga, %s, key limit %d: tenant A: %d timeouts due at one instant; %d others due over the next second",
+		noisyFairness(parts, withOthers), keyLimit, nA, nOthers)
+	burst, others := newFirings(nA), newFirings(max(nOthers, 1))
+	var handled atomic.Int64
+	done := make(chan struct{})
+	qc := e.queueConfig(noisySagaQueue)
+	qc.Partitions = parts
+	opts := []saga.Option{
+		saga.WithSagas(noisySagaDef(burst, others, nA, nOthers, &handled, done)),
+		saga.WithLogger(sagaLogger()), saga.WithQueueConfig(qc),
+	}
+	if keyLimit > 0 {
+		opts = append(opts, saga.WithKeyLimit(keyLimit))
+	}
+	d, err := saga.NewDispatcher(b, store, noisySagaQueue, opts...)
+	if err != nil {
+		return noisyOutcome{}, err
+	}
+	keys := make([]string, parts)
+	for p := range keys {
+		keys[p] = keyIn("tenant", p, parts)
+	}
+	// The instances start well before the first due time: a start (send
+	// and step) takes well under 1 ms of this machine.
+	n := nA + nOthers
+	t0 := time.Now().Add(5*time.Second + time.Duration(n)*time.Millisecond)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	ran := make(chan error, 1)
+	go func() { ran <- d.Run(runCtx) }()
+	err = parallel(publishers, n, func(i int) error {
+		m := noisyStart{ID: fmt.Sprintf("A-%d", i), Tenant: "A", Due: t0}
+		part := 0
+		if i >= nA {
+			j := i - nA
+			t := j / nEach
+			m = noisyStart{ID: fmt.Sprintf("%c-%d", 'B'+t, j), Tenant: string(rune('B' + t)),
+				Due: t0.Add(time.Duration(j%nEach) * time.Second / time.Duration(nEach))}
+			part = min(parts-1, 1+t%max(1, parts-1))
+		}
+		_, err := d.Send(ctx, m, saga.WithPartitionKey(keys[part]))
+		return err
+	})
+	if err != nil {
+		return noisyOutcome{}, fmt.Errorf("starting: %w", err)
+	}
+	if left := time.Until(t0); left < time.Second {
+		return noisyOutcome{}, fmt.Errorf("the starts were sent %v before the due time: too late to measure lateness", left)
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return noisyOutcome{}, context.Cause(ctx)
+	case <-time.After(time.Until(t0) + 10*time.Minute):
+		return noisyOutcome{}, fmt.Errorf("%d of %d timeouts handled 10 min after the due time", handled.Load(), n)
+	}
+	stop()
+	select {
+	case err := <-ran:
+		if err != nil {
+			return noisyOutcome{}, err
+		}
+	case <-time.After(30 * time.Second):
+		return noisyOutcome{}, errors.New("dispatcher Run did not return within 30s of its context's end")
+	}
+	out := noisyOutcome{a: burst.summary(nA, burst.e2e), drained: burst.last().Sub(t0)}
+	if withOthers {
+		out.others = others.summary(nOthers, others.e2e)
+		out.othersActivated, out.othersTaken = summarize(others.broker), summarize(others.lag)
+	}
+	return out, nil
+}
