@@ -120,11 +120,12 @@ func (l *keyLimiter) release(key string) (asideDelivery, bool) {
 		l.aside[key] = q
 	}
 	p := transport.Partition(next.del.Seq)
+	full := l.byPart[p] >= l.backlog
 	if l.byPart[p]--; l.byPart[p] <= 0 {
 		delete(l.byPart, p)
 	}
-	if l.byPart[p] < l.backlog && l.room != nil {
-		close(l.room)
+	if full && l.byPart[p] < l.backlog && l.room != nil {
+		close(l.room) // a partition held back has room again
 		l.room = nil
 	}
 	return next, true
@@ -133,29 +134,29 @@ func (l *keyLimiter) release(key string) (asideDelivery, bool) {
 // waitRoom waits, before a worker receives from a queue or subscription
 // of parts partitions, until fewer than the backlog of one of them are
 // set aside, and returns those partitions (nil: all of them; see
-// WithKeyLimit); false if ctx ended first. Partitions are told apart by
-// number only, so a subscription's partition is held back with the
-// queue's of the same number.
-func (l *keyLimiter) waitRoom(ctx context.Context, parts int) ([]int, bool) {
+// WithKeyLimit) and, if it left some out, a channel closed when one of
+// those has room again; false if ctx ended first. Partitions are told
+// apart by number only, so a subscription's partition is held back with
+// the queue's of the same number.
+func (l *keyLimiter) waitRoom(ctx context.Context, parts int) (from []int, wake <-chan struct{}, ok bool) {
 	if l == nil {
-		return nil, true
+		return nil, nil, true
 	}
 	for {
 		l.mu.Lock()
 		from := l.roomLocked(parts)
-		if from == nil || len(from) > 0 {
-			l.mu.Unlock()
-			return from, true
-		}
-		if l.room == nil {
+		if from != nil && l.room == nil {
 			l.room = make(chan struct{})
 		}
 		room := l.room
 		l.mu.Unlock()
+		if from == nil || len(from) > 0 {
+			return from, room, true
+		}
 		select {
 		case <-room:
 		case <-ctx.Done():
-			return nil, false
+			return nil, nil, false
 		}
 	}
 }

@@ -39,12 +39,12 @@ func TestKeyLimiter(t *testing.T) {
 	// Three set aside: the backlog is full, receiving waits.
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	if _, ok := l.waitRoom(ctx, 1); ok {
+	if _, _, ok := l.waitRoom(ctx, 1); ok {
 		t.Fatal("waitRoom returned with the backlog full")
 	}
 	room := make(chan bool)
 	go func() {
-		_, ok := l.waitRoom(t.Context(), 1)
+		_, _, ok := l.waitRoom(t.Context(), 1)
 		room <- ok
 	}()
 	next, ok := l.release("hot")
@@ -95,16 +95,17 @@ func keyedIn(key string, i, p int) *transport.Delivery {
 func TestKeyLimiterPartitions(t *testing.T) {
 	const parts = 3
 	l := newKeyLimiter(1, 2)
-	if from, ok := l.waitRoom(t.Context(), parts); !ok || from != nil {
+	if from, _, ok := l.waitRoom(t.Context(), parts); !ok || from != nil {
 		t.Fatalf("waitRoom with nothing set aside = %v, %v; want all partitions (nil)", from, ok)
 	}
 	l.admit(keyedIn("a", 0, 1), holdPlan{}) // in flight
 	l.admit(keyedIn("a", 1, 1), holdPlan{})
-	if from, _ := l.waitRoom(t.Context(), parts); from != nil {
+	if from, _, _ := l.waitRoom(t.Context(), parts); from != nil {
 		t.Fatalf("one of partition 1's two set aside: waitRoom = %v, want all partitions", from)
 	}
 	l.admit(keyedIn("a", 2, 1), holdPlan{})
-	if from, ok := l.waitRoom(t.Context(), parts); !ok || fmt.Sprint(from) != "[0 2]" {
+	from, wake, ok := l.waitRoom(t.Context(), parts)
+	if !ok || fmt.Sprint(from) != "[0 2]" {
 		t.Fatalf("partition 1's backlog full: waitRoom = %v, %v; want [0 2]", from, ok)
 	}
 	for _, p := range []int{0, 2} {
@@ -114,13 +115,23 @@ func TestKeyLimiterPartitions(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	if from, ok := l.waitRoom(ctx, parts); ok {
+	if from, _, ok := l.waitRoom(ctx, parts); ok {
 		t.Fatalf("every partition's backlog full: waitRoom = %v, want to wait", from)
+	}
+	select {
+	case <-wake:
+		t.Fatal("wake closed before a partition held back had room")
+	default:
 	}
 	if _, ok := l.release("a"); !ok {
 		t.Fatal("release(a) handed out nothing")
 	}
-	if from, ok := l.waitRoom(t.Context(), parts); !ok || fmt.Sprint(from) != "[1]" {
+	select {
+	case <-wake:
+	default:
+		t.Fatal("wake not closed once partition 1, held back, had room again")
+	}
+	if from, _, ok := l.waitRoom(t.Context(), parts); !ok || fmt.Sprint(from) != "[1]" {
 		t.Fatalf("one of partition 1's taken: waitRoom = %v, %v; want [1]", from, ok)
 	}
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
@@ -157,6 +160,114 @@ func TestKeyLimit(t *testing.T) {
 	}
 	if len(again) > 0 {
 		t.Errorf("messages delivered more than once: %s", strings.Join(again, ", "))
+	}
+}
+
+// keyInPartition returns a key, prefix and a number, that a queue of n
+// partitions puts in partition p (FNV-1a 64 of the key, modulo n), or,
+// with not set, in any partition but p.
+func keyInPartition(prefix string, p, n int, not bool) string {
+	for i := 0; ; i++ {
+		key := fmt.Sprint(prefix, "-", i)
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		if got := int(h.Sum64() % uint64(n)); (got == p) != not {
+			return key
+		}
+	}
+}
+
+// On a queue of several partitions, a key at its limit whose set-aside
+// backlog is full holds back only its own partition: the workers go on
+// receiving from the others, so keys there are handled while the hot
+// key's steps all wait; once they end, the hot key's burst is handled,
+// each message once.
+func TestKeyLimitPartitioned(t *testing.T) {
+	t.Parallel()
+	const (
+		parts = 4
+		limit = 1
+		hot   = 40 // well over the backlog, KeyLimitBacklog(2, 2) = 8
+		cold  = 12
+	)
+	p := newKLProbe()
+	hotKey := keyInPartition("hot", 0, parts, false)
+	p.gated[hotKey] = true
+	qcfg := transport.QueueConfig{Name: "keylimit-parts", Partitions: parts}
+	n, _ := queueOnNewServer(t, qcfg)
+	disp := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(klSaga("keylimitparts", p)), saga.WithQueueConfig(qcfg),
+		saga.WithKeyLimit(limit), saga.WithConcurrency(2), saga.WithReceiveBatch(2),
+		saga.WithHooks(saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, _ saga.StepResult) {
+			p.mu.Lock()
+			p.counts = append(p.counts, info.DeliveryCount)
+			p.mu.Unlock()
+		}}))
+	for i := range hot {
+		if _, err := disp.Send(ctxFor(t), klStep{Key: hotKey, ID: fmt.Sprint("hot-", i)}, saga.WithPartitionKey(hotKey)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, disp)
+	// The backlog fills: the workers then have taken more than it of the
+	// hot key's burst, and stop taking its partition.
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Await(t, 20*time.Second, func() string {
+		// The hot key's partition's receive consumer (docs/wire.md): what
+		// the workers hold of it.
+		c, err := js.Consumer(t.Context(), "JETSAGA_Q_"+qcfg.Name+"_0", transport.ReceiveConsumer)
+		if err != nil {
+			return err.Error()
+		}
+		info, err := c.Info(t.Context())
+		if err != nil {
+			return err.Error()
+		}
+		if want := limit + saga.KeyLimitBacklog(2, 2); info.NumAckPending < want {
+			return fmt.Sprintf("the workers hold %d of the hot key's burst, want %d (in flight and a full backlog)", info.NumAckPending, want)
+		}
+		return ""
+	})
+	for i := range cold {
+		key := keyInPartition(fmt.Sprint("cold", i), 0, parts, true)
+		if _, err := disp.Send(ctxFor(t), klStep{Key: key, ID: key}, saga.WithPartitionKey(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Await(t, 20*time.Second, func() string {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		done := 0
+		for k, c := range p.done {
+			if k != hotKey {
+				done += c
+			}
+		}
+		if done != cold {
+			return fmt.Sprintf("%d of %d messages of other partitions handled while the hot key's backlog is full (hot: %d in flight, %d done)", done, cold, p.inFlight[hotKey], p.done[hotKey])
+		}
+		return ""
+	})
+	close(p.gate)
+	testutil.Await(t, 30*time.Second, func() string {
+		if n := p.get(func() int { return p.done[hotKey] }); n != hot {
+			return fmt.Sprintf("%d of %d hot steps done", n, hot)
+		}
+		return ""
+	})
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.most[hotKey] != limit {
+		t.Errorf("the hot key had up to %d steps in flight, want %d", p.most[hotKey], limit)
+	}
+	// Receives interrupted when the hot partition had room again released
+	// nothing: every message was handled on its first delivery.
+	for i, c := range p.counts {
+		if c != 1 {
+			t.Errorf("step %d: delivery %d, want 1", i, c)
+		}
 	}
 }
 

@@ -63,20 +63,17 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 	work := r.work
 	backoff := 10 * time.Millisecond
 	for ctx.Err() == nil {
-		from, ok := r.keys.waitRoom(ctx, parts)
+		from, wake, ok := r.keys.waitRoom(ctx, parts)
 		if !ok {
 			return
 		}
-		var ds []*transport.Delivery
-		var err error
-		if from == nil {
-			ds, err = q.Receive(ctx, d.cfg.batch)
-		} else {
-			ds, err = q.ReceiveFrom(ctx, d.cfg.batch, from)
-		}
+		ds, err := receiveFrom(ctx, q, d.cfg.batch, from, wake)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
 				return
+			}
+			if errors.Is(err, transport.ErrReceiveInterrupted) {
+				continue // a partition held back has room again
 			}
 			d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: receive failed", slog.String("queue", d.queueName), slog.Any("error", err))
 			select {
@@ -110,6 +107,30 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 			r.dispatch(slots, del, h)
 		}
 	}
+}
+
+// receiveFrom receives up to max from q: from every partition if from is
+// nil, else from those listed only (see WithKeyLimit), interrupting the
+// receive (transport.ErrReceiveInterrupted) when wake is closed, so that
+// the worker takes a partition held back again as soon as it has room.
+func receiveFrom(ctx context.Context, q receiver, max int, from []int, wake <-chan struct{}) ([]*transport.Delivery, error) {
+	if from == nil {
+		return q.Receive(ctx, max)
+	}
+	rctx, interrupt := context.WithCancelCause(ctx)
+	defer interrupt(nil)
+	go func() {
+		select {
+		case <-wake:
+			interrupt(transport.ErrReceiveInterrupted)
+		case <-rctx.Done():
+		}
+	}()
+	ds, err := q.ReceiveFrom(rctx, max, from)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(rctx), transport.ErrReceiveInterrupted) {
+		return nil, transport.ErrReceiveInterrupted
+	}
+	return ds, err
 }
 
 // Handle runs one received message through the sagas and settles it:

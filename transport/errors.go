@@ -56,6 +56,14 @@ var (
 	ErrLockLost = errors.New("transport: message lock lost")
 	// ErrAlreadySettled is returned when a delivery is settled twice.
 	ErrAlreadySettled = errors.New("transport: delivery already settled")
+	// ErrReceiveInterrupted, given as the cause when cancelling a
+	// Receive's context (context.WithCancelCause), ends the Receive as a
+	// deadline would, and at once: what its pulls bring later is kept for
+	// the next Receive rather than released (which would count a
+	// delivery). A receiver that means to receive again at once (with
+	// other partitions, say: Queue.ReceiveFrom) interrupts with it; one
+	// that stops cancels without it.
+	ErrReceiveInterrupted = errors.New("transport: receive interrupted")
 	// ErrClosed is returned after the broker or its connection closed.
 	ErrClosed = errors.New("transport: closed")
 	// ErrUnsupported matches errors.ErrUnsupported; it is returned for

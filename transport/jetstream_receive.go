@@ -17,8 +17,8 @@ import (
 	"github.com/jetsaga/jetsaga/transport/internal/pull"
 )
 
-// pollWait bounds one pull request, so that a receive spread over several
-// partitions, or a closed broker, is noticed promptly.
+// pollWait bounds the pulls a receive over several partitions waits on
+// (one on each), so that a closed broker is noticed promptly.
 const pollWait = 250 * time.Millisecond
 
 // pullWait bounds a pull on a single consumer. A pull the server forgets
@@ -85,15 +85,21 @@ func (q *jsQueue) gather(ctx context.Context, max int, parts []*jsPartition) ([]
 		if err := ctx.Err(); err != nil {
 			return nil, context.Cause(ctx)
 		}
+		part := parts[start]
+		if len(parts) > 1 {
+			// Wait on every partition at once; the next sweep takes what
+			// came, a share from each.
+			if err := q.waitAny(ctx, parts); err != nil {
+				return nil, err
+			}
+			q.d.hk.idle(ctx, q, part)
+			start = (start + 1) % len(parts)
+			continue
+		}
 		// Wait for one message only: a batch pull returns when full or
 		// expired, and its messages' locks would run out meanwhile.
-		wait := pollWait
-		if len(parts) == 1 {
-			wait = pullWait
-		}
-		part := parts[start]
 		p := q.puller(part)
-		if err := q.pullOne(ctx, p, wait, time.Time{}); err != nil {
+		if err := q.pullOne(ctx, p, pullWait, time.Time{}); err != nil {
 			return nil, err
 		}
 		if ds := q.collect(ctx, part, p, p.Take(max)); len(ds) > 0 {
@@ -215,7 +221,7 @@ func (q *jsQueue) pullNow(ctx context.Context, part *jsPartition, max int) ([]*D
 	until := time.Now().Add(pull.Slack)
 	p.WaitEnd(ctx, pl, until)
 	switch {
-	case errors.Is(ctx.Err(), context.Canceled):
+	case stopping(ctx):
 		p.Cancelled(pl) // the receiver is stopping
 	case ctx.Err() != nil:
 		// A deadline: the answer is on its way (see pullOne).
@@ -267,9 +273,13 @@ func (q *jsQueue) pullOne(ctx context.Context, p *pull.Puller, wait time.Duratio
 	}
 	p.Wait(ctx, pl, until)
 	switch {
-	case errors.Is(ctx.Err(), context.Canceled):
+	case stopping(ctx):
 		// Not a deadline: the receiver is stopping.
 		p.Cancelled(pl)
+		return nil
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrReceiveInterrupted):
+		// Its receiver receives again at once: the pull stays live, and
+		// what it brings is kept for that receive (see pull.Puller).
 		return nil
 	case ctx.Err() != nil:
 		// A deadline: the pull expired pullGuard before it on the server,
@@ -290,6 +300,107 @@ func (q *jsQueue) pullOne(ctx context.Context, p *pull.Puller, wait time.Duratio
 		p.Wait(ctx, nil, until)
 	}
 	return nil
+}
+
+// waitAny waits for a message on any of parts for up to pollWait, until
+// ctx ends or the broker closes, with a pull for one message on each (or
+// one still live from an earlier call); what comes is left to take. The
+// pulls ask the server to give up pullGuard before ctx's deadline; one
+// that has not brought its message when waitAny returns (another
+// partition's came first) stays live, and what it brings is kept for the
+// next receive (see pull.Puller), unless ctx was cancelled: then its
+// receiver is stopping, and what they bring is released at once. After a
+// deadline waitAny waits for the pulls' ends as pullOne does.
+func (q *jsQueue) waitAny(ctx context.Context, parts []*jsPartition) error {
+	expires := pollWait
+	if dl, ok := ctx.Deadline(); ok {
+		expires = min(expires, time.Until(dl)-pullGuard)
+	}
+	if expires < minPull {
+		// Too short a pull to be worth a request: wait out the rest.
+		p := q.puller(parts[0])
+		p.Wait(ctx, nil, time.Now().Add(max(expires+pullGuard, 0)))
+		return nil
+	}
+	type live struct {
+		p  *pull.Puller
+		pl *pull.Request
+	}
+	pulls := make([]live, 0, len(parts))
+	for _, part := range parts {
+		p := q.puller(part)
+		pl := p.Live()
+		if pl == nil {
+			var err error
+			if pl, err = p.Request(1, expires, false); err != nil {
+				if ctx.Err() != nil || q.d.check() != nil {
+					break // the caller reports why it stopped
+				}
+				for _, l := range pulls {
+					l.p.Cancelled(l.pl)
+				}
+				return q.d.mapErr(err)
+			}
+		}
+		pulls = append(pulls, live{p, pl})
+	}
+	// The first wait to end with a message, or with its pull's expiry,
+	// ends the others (a pull that failed at once does not: the others
+	// may still bring one): a context of their own, whose end releases
+	// nothing.
+	any, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	var wg sync.WaitGroup
+	for _, l := range pulls {
+		wg.Go(func() {
+			l.p.Wait(any, l.pl, l.pl.Expires().Add(pull.Slack))
+			if ended, err := l.pl.Ended(); l.p.Ready() || (ended && err == nil) || !ended {
+				stop()
+			}
+		})
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			stop()
+		case <-any.Done():
+		}
+	}()
+	wg.Wait()
+	switch {
+	case stopping(ctx):
+		for _, l := range pulls {
+			l.p.Cancelled(l.pl)
+		}
+		return nil
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrReceiveInterrupted):
+		return nil // the pulls stay live; what they bring is kept
+	case ctx.Err() != nil:
+		// A deadline: the pulls expired pullGuard before it on the
+		// server (see pullOne).
+		for _, l := range pulls {
+			l.p.Wait(context.WithoutCancel(ctx), l.pl, l.pl.Expires().Add(pull.Slack))
+		}
+	}
+	failed := len(pulls) > 0
+	for _, l := range pulls {
+		if !q.pullEnded(ctx, l.pl) || l.p.Ready() {
+			failed = false
+		}
+	}
+	if failed {
+		// Every pull failed at once (no leaders during an election, say):
+		// wait out the slice rather than spin.
+		pulls[0].p.Wait(ctx, nil, time.Now().Add(expires))
+	}
+	return nil
+}
+
+// stopping reports whether ctx was cancelled other than by an
+// interruption (see ErrReceiveInterrupted): its receiver is stopping, and
+// what its pulls still bring is released at once.
+func stopping(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled) && !errors.Is(context.Cause(ctx), ErrReceiveInterrupted)
 }
 
 // pullGuard is how long before a receive's deadline its pull expires on

@@ -72,7 +72,9 @@ type jsTopic struct {
 }
 
 // Topics have no receivers, and take no settlements.
-func (t *jsTopic) receive(context.Context, int, []bool) ([]*Delivery, error) { return nil, ErrUnsupported }
+func (t *jsTopic) receive(context.Context, int, []bool) ([]*Delivery, error) {
+	return nil, ErrUnsupported
+}
 func (t *jsTopic) acceptSession(context.Context, string, int) (sessionDriver, error) {
 	return nil, ErrUnsupported
 }

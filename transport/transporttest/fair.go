@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"hash/fnv"
+	"slices"
 	"testing"
 
 	"github.com/jetsaga/jetsaga/transport"
@@ -133,7 +133,9 @@ func (s *suite) testReceiveFrom(t *testing.T) {
 		}
 	}
 	from := []int{1, 3}
-	receive := func(ctx context.Context, max int) ([]*transport.Delivery, error) { return q.ReceiveFrom(ctx, max, from) }
+	receive := func(ctx context.Context, max int) ([]*transport.Delivery, error) {
+		return q.ReceiveFrom(ctx, max, from)
+	}
 	last := map[int]uint64{}
 	for _, a := range receiveFrom(t, "From ", receive, each*len(from), awaitMargin) {
 		p := transport.Partition(a.Seq)

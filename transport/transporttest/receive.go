@@ -28,6 +28,7 @@ func (s *suite) testReceive(t *testing.T) {
 	parallel(t, "Competing", s.testReceiveCompeting)
 	parallel(t, "CompetingOrder", s.testReceiveCompetingOrder)
 	parallel(t, "CompetingOrderPartitioned", s.testReceiveCompetingOrderPartitioned)
+	parallel(t, "Interrupted", s.testReceiveInterrupted)
 	parallel(t, "Order", s.testReceiveOrder)
 	parallel(t, "ContextEnded", s.testReceiveContextEnded)
 }
