@@ -42,6 +42,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,6 +72,8 @@ type config struct {
 	lead            time.Duration // jetsaga saga's early activation
 	schedules       int           // (f) recurring schedules
 	scheduleMinutes int           // (f) minutes measured
+	cpuProfile      string        // a CPU profile of the run, written to this file
+	blockProfile    string        // a profile of where goroutines blocked (and on which mutexes), written to this file
 
 	child       string // internal: the child's work
 	childPeer   string
@@ -123,6 +127,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.workloads, "workloads", "abcde", "workloads to run, of a (lateness), b (cancel), c (saga), d (pending memory), e (saga with transactional steps on PostgreSQL), f (recurring schedules, about 4 minutes a system; not in the default)")
 	fs.BoolVar(&cfg.pgSync, "pg-sync", false, "run PostgreSQL with synchronous_commit=on (default off: a commit is acknowledged before its WAL is flushed, as JetStream acknowledges before it syncs)")
 	fs.DurationVar(&cfg.lead, "lead", 300*time.Millisecond, "the early activation of the 'jetsaga saga, early activation' row")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the embedded nats-server and the systems in it) to this file")
+	fs.StringVar(&cfg.blockProfile, "blockprofile", "", "write profiles of where goroutines blocked (file) and waited on mutexes (file.mutex) to this file")
 	fs.StringVar(&cfg.child, "child", "", "internal: the work of a child process")
 	fs.StringVar(&cfg.childPeer, "peer", "", "internal: the child's peer")
 	fs.StringVar(&cfg.pgURL, "pg-url", "", "internal: the child's PostgreSQL server")
@@ -167,6 +173,11 @@ func parseFlags(args []string) (config, error) {
 func (c config) runs(w byte) bool { return strings.IndexByte(c.workloads, w) >= 0 }
 
 func run(ctx context.Context, cfg config) error {
+	stopProfiles, err := startProfiles(cfg)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
 	e := newEnv(cfg)
 	defer e.close()
 	var results []result
@@ -255,4 +266,45 @@ func measure(ctx context.Context, cfg config, e *env, key string, p peer) result
 		logf("%s: (%s) %s", p.name, w, err)
 	}
 	return r
+}
+
+// startProfiles starts the profiles cfg asks for; stop writes them.
+func startProfiles(cfg config) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, f := range stops {
+			f()
+		}
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return stop, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return stop, err
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+	}
+	if cfg.blockProfile != "" {
+		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+		runtime.SetMutexProfileFraction(10)
+		write := func(name, file string) {
+			f, err := os.Create(file)
+			if err != nil {
+				logf("profile: %v", err)
+				return
+			}
+			defer f.Close()
+			if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+				logf("profile: %v", err)
+			}
+		}
+		stops = append(stops, func() {
+			write("block", cfg.blockProfile)
+			write("mutex", cfg.blockProfile+".mutex")
+		})
+	}
+	return stop, nil
 }

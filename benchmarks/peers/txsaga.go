@@ -421,8 +421,17 @@ func (s *txJetsaga) counts() *pgCount { return s.count }
 func (s *txJetsaga) close() {
 	s.jetSaga.close()
 	if s.pool != nil {
+		logPoolStat("jetsaga", s.pool)
 		s.pool.Close()
 	}
+}
+
+// logPoolStat logs how often a round's steps waited for a connection of
+// the pool, and for how long in all.
+func logPoolStat(system string, pool *pgxpool.Pool) {
+	st := pool.Stat()
+	logf("(e) %s pool of %d: %d acquires, %d waited for a connection, %v waited in all",
+		system, st.MaxConns(), st.AcquireCount(), st.EmptyAcquireCount(), st.EmptyAcquireWaitTime().Round(time.Millisecond))
 }
 
 // txPool makes a fresh database with the business tables and a pool of n
@@ -511,5 +520,6 @@ func (t *txDBOS) close() {
 	if err := dbos.Shutdown(t.ctx, 5*time.Second); err != nil {
 		logf("dbos: shutdown: %v", err)
 	}
+	logPoolStat("dbos", t.pool)
 	t.pool.Close()
 }

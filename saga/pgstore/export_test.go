@@ -14,3 +14,10 @@ func ReuseRevisions(s *Store) {
 
 // SetListPage sets how many keys ListKeys reads per query.
 func SetListPage(s *Store, n int) { s.listPage = n }
+
+// RidersWaiting is how many updates wait to ride a step's COMMIT.
+func RidersWaiting(s *Store) int {
+	s.rides.mu.Lock()
+	defer s.rides.mu.Unlock()
+	return len(s.rides.waiting)
+}

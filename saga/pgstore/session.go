@@ -68,29 +68,53 @@ func (s *Store) Begin(ctx context.Context) (context.Context, saga.Unit, error) {
 	return context.WithValue(ctx, sessionKey{}, ss), ss, nil
 }
 
-// Commit sends the record's write, if a Put left one, with the COMMIT.
+// Commit sends the record's write, if a Put left one, with the COMMIT,
+// and the updates waiting to ride it (see rides).
 func (ss *session) Commit(ctx context.Context) error {
-	ss.end()
+	if !ss.end() {
+		return pgx.ErrTxClosed
+	}
 	if ss.conn == nil {
 		return nil // nothing was sent
 	}
 	// A connection left in a transaction (a failure) is closed, not
 	// reused.
-	defer ss.conn.Release()
-	if ss.write == nil {
+	defer ss.release()
+	w := ss.write
+	ss.write = nil
+	own := ""
+	if w != nil {
+		own = w.key
+	}
+	riders := ss.store.rides.take(own)
+	if w == nil && len(riders) == 0 {
 		if err := ss.tx.Commit(ctx); err != nil {
 			return fmt.Errorf("pgstore: commit: %w", err)
 		}
 		return nil
 	}
-	w := ss.write
-	ss.write = nil
+	var written map[string]int64
+	defer func() { answer(riders, written) }()
 	b := &pgx.Batch{}
-	b.Queue(w.sql, w.args...)
+	if w != nil {
+		b.Queue(w.sql, w.args...)
+	}
+	if len(riders) > 0 {
+		b.Queue(ss.store.sql.ride, riderArgs(riders)...)
+	}
 	b.Queue("commit")
 	br := ss.conn.SendBatch(ctx, b)
-	var n int64
-	err := br.QueryRow().Scan(&n)
+	var err error
+	if w != nil {
+		var n int64
+		if err = br.QueryRow().Scan(&n); err != nil {
+			err = writeError(w, err)
+		}
+	}
+	var rode map[string]int64
+	if err == nil && len(riders) > 0 {
+		rode, err = scanRiders(br)
+	}
 	var tag pgconn.CommandTag
 	if err == nil {
 		tag, err = br.Exec()
@@ -100,12 +124,33 @@ func (ss *session) Commit(ctx context.Context) error {
 	}
 	if err != nil {
 		_ = ss.tx.Rollback(ctx) // the transaction failed: its end
-		return fmt.Errorf("pgstore: commit: %w", writeError(w, err))
+		return fmt.Errorf("pgstore: commit: %w", err)
 	}
 	if tag.String() == "ROLLBACK" {
 		return fmt.Errorf("pgstore: commit: %w", pgx.ErrTxCommitRollback)
 	}
+	written = rode
 	return nil
+}
+
+// scanRiders reads the riders' statement's rows: the revision written for
+// each key it updated.
+func scanRiders(br pgx.BatchResults) (map[string]int64, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	rode := make(map[string]int64)
+	for rows.Next() {
+		var key string
+		var rev int64
+		if err := rows.Scan(&key, &rev); err != nil {
+			return nil, err
+		}
+		rode[key] = rev
+	}
+	return rode, rows.Err()
 }
 
 // writeError is the error of a failed write of the record.
@@ -122,21 +167,32 @@ func writeError(w *write, err error) error {
 
 // Rollback rolls the step's transaction back.
 func (ss *session) Rollback(ctx context.Context) error {
-	ss.end()
+	if !ss.end() {
+		return nil // ended already
+	}
 	if ss.conn == nil {
 		return nil
 	}
-	defer ss.conn.Release()
+	defer ss.release()
 	if err := ss.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("pgstore: rollback: %w", err)
 	}
 	return nil
 }
 
-func (ss *session) end() {
+// release gives the connection back to the pool: the transaction ended.
+func (ss *session) release() {
+	ss.conn.Release()
+	ss.store.rides.ended()
+}
+
+// end ends the session, and reports whether it was open.
+func (ss *session) end() bool {
 	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	was := !ss.ended
 	ss.ended = true
-	ss.mu.Unlock()
+	return was
 }
 
 func (ss *session) open() bool {
@@ -159,6 +215,7 @@ func (ss *session) ready(ctx context.Context) error {
 			return fmt.Errorf("begin: %w", err)
 		}
 		ss.conn, ss.tx = conn, tx
+		ss.store.rides.begun()
 	}
 	if w := ss.write; w != nil {
 		ss.write = nil
@@ -196,6 +253,7 @@ func (ss *session) load(ctx context.Context, stmt, key string, value *[]byte, re
 	// From here the transaction holds the connection until it ends, also
 	// if the batch failed: Rollback releases it.
 	ss.conn, ss.tx = conn, br.Tx()
+	ss.store.rides.begun()
 	if err := br.Close(); err != nil {
 		ss.next = 0
 		return err
