@@ -10,14 +10,15 @@ import (
 // revision, and no session in ctx) while steps' transactions are open
 // waits a moment for one of them to commit, and goes out with that
 // COMMIT, in the same round trip and the same transaction, rather than as
-// a transaction of its own. The dispatcher makes such an update after
+// a transaction of its own: a statement each, pipelined behind the step's
+// write. The dispatcher makes such an update after
 // every step that sends a message (it writes the record again, without
 // its outbox, once the messages are out: see docs/postgres.md), so under
 // load most of them ride and cost neither a round trip nor a commit.
 //
 // A ride changes nothing for the caller: Put returns once the update is
 // committed, with its new revision, or saga.ErrConflict. The riders'
-// statement locks their rows with SKIP LOCKED, so that a commit never
+// statements lock their rows with SKIP LOCKED, so that a commit never
 // waits for a row another transaction holds (two commits carrying each
 // other's rows would deadlock); a rider whose row it did not update — at
 // another revision, expired, locked — and every rider of a commit that
@@ -147,16 +148,4 @@ func answer(riders []*rider, written map[string]int64) {
 		rev, ok := written[x.key]
 		x.done <- rideResult{rev: rev, ok: ok}
 	}
-}
-
-// riderArgs are the riders' statement's arguments.
-func riderArgs(riders []*rider) []any {
-	keys := make([]string, len(riders))
-	values := make([][]byte, len(riders))
-	ttls := make([]*int64, len(riders))
-	revs := make([]int64, len(riders))
-	for i, x := range riders {
-		keys[i], values[i], ttls[i], revs[i] = x.key, x.value, x.ttl, x.rev
-	}
-	return []any{keys, values, ttls, revs}
 }

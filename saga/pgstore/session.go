@@ -99,8 +99,8 @@ func (ss *session) Commit(ctx context.Context) error {
 	if w != nil {
 		b.Queue(w.sql, w.args...)
 	}
-	if len(riders) > 0 {
-		b.Queue(ss.store.sql.ride, riderArgs(riders)...)
+	for _, x := range riders {
+		b.Queue(ss.store.sql.ride, x.key, x.value, x.ttl, x.rev)
 	}
 	b.Queue("commit")
 	br := ss.conn.SendBatch(ctx, b)
@@ -113,7 +113,7 @@ func (ss *session) Commit(ctx context.Context) error {
 	}
 	var rode map[string]int64
 	if err == nil && len(riders) > 0 {
-		rode, err = scanRiders(br)
+		rode, err = scanRiders(br, riders)
 	}
 	var tag pgconn.CommandTag
 	if err == nil {
@@ -133,24 +133,20 @@ func (ss *session) Commit(ctx context.Context) error {
 	return nil
 }
 
-// scanRiders reads the riders' statement's rows: the revision written for
-// each key it updated.
-func scanRiders(br pgx.BatchResults) (map[string]int64, error) {
-	rows, err := br.Query()
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	rode := make(map[string]int64)
-	for rows.Next() {
-		var key string
+// scanRiders reads the riders' statements' results: the revision written
+// for each rider it wrote.
+func scanRiders(br pgx.BatchResults, riders []*rider) (map[string]int64, error) {
+	rode := make(map[string]int64, len(riders))
+	for _, x := range riders {
 		var rev int64
-		if err := rows.Scan(&key, &rev); err != nil {
+		switch err := br.QueryRow().Scan(&rev); {
+		case err == nil:
+			rode[x.key] = rev
+		case !errors.Is(err, pgx.ErrNoRows):
 			return nil, err
 		}
-		rode[key] = rev
 	}
-	return rode, rows.Err()
+	return rode, nil
 }
 
 // writeError is the error of a failed write of the record.

@@ -46,10 +46,9 @@ type statements struct {
 	// an error, which aborts the transaction, so that the COMMIT sent
 	// behind it does not commit the handler's writes without the record.
 	next, createAt, updateAt string
-	// ride: the updates that ride a step's COMMIT (see rides), each
-	// conditional on its revision as update is; it updates only the rows
-	// no other transaction holds (SKIP LOCKED), and returns the key and
-	// new revision of each row it updated.
+	// ride: an update that rides a step's COMMIT (see rides),
+	// conditional on its revision as update is, of a row no other
+	// transaction holds (SKIP LOCKED): no row comes back otherwise.
 	ride string
 }
 
@@ -84,11 +83,10 @@ func statementsFor(n names) statements {
 		updateAt: "WITH w AS (UPDATE " + n.table + " SET value = $2, rev = $5, " +
 			"expires_at = now() + $3::bigint * interval '1 microsecond' " +
 			"WHERE key = $1 AND rev = $4 AND " + live + " RETURNING rev) " + oneRowOrFail,
-		ride: "WITH c AS (SELECT * FROM unnest($1::text[], $2::bytea[], $3::bigint[], $4::bigint[]) AS c (key, value, ttl, rev)), " +
-			"l AS (SELECT r.key, c.value, c.ttl FROM " + n.table + " r JOIN c ON r.key = c.key AND r.rev = c.rev " +
-			"WHERE (r.expires_at IS NULL OR r.expires_at > now()) FOR UPDATE OF r SKIP LOCKED) " +
-			"UPDATE " + n.table + " t SET value = l.value, rev = nextval('" + n.seq + "'), " +
-			"expires_at = now() + l.ttl * interval '1 microsecond' FROM l WHERE t.key = l.key RETURNING t.key, t.rev",
+		ride: "UPDATE " + n.table + " SET value = $2, rev = nextval('" + n.seq + "'), " +
+			"expires_at = now() + $3::bigint * interval '1 microsecond' " +
+			"WHERE key = (SELECT key FROM " + n.table + " WHERE key = $1 AND rev = $4 AND " + live + " FOR UPDATE SKIP LOCKED) " +
+			"AND rev = $4 RETURNING rev",
 		list: "SELECT key FROM " + n.table + " WHERE key > $1 AND key < $2 AND " + live + " ORDER BY key LIMIT $3",
 		cleanup: "DELETE FROM " + n.table + " WHERE key IN (SELECT key FROM " + n.table +
 			" WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED) AND expires_at <= now()",
