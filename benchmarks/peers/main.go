@@ -65,6 +65,7 @@ type config struct {
 	txRounds        int           // (e) rounds, each system once a round
 	txSecond        string        // (e) how jetsaga's step one leads to step two: message or timeout
 	txPools         []int         // (e) PostgreSQL connections, and the dispatcher's concurrency: a row each
+	txConcurrency   int           // (e) the dispatcher's concurrency, if not the pool size
 	conc            int           // goroutines scheduling / starting
 	only            []string
 	workloads       string
@@ -120,6 +121,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.txRounds, "tx-rounds", 3, "(e) rounds: every system once a round, the order rotated")
 	fs.StringVar(&cfg.txSecond, "tx-second", "message", "(e) what starts jetsaga's second step: message (c.Send) or timeout (c.RequestTimeout(0, ...))")
 	pools := fs.String("tx-pools", "4,20", "(e) comma-separated pool sizes, a row of each system at each: the connections of its pgxpool (pgxpool's default here is max(4, CPUs), DBOS's own 20), and the jetsaga dispatcher's concurrency")
+	fs.IntVar(&cfg.txConcurrency, "tx-concurrency", 0, "(e) the jetsaga dispatcher's concurrency (saga.WithConcurrency); 0: the pool size")
 	fs.IntVar(&cfg.conc, "conc", 16, "goroutines scheduling timers and starting sagas")
 	only := fs.String("only", "", "comma-separated peers to run: "+strings.Join(peerKeys, ",")+" (raw always runs: it is the baseline)")
 	fs.IntVar(&cfg.schedules, "schedules", 10000, "(f) recurring schedules, each every minute")
@@ -140,7 +142,7 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if cfg.timers < 1 || cfg.cancelPending < 1 || cfg.cancels < 1 || cfg.sagaWindow < 1 || cfg.pending < 1 || cfg.conc < 1 || cfg.window <= 0 || cfg.sagaTime <= 0 ||
-		cfg.txTime <= 0 || cfg.txWindow < 1 || cfg.txRounds < 1 || cfg.schedules < 1 || cfg.scheduleMinutes < 1 {
+		cfg.txTime <= 0 || cfg.txWindow < 1 || cfg.txConcurrency < 0 || cfg.txRounds < 1 || cfg.schedules < 1 || cfg.scheduleMinutes < 1 {
 		return cfg, fmt.Errorf("counts and durations must be positive")
 	}
 	for _, w := range cfg.workloads {

@@ -395,7 +395,7 @@ func openTxJetsaga(ctx context.Context, e *env, done func(int), mode string, poo
 		}
 	}}
 	if s.d, err = saga.NewDispatcher(s.b, store, s.queue, saga.WithSagas(def), saga.WithLogger(quietLogger()),
-		saga.WithConcurrency(pool), saga.WithHooks(hooks)); err != nil {
+		saga.WithConcurrency(cmp.Or(e.cfg.txConcurrency, pool)), saga.WithHooks(hooks)); err != nil {
 		return fail(err)
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))

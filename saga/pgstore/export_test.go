@@ -1,6 +1,9 @@
 package pgstore
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // ReuseRevisions breaks s for the conformance suite's own test: each row
 // counts its revisions from 1 (a create writes 1, an update rev + 1), the
@@ -20,4 +23,12 @@ func RidersWaiting(s *Store) int {
 	s.rides.mu.Lock()
 	defer s.rides.mu.Unlock()
 	return len(s.rides.waiting)
+}
+
+// SetRideWait sets the longest an update waits to ride a step's COMMIT,
+// and makes it wait that long.
+func SetRideWait(s *Store, d time.Duration) {
+	s.rides.mu.Lock()
+	defer s.rides.mu.Unlock()
+	s.rides.max, s.rides.last, s.rides.gap = d, time.Time{}, 0
 }

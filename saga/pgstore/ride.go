@@ -26,7 +26,9 @@ import (
 // own, as it would have been without rides, and that write tells a
 // conflict.
 
-// rideWait is how long an update waits for a step's COMMIT to ride.
+// rideWait is the longest an update waits for a step's COMMIT to ride:
+// it waits about twice the time between commits of late, and not at all
+// if that is longer than rideWait (see rides.ride).
 const rideWait = 2 * time.Millisecond
 
 // maxRiders is the most updates one COMMIT carries.
@@ -51,8 +53,11 @@ type rideResult struct {
 // rides are a store's riders and the steps' transactions they may ride.
 type rides struct {
 	mu      sync.Mutex
-	open    int      // steps' transactions begun and not ended
-	waiting []*rider // in arrival order
+	open    int           // steps' transactions begun and not ended
+	waiting []*rider      // in arrival order
+	max     time.Duration // the longest wait: rideWait (tests change it)
+	last    time.Time     // the last commit
+	gap     time.Duration // between commits, a moving average
 }
 
 // begun and ended count the steps' transactions that may commit.
@@ -72,16 +77,25 @@ func (r *rides) ended() {
 // (none was open, none came within rideWait, ctx ended, or the one that
 // took it did not write it): then the caller writes it on its own, or
 // returns ctx's error.
+//
+// It waits about twice the average time between commits, so that a
+// dispatcher whose steps are few (its concurrency no more than the pool's
+// connections, say) does not hold them waiting: the step waits for its
+// update before it settles its message.
 func (r *rides) ride(ctx context.Context, x *rider) (rev int64, ok bool) {
 	r.mu.Lock()
-	if r.open == 0 {
+	wait := 2 * r.gap
+	if r.gap == 0 {
+		wait = r.max // no two commits yet to measure
+	}
+	if r.open == 0 || wait > r.max {
 		r.mu.Unlock()
 		return 0, false
 	}
 	x.done = make(chan rideResult, 1)
 	r.waiting = append(r.waiting, x)
 	r.mu.Unlock()
-	t := time.NewTimer(rideWait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case res := <-x.done:
@@ -112,8 +126,17 @@ func (r *rides) leave(x *rider) bool {
 // take takes up to maxRiders riders for a commit, one per key, none for
 // own (the key the committing step writes).
 func (r *rides) take(own string) []*rider {
+	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	switch d := now.Sub(r.last); {
+	case r.last.IsZero():
+	case r.gap == 0:
+		r.gap = d
+	default:
+		r.gap += (d - r.gap) / 8
+	}
+	r.last = now
 	if len(r.waiting) == 0 {
 		return nil
 	}

@@ -40,6 +40,8 @@ func newRideFixture(t *testing.T) *rideFixture {
 	if f.store, err = pgstore.New(ctx, f.pool); err != nil {
 		t.Fatal(err)
 	}
+	// An update waits for the test's commit, however slow the machine.
+	pgstore.SetRideWait(f.store, time.Minute)
 	if f.ra, err = f.store.Put(ctx, "a", []byte("a1"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -256,6 +258,7 @@ func TestRiderKeepsItsExpiry(t *testing.T) {
 func TestRiderOfAStepThatDoesNotCommitWritesAlone(t *testing.T) {
 	f := newRideFixture(t)
 	ctx := t.Context()
+	pgstore.SetRideWait(f.store, 2*time.Millisecond)
 	f.step(t, same) // left open, rolled back at the test's end
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
