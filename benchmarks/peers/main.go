@@ -65,7 +65,7 @@ type config struct {
 	txRounds        int           // (e) rounds, each system once a round
 	txSecond        string        // (e) how jetsaga's step one leads to step two: message or timeout
 	txPools         []int         // (e) PostgreSQL connections, and the dispatcher's concurrency: a row each
-	txConcurrency   int           // (e) the dispatcher's concurrency, if not the pool size
+	txConcurrency   int           // (e) the dispatcher's concurrency; 0: the dispatcher's default (8), or the pool size if larger
 	conc            int           // goroutines scheduling / starting
 	only            []string
 	workloads       string
@@ -120,8 +120,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.txWindow, "tx-window", 200, "(e) instances in flight")
 	fs.IntVar(&cfg.txRounds, "tx-rounds", 3, "(e) rounds: every system once a round, the order rotated")
 	fs.StringVar(&cfg.txSecond, "tx-second", "message", "(e) what starts jetsaga's second step: message (c.Send) or timeout (c.RequestTimeout(0, ...))")
-	pools := fs.String("tx-pools", "4,20", "(e) comma-separated pool sizes, a row of each system at each: the connections of its pgxpool (pgxpool's default here is max(4, CPUs), DBOS's own 20), and the jetsaga dispatcher's concurrency")
-	fs.IntVar(&cfg.txConcurrency, "tx-concurrency", 0, "(e) the jetsaga dispatcher's concurrency (saga.WithConcurrency); 0: the pool size")
+	pools := fs.String("tx-pools", "4,20", "(e) comma-separated pool sizes, a row of each system at each: the connections of its pgxpool (pgxpool's default here is max(4, CPUs), DBOS's own 20)")
+	fs.IntVar(&cfg.txConcurrency, "tx-concurrency", 0, "(e) the jetsaga dispatcher's concurrency (saga.WithConcurrency); 0: its default (8), or the pool size if that is larger")
 	fs.IntVar(&cfg.conc, "conc", 16, "goroutines scheduling timers and starting sagas")
 	only := fs.String("only", "", "comma-separated peers to run: "+strings.Join(peerKeys, ",")+" (raw always runs: it is the baseline)")
 	fs.IntVar(&cfg.schedules, "schedules", 10000, "(f) recurring schedules, each every minute")

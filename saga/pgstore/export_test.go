@@ -26,9 +26,9 @@ func RidersWaiting(s *Store) int {
 }
 
 // SetRideWait sets the longest an update waits to ride a step's COMMIT,
-// and makes it wait that long.
+// and makes it wait that long, once one step's transaction is open.
 func SetRideWait(s *Store, d time.Duration) {
 	s.rides.mu.Lock()
 	defer s.rides.mu.Unlock()
-	s.rides.max, s.rides.last, s.rides.gap = d, time.Time{}, 0
+	s.rides.max, s.rides.last, s.rides.gap, s.rides.busy = d, time.Time{}, 0, 1
 }

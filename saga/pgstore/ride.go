@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Rides: an update outside a step's transaction (Put or PutTTL with a
@@ -54,10 +56,25 @@ type rideResult struct {
 type rides struct {
 	mu      sync.Mutex
 	open    int           // steps' transactions begun and not ended
+	busy    int           // open from which updates ride: the pool's connections
+	queued  int           // steps waiting for a connection of the pool
 	waiting []*rider      // in arrival order
 	max     time.Duration // the longest wait: rideWait (tests change it)
 	last    time.Time     // the last commit
 	gap     time.Duration // between commits, a moving average
+}
+
+// acquire acquires a connection for a step's transaction, counting the
+// steps waiting for one.
+func (r *rides) acquire(ctx context.Context, pool *pgxpool.Pool) (*pgxpool.Conn, error) {
+	r.mu.Lock()
+	r.queued++
+	r.mu.Unlock()
+	conn, err := pool.Acquire(ctx)
+	r.mu.Lock()
+	r.queued--
+	r.mu.Unlock()
+	return conn, err
 }
 
 // begun and ended count the steps' transactions that may commit.
@@ -78,17 +95,19 @@ func (r *rides) ended() {
 // took it did not write it): then the caller writes it on its own, or
 // returns ctx's error.
 //
-// It waits about twice the average time between commits, so that a
-// dispatcher whose steps are few (its concurrency no more than the pool's
-// connections, say) does not hold them waiting: the step waits for its
-// update before it settles its message.
+// It rides only while connections are scarce — every connection of the
+// pool is in a step's transaction, or steps wait for one — and
+// waits about twice the average time between commits: the dispatcher's
+// step waits for its update before it settles its message, and a
+// dispatcher with no more concurrent steps than connections ran slower
+// with its steps held waiting than with a round trip each.
 func (r *rides) ride(ctx context.Context, x *rider) (rev int64, ok bool) {
 	r.mu.Lock()
 	wait := 2 * r.gap
 	if r.gap == 0 {
 		wait = r.max // no two commits yet to measure
 	}
-	if r.open == 0 || wait > r.max {
+	if r.open == 0 || r.open < r.busy && r.queued == 0 || wait > r.max {
 		r.mu.Unlock()
 		return 0, false
 	}

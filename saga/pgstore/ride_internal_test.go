@@ -8,23 +8,26 @@ import (
 
 // TestRideWaitFollowsTheCommits: an update waits to ride about twice the
 // average time between commits, and not at all when commits are further
-// apart than half the longest wait (a dispatcher with few steps in
-// flight), nor when no step's transaction is open.
+// apart than half the longest wait, nor while some of the pool's
+// connections are not in a step's transaction and no step waits for one.
 func TestRideWaitFollowsTheCommits(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		open      int
+		open      int // of 4 connections
+		queued    int // steps waiting for one
 		gap       time.Duration
 		wantWaits bool
 	}{
-		{name: "commits close together", open: 1, gap: 20 * time.Second, wantWaits: true},
-		{name: "commits far apart", open: 1, gap: 40 * time.Second},
+		{name: "commits close together", open: 4, gap: 20 * time.Second, wantWaits: true},
+		{name: "commits far apart", open: 4, gap: 40 * time.Second},
 		{name: "no step open", gap: 20 * time.Second},
+		{name: "a connection not in a step", open: 3, gap: 20 * time.Second},
+		{name: "steps waiting for a connection", open: 3, queued: 1, gap: 20 * time.Second, wantWaits: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Scaled up (a minute for rideWait) so that a slow machine does not
 			// make the wait run out.
-			r := &rides{max: time.Minute, open: tc.open, last: time.Now(), gap: tc.gap}
+			r := &rides{max: time.Minute, busy: 4, open: tc.open, queued: tc.queued, last: time.Now(), gap: tc.gap}
 			x := &rider{key: "k"}
 			done := make(chan bool, 1)
 			go func() {

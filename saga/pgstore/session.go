@@ -201,7 +201,7 @@ func (ss *session) open() bool {
 // no load began it), and the record's write sent if a Put left one.
 func (ss *session) ready(ctx context.Context) error {
 	if ss.conn == nil {
-		conn, err := ss.store.pool.Acquire(ctx)
+		conn, err := ss.store.rides.acquire(ctx, ss.store.pool)
 		if err != nil {
 			return fmt.Errorf("begin: %w", err)
 		}
@@ -233,7 +233,7 @@ func (ss *session) load(ctx context.Context, stmt, key string, value *[]byte, re
 		}
 		return ss.tx.QueryRow(ctx, stmt, key).Scan(value, rev)
 	}
-	conn, err := ss.store.pool.Acquire(ctx)
+	conn, err := ss.store.rides.acquire(ctx, ss.store.pool)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}

@@ -114,7 +114,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	return &Store{
 		pool: pool, table: c.table, names: n, sql: statementsFor(n),
 		maxRecord: c.maxRecord, logger: c.logger, every: c.cleanEvery, batch: c.cleanBatch, listPage: 1000,
-		locking: c.locking, rides: rides{max: rideWait},
+		locking: c.locking, rides: rides{max: rideWait, busy: int(pool.Config().MaxConns)},
 	}, nil
 }
 
