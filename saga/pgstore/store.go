@@ -150,6 +150,12 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, uint64, error) {
 // Put writes value if key's revision is rev (0: if there is no live
 // row), with a new revision from the table's sequence, and keeps the
 // record for good. Otherwise it returns saga.ErrConflict.
+//
+// An update (rev > 0) outside a step's transaction, made while steps'
+// transactions hold every connection of the pool (or steps wait for
+// one), may go out with one of their COMMITs, in the same transaction
+// (see docs/postgres.md, "Clearing the outbox of a step that sent"); it
+// returns once committed, as it does on its own.
 func (s *Store) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
 	return s.put(ctx, key, value, rev, nil)
 }
