@@ -9,14 +9,15 @@ import (
 )
 
 // Rides: an update outside a step's transaction (Put or PutTTL with a
-// revision, and no session in ctx) while steps' transactions are open
-// waits a moment for one of them to commit, and goes out with that
-// COMMIT, in the same round trip and the same transaction, rather than as
-// a transaction of its own: a statement each, pipelined behind the step's
-// write. The dispatcher makes such an update after
+// revision, and no session in ctx), made while the pool's connections are
+// scarce, waits a moment for a step's transaction to commit, and goes out
+// with that COMMIT, in the same round trip and the same transaction,
+// rather than as a transaction of its own: a statement each, pipelined
+// behind the step's write. The dispatcher makes such an update after
 // every step that sends a message (it writes the record again, without
-// its outbox, once the messages are out: see docs/postgres.md), so under
-// load most of them ride and cost neither a round trip nor a commit.
+// its outbox, once the messages are out: see docs/postgres.md), so when
+// steps wait for connections most of them ride and cost neither a round
+// trip nor a commit.
 //
 // A ride changes nothing for the caller: Put returns once the update is
 // committed, with its new revision, or saga.ErrConflict. The riders'
@@ -183,7 +184,7 @@ func hasKey(rs []*rider, key string) bool {
 }
 
 // answer tells each rider what the commit did: written is the revision
-// written for each key the riders' statement updated, nil if the commit
+// written for each key the riders' statements updated, nil if the commit
 // failed.
 func answer(riders []*rider, written map[string]int64) {
 	for _, x := range riders {
