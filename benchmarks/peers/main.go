@@ -42,6 +42,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +65,7 @@ type config struct {
 	txRounds        int           // (e) rounds, each system once a round
 	txSecond        string        // (e) how jetsaga's step one leads to step two: message or timeout
 	txPools         []int         // (e) PostgreSQL connections, and the dispatcher's concurrency: a row each
+	txConcurrency   int           // (e) the dispatcher's concurrency; 0: the dispatcher's default (8), or the pool size if larger
 	conc            int           // goroutines scheduling / starting
 	only            []string
 	workloads       string
@@ -70,6 +73,8 @@ type config struct {
 	lead            time.Duration // jetsaga saga's early activation
 	schedules       int           // (f) recurring schedules
 	scheduleMinutes int           // (f) minutes measured
+	cpuProfile      string        // a CPU profile of the run, written to this file
+	blockProfile    string        // a profile of where goroutines blocked (and on which mutexes), written to this file
 
 	child       string // internal: the child's work
 	childPeer   string
@@ -115,7 +120,8 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&cfg.txWindow, "tx-window", 200, "(e) instances in flight")
 	fs.IntVar(&cfg.txRounds, "tx-rounds", 3, "(e) rounds: every system once a round, the order rotated")
 	fs.StringVar(&cfg.txSecond, "tx-second", "message", "(e) what starts jetsaga's second step: message (c.Send) or timeout (c.RequestTimeout(0, ...))")
-	pools := fs.String("tx-pools", "4,20", "(e) comma-separated pool sizes, a row of each system at each: the connections of its pgxpool (pgxpool's default here is max(4, CPUs), DBOS's own 20), and the jetsaga dispatcher's concurrency")
+	pools := fs.String("tx-pools", "4,20", "(e) comma-separated pool sizes, a row of each system at each: the connections of its pgxpool (pgxpool's default here is max(4, CPUs), DBOS's own 20)")
+	fs.IntVar(&cfg.txConcurrency, "tx-concurrency", 0, "(e) the jetsaga dispatcher's concurrency (saga.WithConcurrency); 0: its default (8), or the pool size if that is larger")
 	fs.IntVar(&cfg.conc, "conc", 16, "goroutines scheduling timers and starting sagas")
 	only := fs.String("only", "", "comma-separated peers to run: "+strings.Join(peerKeys, ",")+" (raw always runs: it is the baseline)")
 	fs.IntVar(&cfg.schedules, "schedules", 10000, "(f) recurring schedules, each every minute")
@@ -123,6 +129,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.workloads, "workloads", "abcde", "workloads to run, of a (lateness), b (cancel), c (saga), d (pending memory), e (saga with transactional steps on PostgreSQL), f (recurring schedules, about 4 minutes a system; not in the default)")
 	fs.BoolVar(&cfg.pgSync, "pg-sync", false, "run PostgreSQL with synchronous_commit=on (default off: a commit is acknowledged before its WAL is flushed, as JetStream acknowledges before it syncs)")
 	fs.DurationVar(&cfg.lead, "lead", 300*time.Millisecond, "the early activation of the 'jetsaga saga, early activation' row")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the embedded nats-server and the systems in it) to this file")
+	fs.StringVar(&cfg.blockProfile, "blockprofile", "", "write profiles of where goroutines blocked (file) and waited on mutexes (file.mutex) to this file")
 	fs.StringVar(&cfg.child, "child", "", "internal: the work of a child process")
 	fs.StringVar(&cfg.childPeer, "peer", "", "internal: the child's peer")
 	fs.StringVar(&cfg.pgURL, "pg-url", "", "internal: the child's PostgreSQL server")
@@ -134,7 +142,7 @@ func parseFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if cfg.timers < 1 || cfg.cancelPending < 1 || cfg.cancels < 1 || cfg.sagaWindow < 1 || cfg.pending < 1 || cfg.conc < 1 || cfg.window <= 0 || cfg.sagaTime <= 0 ||
-		cfg.txTime <= 0 || cfg.txWindow < 1 || cfg.txRounds < 1 || cfg.schedules < 1 || cfg.scheduleMinutes < 1 {
+		cfg.txTime <= 0 || cfg.txWindow < 1 || cfg.txConcurrency < 0 || cfg.txRounds < 1 || cfg.schedules < 1 || cfg.scheduleMinutes < 1 {
 		return cfg, fmt.Errorf("counts and durations must be positive")
 	}
 	for _, w := range cfg.workloads {
@@ -167,6 +175,11 @@ func parseFlags(args []string) (config, error) {
 func (c config) runs(w byte) bool { return strings.IndexByte(c.workloads, w) >= 0 }
 
 func run(ctx context.Context, cfg config) error {
+	stopProfiles, err := startProfiles(cfg)
+	if err != nil {
+		return err
+	}
+	defer stopProfiles()
 	e := newEnv(cfg)
 	defer e.close()
 	var results []result
@@ -255,4 +268,45 @@ func measure(ctx context.Context, cfg config, e *env, key string, p peer) result
 		logf("%s: (%s) %s", p.name, w, err)
 	}
 	return r
+}
+
+// startProfiles starts the profiles cfg asks for; stop writes them.
+func startProfiles(cfg config) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, f := range stops {
+			f()
+		}
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return stop, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return stop, err
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+	}
+	if cfg.blockProfile != "" {
+		runtime.SetBlockProfileRate(int(10 * time.Microsecond))
+		runtime.SetMutexProfileFraction(10)
+		write := func(name, file string) {
+			f, err := os.Create(file)
+			if err != nil {
+				logf("profile: %v", err)
+				return
+			}
+			defer f.Close()
+			if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+				logf("profile: %v", err)
+			}
+		}
+		stops = append(stops, func() {
+			write("block", cfg.blockProfile)
+			write("mutex", cfg.blockProfile+".mutex")
+		})
+	}
+	return stop, nil
 }

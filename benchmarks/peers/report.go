@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,8 +37,12 @@ func header(cfg config, e *env) []string {
 			cfg.timers, cfg.window, cfg.conc, cfg.cancelPending, cfg.cancels, cfg.sagaWindow, cfg.sagaTime, cfg.sagaDelay, cfg.pending))
 	}
 	if cfg.runs('e') {
-		h = append(h, fmt.Sprintf("(e) %d rounds, each system in turn (the order rotated) with %d instances in flight for %v; pools of %v connections",
-			cfg.txRounds, cfg.txWindow, cfg.txTime, cfg.txPools))
+		conc := "the dispatcher's default (8), or the pool size if larger"
+		if cfg.txConcurrency > 0 {
+			conc = strconv.Itoa(cfg.txConcurrency)
+		}
+		h = append(h, fmt.Sprintf("(e) %d rounds, each system in turn (the order rotated) with %d instances in flight for %v; pools of %v connections; jetsaga's dispatcher concurrency: %s",
+			cfg.txRounds, cfg.txWindow, cfg.txTime, cfg.txPools, conc))
 	}
 	if e.pg != nil {
 		h = append(h, "PostgreSQL: "+e.pg.describe())

@@ -102,8 +102,9 @@ type txRun interface {
 	counts() *pgCount
 }
 
-// txSystems are the rows at pool size n (connections, and the jetsaga
-// dispatcher's concurrency), in the order of the first round; cfg.only
+// txSystems are the rows at pool size n (connections; the jetsaga
+// dispatcher's concurrency is its default, 8, or n if larger, unless
+// -tx-concurrency says), in the order of the first round; cfg.only
 // keeps the jetsaga rows with "jetsaga" and DBOS's with "dbos-pg".
 func txSystems(e *env, n int) []txSystem {
 	viaTimeout := e.cfg.txSecond == "timeout"
@@ -115,12 +116,12 @@ func txSystems(e *env, n int) []txSystem {
 	if len(e.cfg.only) == 0 || slices.Contains(e.cfg.only, "jetsaga") {
 		out = append(out,
 			txSystem{key: "kvstore", name: "jetsaga, kvstore (no business write)",
-				config: "saga.Dispatcher on kvstore (the default store), WithConcurrency(pool), the same two steps without business rows: the baseline; " + second,
+				config: "saga.Dispatcher on kvstore (the default store), the same two steps without business rows: the baseline; " + second,
 				open: func(ctx context.Context, done func(int)) (txRun, error) {
 					return openTxJetsaga(ctx, e, done, "", n, viaTimeout)
 				}},
 			txSystem{key: "pgstore", name: "jetsaga, pgstore", pg: true,
-				config: "saga.Dispatcher on pgstore (the step's transaction; optimistic revisions), WithConcurrency(pool), a pgxpool of pool connections; the handler writes through pgstore.Tx(ctx); " + second,
+				config: "saga.Dispatcher on pgstore (the step's transaction; optimistic revisions), a pgxpool of pool connections; the handler writes through pgstore.Tx(ctx); " + second,
 				open: func(ctx context.Context, done func(int)) (txRun, error) {
 					return openTxJetsaga(ctx, e, done, "optimistic", n, viaTimeout)
 				}},
@@ -395,7 +396,7 @@ func openTxJetsaga(ctx context.Context, e *env, done func(int), mode string, poo
 		}
 	}}
 	if s.d, err = saga.NewDispatcher(s.b, store, s.queue, saga.WithSagas(def), saga.WithLogger(quietLogger()),
-		saga.WithConcurrency(pool), saga.WithHooks(hooks)); err != nil {
+		saga.WithConcurrency(cmp.Or(e.cfg.txConcurrency, max(8, pool))), saga.WithHooks(hooks)); err != nil {
 		return fail(err)
 	}
 	rctx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -421,8 +422,17 @@ func (s *txJetsaga) counts() *pgCount { return s.count }
 func (s *txJetsaga) close() {
 	s.jetSaga.close()
 	if s.pool != nil {
+		logPoolStat("jetsaga", s.pool)
 		s.pool.Close()
 	}
+}
+
+// logPoolStat logs how often a round's steps waited for a connection of
+// the pool, and for how long in all.
+func logPoolStat(system string, pool *pgxpool.Pool) {
+	st := pool.Stat()
+	logf("(e) %s pool of %d: %d acquires, %d waited for a connection, %v waited in all",
+		system, st.MaxConns(), st.AcquireCount(), st.EmptyAcquireCount(), st.EmptyAcquireWaitTime().Round(time.Millisecond))
 }
 
 // txPool makes a fresh database with the business tables and a pool of n
@@ -511,5 +521,6 @@ func (t *txDBOS) close() {
 	if err := dbos.Shutdown(t.ctx, 5*time.Second); err != nil {
 		logf("dbos: shutdown: %v", err)
 	}
+	logPoolStat("dbos", t.pool)
 	t.pool.Close()
 }

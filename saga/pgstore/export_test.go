@@ -1,6 +1,9 @@
 package pgstore
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // ReuseRevisions breaks s for the conformance suite's own test: each row
 // counts its revisions from 1 (a create writes 1, an update rev + 1), the
@@ -14,3 +17,18 @@ func ReuseRevisions(s *Store) {
 
 // SetListPage sets how many keys ListKeys reads per query.
 func SetListPage(s *Store, n int) { s.listPage = n }
+
+// RidersWaiting is how many updates wait to ride a step's COMMIT.
+func RidersWaiting(s *Store) int {
+	s.rides.mu.Lock()
+	defer s.rides.mu.Unlock()
+	return len(s.rides.waiting)
+}
+
+// SetRideWait sets the longest an update waits to ride a step's COMMIT,
+// and makes it wait that long, once one step's transaction is open.
+func SetRideWait(s *Store, d time.Duration) {
+	s.rides.mu.Lock()
+	defer s.rides.mu.Unlock()
+	s.rides.max, s.rides.last, s.rides.gap, s.rides.busy = d, time.Time{}, 0, 1
+}

@@ -44,7 +44,16 @@ func r1Options(b *bank) []saga.Option {
 
 // TestKillWorkers runs the workload; in a worker process (workerEnv set)
 // it runs a dispatcher until it is killed.
-func TestKillWorkers(t *testing.T) {
+func TestKillWorkers(t *testing.T) { killWorkers(t, "^TestKillWorkers$", "") }
+
+// TestKillWorkersRiding is TestKillWorkers with workers whose updates
+// outside steps — the writes that clear a step's outbox once its messages
+// are sent — wait up to 50 ms to ride another step's commit (see
+// pgstore's rides), at this workload's pace as under load: workers are
+// killed while updates wait to ride, or ride.
+func TestKillWorkersRiding(t *testing.T) { killWorkers(t, "^TestKillWorkersRiding$", "50ms") }
+
+func killWorkers(t *testing.T, run, ride string) {
 	if os.Getenv(workerEnv) != "" {
 		store, b := childBank(t)
 		b.chain, b.due = true, r1Due
@@ -75,8 +84,12 @@ func TestKillWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := func() *exec.Cmd {
-		cmd := childCommand(t, "^TestKillWorkers$", workerEnv+"=1", natsEnv+"="+srv.ClientURL(),
-			tablesEnv+"="+store.Table()+","+b.prefix(), stepsEnv+"="+strconv.Itoa(r1Steps))
+		env := []string{workerEnv + "=1", natsEnv + "=" + srv.ClientURL(),
+			tablesEnv + "=" + store.Table() + "," + b.prefix(), stepsEnv + "=" + strconv.Itoa(r1Steps)}
+		if ride != "" {
+			env = append(env, rideEnv+"="+ride)
+		}
+		cmd := childCommand(t, run, env...)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

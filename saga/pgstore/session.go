@@ -68,29 +68,53 @@ func (s *Store) Begin(ctx context.Context) (context.Context, saga.Unit, error) {
 	return context.WithValue(ctx, sessionKey{}, ss), ss, nil
 }
 
-// Commit sends the record's write, if a Put left one, with the COMMIT.
+// Commit sends the record's write, if a Put left one, with the COMMIT,
+// and the updates waiting to ride it (see rides).
 func (ss *session) Commit(ctx context.Context) error {
-	ss.end()
+	if !ss.end() {
+		return pgx.ErrTxClosed
+	}
 	if ss.conn == nil {
 		return nil // nothing was sent
 	}
 	// A connection left in a transaction (a failure) is closed, not
 	// reused.
-	defer ss.conn.Release()
-	if ss.write == nil {
+	defer ss.release()
+	w := ss.write
+	ss.write = nil
+	own := ""
+	if w != nil {
+		own = w.key
+	}
+	riders := ss.store.rides.take(own)
+	if w == nil && len(riders) == 0 {
 		if err := ss.tx.Commit(ctx); err != nil {
 			return fmt.Errorf("pgstore: commit: %w", err)
 		}
 		return nil
 	}
-	w := ss.write
-	ss.write = nil
+	var written map[string]int64
+	defer func() { answer(riders, written) }()
 	b := &pgx.Batch{}
-	b.Queue(w.sql, w.args...)
+	if w != nil {
+		b.Queue(w.sql, w.args...)
+	}
+	for _, x := range riders {
+		b.Queue(ss.store.sql.ride, x.key, x.value, x.ttl, x.rev)
+	}
 	b.Queue("commit")
 	br := ss.conn.SendBatch(ctx, b)
-	var n int64
-	err := br.QueryRow().Scan(&n)
+	var err error
+	if w != nil {
+		var n int64
+		if err = br.QueryRow().Scan(&n); err != nil {
+			err = writeError(w, err)
+		}
+	}
+	var rode map[string]int64
+	if err == nil && len(riders) > 0 {
+		rode, err = scanRiders(br, riders)
+	}
 	var tag pgconn.CommandTag
 	if err == nil {
 		tag, err = br.Exec()
@@ -100,12 +124,29 @@ func (ss *session) Commit(ctx context.Context) error {
 	}
 	if err != nil {
 		_ = ss.tx.Rollback(ctx) // the transaction failed: its end
-		return fmt.Errorf("pgstore: commit: %w", writeError(w, err))
+		return fmt.Errorf("pgstore: commit: %w", err)
 	}
 	if tag.String() == "ROLLBACK" {
 		return fmt.Errorf("pgstore: commit: %w", pgx.ErrTxCommitRollback)
 	}
+	written = rode
 	return nil
+}
+
+// scanRiders reads the riders' statements' results: the revision written
+// for each rider it wrote.
+func scanRiders(br pgx.BatchResults, riders []*rider) (map[string]int64, error) {
+	rode := make(map[string]int64, len(riders))
+	for _, x := range riders {
+		var rev int64
+		switch err := br.QueryRow().Scan(&rev); {
+		case err == nil:
+			rode[x.key] = rev
+		case !errors.Is(err, pgx.ErrNoRows):
+			return nil, err
+		}
+	}
+	return rode, nil
 }
 
 // writeError is the error of a failed write of the record.
@@ -122,21 +163,32 @@ func writeError(w *write, err error) error {
 
 // Rollback rolls the step's transaction back.
 func (ss *session) Rollback(ctx context.Context) error {
-	ss.end()
+	if !ss.end() {
+		return nil // ended already
+	}
 	if ss.conn == nil {
 		return nil
 	}
-	defer ss.conn.Release()
+	defer ss.release()
 	if err := ss.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("pgstore: rollback: %w", err)
 	}
 	return nil
 }
 
-func (ss *session) end() {
+// release gives the connection back to the pool: the transaction ended.
+func (ss *session) release() {
+	ss.conn.Release()
+	ss.store.rides.ended()
+}
+
+// end ends the session, and reports whether it was open.
+func (ss *session) end() bool {
 	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	was := !ss.ended
 	ss.ended = true
-	ss.mu.Unlock()
+	return was
 }
 
 func (ss *session) open() bool {
@@ -149,7 +201,7 @@ func (ss *session) open() bool {
 // no load began it), and the record's write sent if a Put left one.
 func (ss *session) ready(ctx context.Context) error {
 	if ss.conn == nil {
-		conn, err := ss.store.pool.Acquire(ctx)
+		conn, err := ss.store.rides.acquire(ctx, ss.store.pool)
 		if err != nil {
 			return fmt.Errorf("begin: %w", err)
 		}
@@ -159,6 +211,7 @@ func (ss *session) ready(ctx context.Context) error {
 			return fmt.Errorf("begin: %w", err)
 		}
 		ss.conn, ss.tx = conn, tx
+		ss.store.rides.begun()
 	}
 	if w := ss.write; w != nil {
 		ss.write = nil
@@ -180,7 +233,7 @@ func (ss *session) load(ctx context.Context, stmt, key string, value *[]byte, re
 		}
 		return ss.tx.QueryRow(ctx, stmt, key).Scan(value, rev)
 	}
-	conn, err := ss.store.pool.Acquire(ctx)
+	conn, err := ss.store.rides.acquire(ctx, ss.store.pool)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
@@ -196,6 +249,7 @@ func (ss *session) load(ctx context.Context, stmt, key string, value *[]byte, re
 	// From here the transaction holds the connection until it ends, also
 	// if the batch failed: Rollback releases it.
 	ss.conn, ss.tx = conn, br.Tx()
+	ss.store.rides.begun()
 	if err := br.Close(); err != nil {
 		ss.next = 0
 		return err

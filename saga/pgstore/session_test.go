@@ -362,6 +362,7 @@ const (
 	dbEnv     = "PGSTORE_DB_URL"    // the parent's database
 	tablesEnv = "PGSTORE_TABLES"    // the store's table, then the bank's prefix
 	stepsEnv  = "PGSTORE_BANK_STEP" // the bank's steps (worker processes)
+	rideEnv   = "PGSTORE_RIDE"      // set: updates outside steps wait up to this long to ride a commit
 )
 
 // TestSessionCrash kills a process with SIGKILL in the middle of a step
@@ -537,6 +538,13 @@ func childBank(t *testing.T) (*pgstore.Store, *bank) {
 	store, err := pgstore.New(t.Context(), pool, pgstore.WithTable(table))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s := os.Getenv(rideEnv); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pgstore.SetRideWait(store, d)
 	}
 	b := &bank{accounts: prefix + "_accounts", ledger: prefix + "_ledger", queue: prefix + "q"}
 	if s := os.Getenv(stepsEnv); s != "" {

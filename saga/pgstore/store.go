@@ -27,6 +27,7 @@ type Store struct {
 	batch     int
 	listPage  int
 	locking   bool
+	rides     rides
 }
 
 var (
@@ -45,6 +46,10 @@ type statements struct {
 	// an error, which aborts the transaction, so that the COMMIT sent
 	// behind it does not commit the handler's writes without the record.
 	next, createAt, updateAt string
+	// ride: an update that rides a step's COMMIT (see rides),
+	// conditional on its revision as update is, of a row no other
+	// transaction holds (SKIP LOCKED): no row comes back otherwise.
+	ride string
 }
 
 const live = "(expires_at IS NULL OR expires_at > now())"
@@ -78,6 +83,10 @@ func statementsFor(n names) statements {
 		updateAt: "WITH w AS (UPDATE " + n.table + " SET value = $2, rev = $5, " +
 			"expires_at = now() + $3::bigint * interval '1 microsecond' " +
 			"WHERE key = $1 AND rev = $4 AND " + live + " RETURNING rev) " + oneRowOrFail,
+		ride: "UPDATE " + n.table + " SET value = $2, rev = nextval('" + n.seq + "'), " +
+			"expires_at = now() + $3::bigint * interval '1 microsecond' " +
+			"WHERE key = (SELECT key FROM " + n.table + " WHERE key = $1 AND rev = $4 AND " + live + " FOR UPDATE SKIP LOCKED) " +
+			"AND rev = $4 RETURNING rev",
 		list: "SELECT key FROM " + n.table + " WHERE key > $1 AND key < $2 AND " + live + " ORDER BY key LIMIT $3",
 		cleanup: "DELETE FROM " + n.table + " WHERE key IN (SELECT key FROM " + n.table +
 			" WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED) AND expires_at <= now()",
@@ -105,7 +114,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	return &Store{
 		pool: pool, table: c.table, names: n, sql: statementsFor(n),
 		maxRecord: c.maxRecord, logger: c.logger, every: c.cleanEvery, batch: c.cleanBatch, listPage: 1000,
-		locking: c.locking,
+		locking: c.locking, rides: rides{max: rideWait, busy: int(pool.Config().MaxConns)},
 	}, nil
 }
 
@@ -141,6 +150,12 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, uint64, error) {
 // Put writes value if key's revision is rev (0: if there is no live
 // row), with a new revision from the table's sequence, and keeps the
 // record for good. Otherwise it returns saga.ErrConflict.
+//
+// An update (rev > 0) outside a step's transaction, made while steps'
+// transactions hold every connection of the pool (or steps wait for
+// one), may go out with one of their COMMITs, in the same transaction
+// (see docs/postgres.md, "Clearing the outbox of a step that sent"); it
+// returns once committed, as it does on its own.
 func (s *Store) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
 	return s.put(ctx, key, value, rev, nil)
 }
@@ -173,6 +188,11 @@ func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64, t
 			return n, err
 		}
 		q = ss.tx
+	} else if rev > 0 {
+		// An update outside a step: it may ride a step's COMMIT.
+		if n, ok := s.rides.ride(ctx, &rider{key: key, value: value, ttl: ttlMicros, rev: int64(rev)}); ok {
+			return uint64(n), nil
+		}
 	}
 	var n int64
 	var err error

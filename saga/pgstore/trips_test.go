@@ -57,7 +57,9 @@ func (tripDue) MessageName() string     { return "pgstore.test.TripDue" }
 // load and a revision drawn for its write (one round trip), and the
 // write of its record with its COMMIT (one round trip); a step that only
 // requests timeouts writes its record once; one that sends writes it a
-// second time, after sending, to clear its outbox:
+// second time, after sending, to clear its outbox (on its own here: that
+// update rides another step's COMMIT only while the pool's connections
+// are scarce, see TestUpdateRidesAStepsCommit):
 //
 //	step one, sends:    BEGIN+SELECT+nextval, INSERT (order), INSERT (record)+COMMIT, UPDATE (outbox cleared)
 //	step one, timeout:  BEGIN+SELECT+nextval, INSERT (order), INSERT (record)+COMMIT
