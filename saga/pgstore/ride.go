@@ -55,6 +55,10 @@ type rideResult struct {
 
 // rides are a store's riders and the steps' transactions they may ride.
 type rides struct {
+	// off: the database's transactions are not READ COMMITTED by default,
+	// so a rider's row, updated since the step's snapshot, would fail the
+	// step's whole transaction with a serialization error (see New).
+	off     bool
 	mu      sync.Mutex
 	open    int           // steps' transactions begun and not ended
 	busy    int           // open from which updates ride: the pool's connections
@@ -103,6 +107,9 @@ func (r *rides) ended() {
 // dispatcher with no more concurrent steps than connections ran slower
 // with its steps held waiting than with a round trip each.
 func (r *rides) ride(ctx context.Context, x *rider) (rev int64, ok bool) {
+	if r.off {
+		return 0, false
+	}
 	r.mu.Lock()
 	wait := 2 * r.gap
 	if r.gap == 0 {

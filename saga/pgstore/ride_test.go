@@ -273,3 +273,70 @@ func TestRiderOfAStepThatDoesNotCommitWritesAlone(t *testing.T) {
 		t.Errorf("%d updates wait to ride, want 0", n)
 	}
 }
+
+// TestNoRidesUnderRepeatableRead: on a database whose transactions are
+// REPEATABLE READ by default, an update does not ride: riding a step's
+// commit, the update of a row changed since that step's snapshot would
+// fail the step with a serialization error. Here b changes after the
+// step's load; the update of b is written on its own, and the step
+// commits.
+func TestNoRidesUnderRepeatableRead(t *testing.T) {
+	ctx := t.Context()
+	pc, err := pgxpool.ParseConfig(pg.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := pgstore.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgstore.New(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgstore.SetRideWait(store, time.Minute)
+	if _, err := store.Put(ctx, "a", []byte("a1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	rb, err := store.Put(ctx, "b", []byte("b1"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uctx, u, err := store.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = u.Rollback(context.WithoutCancel(ctx)) })
+	_, ra, err := store.Load(uctx, "a") // the step's snapshot
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Put(uctx, "a", []byte("a2"), ra); err != nil {
+		t.Fatal(err)
+	}
+	// b changes after the snapshot, as a step of b's instance would.
+	if _, err := pool.Exec(ctx, "UPDATE "+pgstore.DefaultTable+" SET value = 'b1x' WHERE key = 'b'"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan putResult, 1)
+	go func() {
+		n, err := store.Put(context.WithoutCancel(ctx), "b", []byte("b2"), rb)
+		done <- putResult{n, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("the update of b: %v", r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the update of b waited to ride a step's commit under REPEATABLE READ")
+	}
+	if err := u.Commit(ctx); err != nil {
+		t.Fatalf("the step's commit: %v, want it committed", err)
+	}
+}

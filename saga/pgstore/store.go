@@ -110,11 +110,18 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts ...Option) (*Store, error
 	if err := checkSchema(ctx, pool, c.table); err != nil {
 		return nil, err
 	}
+	// Updates ride steps' commits only under READ COMMITTED: under a
+	// stricter isolation a rider's row, updated since the step's
+	// snapshot was taken, would fail the step with a serialization error.
+	var iso string
+	if err := pool.QueryRow(ctx, "SHOW default_transaction_isolation").Scan(&iso); err != nil {
+		return nil, fmt.Errorf("pgstore: reading the default transaction isolation: %w", err)
+	}
 	n := nameOf(c.table)
 	return &Store{
 		pool: pool, table: c.table, names: n, sql: statementsFor(n),
 		maxRecord: c.maxRecord, logger: c.logger, every: c.cleanEvery, batch: c.cleanBatch, listPage: 1000,
-		locking: c.locking, rides: rides{max: rideWait, busy: int(pool.Config().MaxConns)},
+		locking: c.locking, rides: rides{max: rideWait, busy: int(pool.Config().MaxConns), off: iso != "read committed"},
 	}, nil
 }
 
