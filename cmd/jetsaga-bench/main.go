@@ -160,7 +160,7 @@ func parseFlags(args []string) (config, error) {
 
 // clusterBenches are the benches that -nodes runs on a cluster: every
 // stream, bucket and queue they create takes env.replicas.
-var clusterBenches = []string{"saga", "saga-probe", "saga-cache"}
+var clusterBenches = []string{"saga", "saga-probe", "saga-cache", "noisy"}
 
 // checkNodes refuses -nodes where it means nothing: the other benches
 // create their streams unreplicated, the million bench starts servers of

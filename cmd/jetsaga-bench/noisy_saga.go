@@ -104,7 +104,7 @@ func noisySagaRun(ctx context.Context, e *env, parts, keyLimit int, withOthers b
 	}
 	drop()
 	defer drop()
-	store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: noisySagaBucket})
+	store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: noisySagaBucket, Replicas: e.replicas()})
 	if err != nil {
 		return noisyOutcome{}, err
 	}
