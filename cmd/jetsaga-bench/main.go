@@ -17,7 +17,7 @@
 //	go run ./cmd/jetsaga-bench -only million -n 0.25 -burstprofile burst.out  # CPU profiles of the burst, each side
 //	go run ./cmd/jetsaga-bench -only shards -n 0.25 # schedule shards beside raw with 1 and K streams (BENCHMARKS.md)
 //	go run ./cmd/jetsaga-bench -cluster 3            # one node beside a 3-node cluster (R3)
-//	go run ./cmd/jetsaga-bench -nodes 3 -only saga   # the saga benches on a 3-node cluster, everything R3
+//	go run ./cmd/jetsaga-bench -nodes 3 -only saga   # the saga benches on a 3-node cluster, everything R3 (also noisy)
 package main
 
 import (
