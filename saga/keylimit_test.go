@@ -43,6 +43,15 @@ func newKLProbe(gated ...string) *klProbe {
 	return p
 }
 
+// countHooks records the DeliveryCount of each step in p.counts.
+func (p *klProbe) countHooks() saga.Hooks {
+	return saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, _ saga.StepResult) {
+		p.mu.Lock()
+		p.counts = append(p.counts, info.DeliveryCount)
+		p.mu.Unlock()
+	}}
+}
+
 func (p *klProbe) get(f func() int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -100,11 +109,7 @@ func TestKeyLimit(t *testing.T) {
 	n, _ := queueOnNewServer(t, qcfg)
 	disp := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(klSaga("keylimit", p)), saga.WithQueueConfig(qcfg),
 		saga.WithKeyLimit(limit), saga.WithConcurrency(4), saga.WithReceiveBatch(4),
-		saga.WithHooks(saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, _ saga.StepResult) {
-			p.mu.Lock()
-			p.counts = append(p.counts, info.DeliveryCount)
-			p.mu.Unlock()
-		}}))
+		saga.WithHooks(p.countHooks()))
 	run(t, disp)
 	for i := range hot {
 		if _, err := disp.Send(ctxFor(t), klStep{Key: "hot", ID: fmt.Sprint("hot-", i)}, saga.WithPartitionKey("hot")); err != nil {
@@ -197,11 +202,7 @@ func TestKeyLimitPartitioned(t *testing.T) {
 	n, _ := queueOnNewServer(t, qcfg)
 	disp := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(klSaga("keylimitparts", p)), saga.WithQueueConfig(qcfg),
 		saga.WithKeyLimit(limit), saga.WithConcurrency(2), saga.WithReceiveBatch(2),
-		saga.WithHooks(saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, _ saga.StepResult) {
-			p.mu.Lock()
-			p.counts = append(p.counts, info.DeliveryCount)
-			p.mu.Unlock()
-		}}))
+		saga.WithHooks(p.countHooks()))
 	for i := range hot {
 		if _, err := disp.Send(ctxFor(t), klStep{Key: hotKey, ID: fmt.Sprint("hot-", i)}, saga.WithPartitionKey(hotKey)); err != nil {
 			t.Fatal(err)
@@ -287,11 +288,7 @@ func TestKeyLimitKeepsLocks(t *testing.T) {
 	n, _ := queueOnNewServer(t, qcfg)
 	disp := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(klSaga("keylimit-lock", p)), saga.WithQueueConfig(qcfg),
 		saga.WithKeyLimit(1), saga.WithConcurrency(4), saga.WithReceiveBatch(burst),
-		saga.WithHooks(saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, _ saga.StepResult) {
-			p.mu.Lock()
-			p.counts = append(p.counts, info.DeliveryCount)
-			p.mu.Unlock()
-		}}))
+		saga.WithHooks(p.countHooks()))
 	for i := range burst {
 		if _, err := disp.Send(ctxFor(t), klStep{Key: "hot", ID: fmt.Sprint("hot-", i)}, saga.WithPartitionKey("hot")); err != nil {
 			t.Fatal(err)

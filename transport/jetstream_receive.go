@@ -74,7 +74,10 @@ func (q *jsQueue) fresh(ds []*Delivery) []*Delivery {
 func (q *jsQueue) gather(ctx context.Context, max int, parts []*jsPartition) ([]*Delivery, error) {
 	// Each receive starts at the partition after the one the previous
 	// receive started at (see sweep).
-	start := int(q.rr.Add(1) % uint32(len(parts)))
+	start := 0
+	if len(parts) > 1 {
+		start = int(q.rr.Add(1) % uint32(len(parts)))
+	}
 	for {
 		if err := q.d.check(); err != nil {
 			return nil, err
@@ -350,22 +353,16 @@ func (q *jsQueue) waitAny(ctx context.Context, parts []*jsPartition) error {
 	// nothing.
 	any, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
+	defer context.AfterFunc(ctx, stop)()
 	var wg sync.WaitGroup
 	for _, l := range pulls {
 		wg.Go(func() {
 			l.p.Wait(any, l.pl, l.pl.Expires().Add(pull.Slack))
-			if ended, err := l.pl.Ended(); l.p.Ready() || (ended && err == nil) || !ended {
+			if ended, err := l.pl.Ended(); !ended || err == nil || l.p.Ready() {
 				stop()
 			}
 		})
 	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			stop()
-		case <-any.Done():
-		}
-	}()
 	wg.Wait()
 	switch {
 	case stopping(ctx):

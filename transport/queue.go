@@ -268,13 +268,7 @@ func (q *Queue) Browse(ctx context.Context, from uint64) iter.Seq2[*Message, err
 // they have none. On a session queue it returns ErrSessionRequired: use
 // AcceptSession.
 func (q *Queue) Receive(ctx context.Context, max int) ([]*Delivery, error) {
-	if q.cfg.RequiresSession {
-		return nil, ErrSessionRequired
-	}
-	if max <= 0 {
-		return nil, fmt.Errorf("%w: max %d: must be positive", ErrInvalidOption, max)
-	}
-	return q.d.receive(ctx, max, nil)
+	return q.receive(ctx, max, nil)
 }
 
 // ReceiveFrom is Receive from some of the queue's partitions only: those
@@ -284,12 +278,6 @@ func (q *Queue) Receive(ctx context.Context, max int) ([]*Delivery, error) {
 // the others'. partitions must be non-empty and each in range, else it
 // returns ErrInvalidOption.
 func (q *Queue) ReceiveFrom(ctx context.Context, max int, partitions []int) ([]*Delivery, error) {
-	if q.cfg.RequiresSession {
-		return nil, ErrSessionRequired
-	}
-	if max <= 0 {
-		return nil, fmt.Errorf("%w: max %d: must be positive", ErrInvalidOption, max)
-	}
 	from := make([]bool, q.cfg.Partitions)
 	some := false
 	for _, p := range partitions {
@@ -300,6 +288,17 @@ func (q *Queue) ReceiveFrom(ctx context.Context, max int, partitions []int) ([]*
 	}
 	if !some {
 		return nil, fmt.Errorf("%w: no partition to receive from", ErrInvalidOption)
+	}
+	return q.receive(ctx, max, from)
+}
+
+// receive is Receive from the partitions from marks (all if nil).
+func (q *Queue) receive(ctx context.Context, max int, from []bool) ([]*Delivery, error) {
+	if q.cfg.RequiresSession {
+		return nil, ErrSessionRequired
+	}
+	if max <= 0 {
+		return nil, fmt.Errorf("%w: max %d: must be positive", ErrInvalidOption, max)
 	}
 	return q.d.receive(ctx, max, from)
 }

@@ -78,38 +78,54 @@ type lateRound struct {
 	opts []timeout.QueueOption
 }
 
-// latenessSaga runs one saga round.
-func latenessSaga(ctx context.Context, e *env, n int, r lateRound) (*firings, error) {
-	lead := r.lead
-	nc, err := e.servers.connect(nats.Name("jetsaga-bench-late-saga"))
+// sagaRound connects a client named name and returns a broker and a
+// kvstore bucket for a saga round on queue, which it drops, with the
+// bucket, before it returns and when done is called.
+func (e *env) sagaRound(ctx context.Context, name, queue, bucket string) (b *transport.Broker, store saga.Store, done func(), err error) {
+	nc, err := e.servers.connect(nats.Name(name))
 	if err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	defer nc.Close()
-	b, err := transport.NewJetStream(nc, transport.WithPrefix(benchPrefix), transport.WithLogger(sagaLogger()))
-	if err != nil {
-		return nil, err
+	if b, err = transport.NewJetStream(nc, transport.WithPrefix(benchPrefix), transport.WithLogger(sagaLogger())); err != nil {
+		nc.Close()
+		return nil, nil, nil, err
 	}
-	defer b.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return nil, err
+		b.Close()
+		nc.Close()
+		return nil, nil, nil, err
 	}
 	drop := func() {
 		ctx := context.WithoutCancel(ctx)
-		if err := b.DeleteQueue(ctx, lateSagaQueue); err != nil {
-			e.progress("deleting queue %s: %v", lateSagaQueue, err)
+		if err := b.DeleteQueue(ctx, queue); err != nil {
+			e.progress("deleting queue %s: %v", queue, err)
 		}
-		if err := js.DeleteKeyValue(ctx, lateSagaBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-			e.progress("deleting bucket %s: %v", lateSagaBucket, err)
+		if err := js.DeleteKeyValue(ctx, bucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			e.progress("deleting bucket %s: %v", bucket, err)
 		}
 	}
+	done = func() {
+		drop()
+		b.Close()
+		nc.Close()
+	}
 	drop()
-	defer drop()
-	store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: lateSagaBucket})
+	if store, err = kvstore.New(ctx, js, kvstore.Config{Bucket: bucket, Replicas: e.replicas()}); err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return b, store, done, nil
+}
+
+// latenessSaga runs one saga round.
+func latenessSaga(ctx context.Context, e *env, n int, r lateRound) (*firings, error) {
+	lead := r.lead
+	b, store, dropRound, err := e.sagaRound(ctx, "jetsaga-bench-late-saga", lateSagaQueue, lateSagaBucket)
 	if err != nil {
 		return nil, err
 	}
+	defer dropRound()
 	f := newFirings(n)
 	var handled atomic.Int64
 	done := make(chan struct{})

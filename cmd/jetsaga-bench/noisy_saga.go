@@ -7,12 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jetsaga/jetsaga/saga"
-	"github.com/jetsaga/jetsaga/saga/kvstore"
-	"github.com/jetsaga/jetsaga/transport"
 )
 
 // The noisy neighbour as a saga service meets it (issue 36's target:
@@ -79,35 +74,11 @@ func noisySagaDef(burst, others *firings, nA, nOthers int, handled *atomic.Int64
 // queue of parts partitions, with key limit keyLimit (0: none); without
 // others, A's burst alone.
 func noisySagaRun(ctx context.Context, e *env, parts, keyLimit int, withOthers bool) (noisyOutcome, error) {
-	nc, err := e.servers.connect(nats.Name("jetsaga-bench-noisy-saga"))
+	b, store, dropRound, err := e.sagaRound(ctx, "jetsaga-bench-noisy-saga", noisySagaQueue, noisySagaBucket)
 	if err != nil {
 		return noisyOutcome{}, err
 	}
-	defer nc.Close()
-	b, err := transport.NewJetStream(nc, transport.WithPrefix(benchPrefix), transport.WithLogger(sagaLogger()))
-	if err != nil {
-		return noisyOutcome{}, err
-	}
-	defer b.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return noisyOutcome{}, err
-	}
-	drop := func() {
-		ctx := context.WithoutCancel(ctx)
-		if err := b.DeleteQueue(ctx, noisySagaQueue); err != nil {
-			e.progress("deleting queue %s: %v", noisySagaQueue, err)
-		}
-		if err := js.DeleteKeyValue(ctx, noisySagaBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
-			e.progress("deleting bucket %s: %v", noisySagaBucket, err)
-		}
-	}
-	drop()
-	defer drop()
-	store, err := kvstore.New(ctx, js, kvstore.Config{Bucket: noisySagaBucket, Replicas: e.replicas()})
-	if err != nil {
-		return noisyOutcome{}, err
-	}
+	defer dropRound()
 	nA, nEach := e.scaled(noisyBurst), max(10, e.scaled(noisyEach))
 	nOthers := noisyTenants * nEach
 	if !withOthers {

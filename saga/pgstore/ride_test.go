@@ -21,7 +21,9 @@ type rideFixture struct {
 	ra, rb uint64
 }
 
-func newRideFixture(t *testing.T) *rideFixture {
+// newRideFixture makes the fixture on a pool of its own, configured
+// further by configure if given.
+func newRideFixture(t *testing.T, configure ...func(*pgxpool.Config)) *rideFixture {
 	t.Helper()
 	ctx := t.Context()
 	f := &rideFixture{count: new(tripCounter)}
@@ -30,6 +32,9 @@ func newRideFixture(t *testing.T) *rideFixture {
 		t.Fatal(err)
 	}
 	pc.ConnConfig.Tracer = f.count
+	for _, c := range configure {
+		c(pc)
+	}
 	if f.pool, err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 		t.Fatal(err)
 	}
@@ -281,51 +286,17 @@ func TestRiderOfAStepThatDoesNotCommitWritesAlone(t *testing.T) {
 // step's load; the update of b is written on its own, and the step
 // commits.
 func TestNoRidesUnderRepeatableRead(t *testing.T) {
-	ctx := t.Context()
-	pc, err := pgxpool.ParseConfig(pg.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	if err := pgstore.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	store, err := pgstore.New(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgstore.SetRideWait(store, time.Minute)
-	if _, err := store.Put(ctx, "a", []byte("a1"), 0); err != nil {
-		t.Fatal(err)
-	}
-	rb, err := store.Put(ctx, "b", []byte("b1"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uctx, u, err := store.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = u.Rollback(context.WithoutCancel(ctx)) })
-	_, ra, err := store.Load(uctx, "a") // the step's snapshot
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Put(uctx, "a", []byte("a2"), ra); err != nil {
-		t.Fatal(err)
-	}
+	f := newRideFixture(t, func(pc *pgxpool.Config) {
+		pc.ConnConfig.RuntimeParams["default_transaction_isolation"] = "repeatable read"
+	})
+	u := f.step(t, same) // the step's snapshot, taken by its load of a
 	// b changes after the snapshot, as a step of b's instance would.
-	if _, err := pool.Exec(ctx, "UPDATE "+pgstore.DefaultTable+" SET value = 'b1x' WHERE key = 'b'"); err != nil {
+	if _, err := f.pool.Exec(t.Context(), "UPDATE "+pgstore.DefaultTable+" SET value = 'b1x' WHERE key = 'b'"); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan putResult, 1)
 	go func() {
-		n, err := store.Put(context.WithoutCancel(ctx), "b", []byte("b2"), rb)
+		n, err := f.store.Put(context.WithoutCancel(t.Context()), "b", []byte("b2"), f.rb)
 		done <- putResult{n, err}
 	}()
 	select {
@@ -336,7 +307,7 @@ func TestNoRidesUnderRepeatableRead(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the update of b waited to ride a step's commit under REPEATABLE READ")
 	}
-	if err := u.Commit(ctx); err != nil {
+	if err := u.Commit(t.Context()); err != nil {
 		t.Fatalf("the step's commit: %v, want it committed", err)
 	}
 }
