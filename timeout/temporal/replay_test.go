@@ -103,11 +103,12 @@ func recordHistories(t *testing.T, version string) {
 		}
 		refc, sent := make(chan timeout.Ref, 1), make(chan error, 1)
 		if rc.cancelInSend {
-			afterSend = func(in input) {
+			cancel := func(in input) {
 				if in.Queue == queue {
 					sent <- e.Cancel(context.Background(), <-refc)
 				}
 			}
+			afterSend.Store(&cancel)
 		}
 		ref, err := e.Schedule(t.Context(), timeout.Timeout{ID: rc.name, Queue: queue, At: time.Now().Add(rc.due), Message: &transport.Message{Body: []byte(rc.name)}})
 		if err != nil {
@@ -125,7 +126,7 @@ func recordHistories(t *testing.T, version string) {
 		if err := c.GetWorkflow(t.Context(), wid, "").Get(t.Context(), &r); err != nil {
 			t.Fatal(err)
 		}
-		afterSend = nil
+		afterSend.Store(nil)
 		if rc.cancelInSend {
 			if err := <-sent; !errors.Is(err, timeout.ErrAlreadyFired) {
 				t.Fatalf("%s: Cancel during the send: %v, want ErrAlreadyFired", rc.name, err)
