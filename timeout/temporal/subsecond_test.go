@@ -66,27 +66,6 @@ func TestSubSecondTimeoutOnTime(t *testing.T) {
 	}
 }
 
-// TestSubSecondWaitAfterWorkerStart schedules a timeout due in 1.5 s
-// while no worker runs, and starts one 0.6 s before the due time: the
-// workflow's first task finds less than a second left, which a timer
-// would round up to a second. It is delivered on time.
-func TestSubSecondWaitAfterWorkerStart(t *testing.T) {
-	srv, ns := servers(t)
-	c := srv.Client(t)
-	b := broker(t, ns)
-	tq := newTaskQueue()
-	e, err := New(c, WithTaskQueue(tq))
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := time.Now().Add(1500 * time.Millisecond)
-	q := scheduleOn(t, e, b, tq, at)
-	time.Sleep(time.Until(at.Add(-600 * time.Millisecond))) // the worker starts then
-	left := time.Until(at)
-	startWorker(t, c, b, WithTaskQueue(tq))
-	t.Logf("worker started %v before the due time; delivered %v late", left.Round(time.Millisecond), onTime(t, q, at))
-}
-
 // TestCancelDuringSubSecondWait cancels a timeout while its delivery
 // activity waits for the due time (the workflow's wait was under a
 // second): Cancel answers nil and nothing is delivered. And a Cancel
