@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -141,6 +142,75 @@ func TestCancelDuringSubSecondWait(t *testing.T) {
 	if d := receive(t, q, 500*time.Millisecond); d != nil {
 		t.Errorf("delivered again: %q", d.Body)
 	}
+}
+
+// TestSubSecondCancelRace cancels timeouts due 600 ms after they are
+// scheduled (a wait under a second: the activity's, which asks the
+// workflow at the due time) at instants from 200 ms before their due time
+// to 130 ms after, many times: each Cancel's outcome must be true — nil,
+// never delivered; ErrAlreadyFired, delivered exactly once.
+func TestSubSecondCancelRace(t *testing.T) {
+	const n = 60
+	srv, ns := servers(t)
+	c := srv.Client(t)
+	b := broker(t, ns)
+	e, tq := servedEngine(t, c, b)
+	q, err := b.Queue(t.Context(), "subsecond-race-"+tq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		time.Sleep(30 * time.Millisecond) // staggered, so that the cores keep up
+		wg.Go(func() {
+			id := fmt.Sprintf("race-%d", i)
+			at := time.Now().Add(600 * time.Millisecond)
+			ref, err := e.Schedule(t.Context(), timeout.Timeout{ID: id, Queue: q.Name(), At: at, Message: &transport.Message{Body: []byte(id)}})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			off := -200*time.Millisecond + time.Duration(i%12)*30*time.Millisecond
+			time.Sleep(time.Until(at.Add(off))) // the cancel's instant
+			errs[i] = e.Cancel(t.Context(), ref)
+		})
+	}
+	wg.Wait()
+	want := map[string]bool{}
+	cancelled := 0
+	for i, err := range errs {
+		switch {
+		case err == nil:
+			cancelled++
+		case errors.Is(err, timeout.ErrAlreadyFired):
+			want[fmt.Sprintf("race-%d", i)] = true
+		default:
+			t.Fatalf("race-%d: %v, want nil or ErrAlreadyFired", i, err)
+		}
+	}
+	got := map[string]int{}
+	for {
+		d := receive(t, q, 2*time.Second) // the last was due before the cancels ended
+		if d == nil {
+			break
+		}
+		got[string(d.Body)]++
+	}
+	for id := range want {
+		if got[id] != 1 {
+			t.Errorf("%s: Cancel said already fired; delivered %d times, want 1", id, got[id])
+		}
+	}
+	for id, k := range got {
+		if !want[id] {
+			t.Errorf("%s: Cancel said cancelled; delivered %d times", id, k)
+		}
+	}
+	if cancelled == 0 || len(want) == 0 {
+		t.Errorf("%d cancelled, %d fired: the cancels did not race the due time", cancelled, len(want))
+	}
+	t.Logf("%d cancels from 200 ms before the due time to 130 ms after: %d cancelled, %d already fired", n, cancelled, len(want))
 }
 
 // awaitActivity waits until workflow wid has a pending activity.
