@@ -118,10 +118,13 @@ type delivery struct {
 // transport refuses; such an activity is not retried.
 const errUndeliverableType = "jetsaga.Undeliverable"
 
-// Sub-second waits. A Temporal timer shorter than a second fires after a
-// second (measured on the dev server: a timer of 300 ms fired 0.7-0.9 s
-// late, one of 700 ms 0.3-0.45 s late, while timers of a second or more
-// fired within 0.2 s). So when the wait left is under a second, the
+// Sub-second waits. A Temporal timer shorter than a second fires about a
+// second after it started (measured on the dev server: a timer of 300 ms
+// fired 0.7-0.9 s late, one of 700 ms 0.3-0.45 s late, at the workflow's
+// start or after an earlier timer or activity, while timers of a second
+// or more fired within 0.2 s; one exception seen: a 530 ms timer started
+// by a first workflow task that waited a second for a worker fired on
+// time). So when the wait left is under a second, the
 // workflow does not start a timer: it runs the delivery activity at
 // once, with input.Confirm, and the activity waits for the due time, then
 // asks the workflow (UpdateDeliver) whether to send. The cancel update
