@@ -69,8 +69,19 @@
 // that, the same ID schedules a new timeout.
 //
 // The workflow waits on a durable timer (workflow.AwaitWithTimeout) until
-// the due time, or until the cancel update comes. Then it runs the
-// delivery activity [ActivityDeliver], which sends the message —
+// the due time, or until the cancel update comes. A wait under a second is
+// the exception: a Temporal timer shorter than a second fires about a
+// second after it started (measured on the dev server: 0.7-0.9 s late for
+// a 300 ms wait, whether at the workflow's start or after an earlier
+// timer, where timers of a second or more fire within 0.2 s), so the
+// workflow runs the delivery activity at once and the activity waits for
+// the due time itself, then asks the workflow with the update
+// [UpdateDeliver] whether to send (see Cancel). Such a timeout is
+// delivered tens of milliseconds after its due time, not up to a second;
+// it costs one more workflow task (the update) than a timer.
+//
+// At the due time the workflow runs the delivery activity
+// [ActivityDeliver], which sends the message —
 // timeout.Timeout.DeliveryMessage, as every engine delivers — to the
 // timeout's queue with [transport.Queue.Send]. The activity never sends
 // before the due time by the worker's own clock (it waits the rest if the
@@ -97,6 +108,18 @@
 // (never scheduled, or closed longer ago than the retention) is
 // ErrNotFound. Terminating the workflow could not tell whether the message
 // went out; the update can.
+//
+// During a sub-second wait the delivery activity has started but not
+// sent: at the due time (by its worker's clock) it sends [UpdateDeliver],
+// and the workflow orders that update with the cancel update as it orders
+// the timer. A Cancel handled before it cancels (nil: the activity is
+// told so and sends nothing, and the workflow closes as cancelled once
+// the activity returns, within the second); one handled after it answers
+// ErrAlreadyFired, the message sent or about to be. So the window in which
+// Cancel answers ErrAlreadyFired still opens at the due time, as with a
+// timer, give or take the clocks of the worker and the server. An
+// UpdateDeliver the workflow did not ask for (outside that wait) is
+// rejected and changes nothing.
 //
 // Cancel of a pending timeout needs a worker running: the update is
 // handled by workflow code, so Cancel waits for a worker to pick it up,

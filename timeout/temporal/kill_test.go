@@ -43,10 +43,11 @@ func runChildWorker() int {
 	if err != nil {
 		return fail(err)
 	}
-	afterSend = func(in input) {
+	hang := func(in input) {
 		fmt.Printf("sent %s\n", in.ID)
 		select {} // killed here: the message is sent, the activity not complete
 	}
+	afterSend.Store(&hang)
 	w, err := NewWorker(c, b, WithTaskQueue(os.Getenv(envChildTQ)), WithDeliveryTimeout(2*time.Second), WithLogger(quietLogger()))
 	if err != nil {
 		return fail(err)

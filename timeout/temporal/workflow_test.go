@@ -286,3 +286,25 @@ func TestWorkflowIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkflowDeliverUpdateOutsideItsWait sends UpdateDeliver to a
+// workflow waiting on its timer, which did not ask for it: the update is
+// rejected and changes nothing — a later cancel still cancels.
+func TestWorkflowDeliverUpdateOutsideItsWait(t *testing.T) {
+	var calls []time.Time
+	env := workflowEnv(t, &calls, nil)
+	var deliver, cancel updateResult
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateDeliver, "d1", callbacks{&deliver, env})
+	}, 24*time.Hour)
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateCancel, "u1", callbacks{&cancel, env})
+	}, 48*time.Hour)
+	r := run(t, env, start.Add(30*24*time.Hour))
+	if !errors.Is(deliver.rejected, errNotConfirming) || deliver.accepted {
+		t.Errorf("UpdateDeliver during the timer: %+v, want rejected with errNotConfirming", deliver)
+	}
+	if r.Outcome != outcomeCancelled || len(calls) != 0 || cancel.outcome != outcomeCancelled {
+		t.Fatalf("result %+v, %d deliveries, cancel %+v; want cancelled, none", r, len(calls), cancel)
+	}
+}
