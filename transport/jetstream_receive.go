@@ -17,12 +17,11 @@ import (
 	"github.com/jetsaga/jetsaga/transport/internal/pull"
 )
 
-// pollWait bounds the pulls a receive over several partitions waits on
-// (one on each), so that a closed broker is noticed promptly.
-const pollWait = 250 * time.Millisecond
-
-// pullWait bounds a pull on a single consumer. A pull the server forgets
-// (it restarted) is replaced after at most this long.
+// pullWait bounds the pulls a receive waits on (one on each of its
+// partitions). A pull the server forgets (it restarted) is replaced after
+// at most this long. Over a slow link a pull lives on the server for this
+// long from when it gets there: shorter pulls would leave gaps in which a
+// message that arrives waits for the next pull to get there.
 const pullWait = time.Second
 
 func (q *jsQueue) receive(ctx context.Context, max int, from []bool) ([]*Delivery, error) {
@@ -107,7 +106,7 @@ func (q *jsQueue) gather(ctx context.Context, max int, parts []*jsPartition) ([]
 		}
 		if ds := q.collect(ctx, part, p, p.Take(max)); len(ds) > 0 {
 			if max > len(ds) {
-				more, _, _ := q.pullNow(ctx, part, max-len(ds))
+				more, _, _ := q.pullNow(ctx, nil, part, max-len(ds))
 				ds = append(ds, more...)
 			}
 			return ds, nil
@@ -128,7 +127,7 @@ func (q *jsQueue) gather(ctx context.Context, max int, parts []*jsPartition) ([]
 // partition's messages still leave in the order its consumer sends them.
 func (q *jsQueue) sweep(ctx context.Context, max int, all []*jsPartition, start int) ([]*Delivery, error) {
 	if len(all) == 1 {
-		ds, _, err := q.take(ctx, all[0], max)
+		ds, _, err := q.take(ctx, nil, all[0], max)
 		return ds, err
 	}
 	parts := make([]*jsPartition, 0, len(all))
@@ -152,16 +151,25 @@ func (q *jsQueue) sweep(ctx context.Context, max int, all []*jsPartition, start 
 			return n
 		}
 		res := make([]taken, len(parts))
+		// Once a partition has given deliveries, the others' answers are
+		// waited for sweepGrace more, not pull.Slack: over a slow link an
+		// answer comes a second or more late, and what the receive has
+		// would wait with it (what comes later is kept).
+		grace, ended := newAnswerGrace()
 		var wg sync.WaitGroup
 		for i, part := range parts {
 			if n := share(i); n > 0 {
 				wg.Go(func() {
-					ds, full, err := q.take(ctx, part, n)
+					ds, full, err := q.take(ctx, ended, part, n)
 					res[i] = taken{ds, full, err}
+					if len(ds) > 0 {
+						grace.start()
+					}
 				})
 			}
 		}
 		wg.Wait()
+		grace.stop()
 		more := parts[:0]
 		for i, r := range res {
 			out = append(out, r.ds...)
@@ -180,19 +188,51 @@ func (q *jsQueue) sweep(ctx context.Context, max int, all []*jsPartition, start 
 	return out, nil
 }
 
+// sweepGrace is how long a sweep's round waits for the other partitions'
+// answers once one partition gave deliveries (see sweep). A fast link
+// answers within it.
+const sweepGrace = 100 * time.Millisecond
+
+// answerGrace ends a sweep round's waits for answers sweepGrace after its
+// first start.
+type answerGrace struct {
+	once   sync.Once
+	t      *time.Timer
+	cancel context.CancelFunc
+}
+
+// newAnswerGrace returns a grace and the context it ends.
+func newAnswerGrace() (*answerGrace, context.Context) {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &answerGrace{cancel: cancel}, ctx
+}
+
+func (g *answerGrace) start() {
+	g.once.Do(func() { g.t = time.AfterFunc(sweepGrace, g.cancel) })
+}
+
+// stop releases the grace; call it once no wait uses its context.
+func (g *answerGrace) stop() {
+	g.once.Do(func() {})
+	if g.t != nil {
+		g.t.Stop()
+	}
+	g.cancel()
+}
+
 // take takes up to max deliveries from part: what earlier pulls brought
 // if any of it can be delivered, else what a pull that does not wait
 // brings (never both: a receive returns what a late pull brought without
 // waiting for another). full reports whether it took max messages (the
 // partition may have more), counting those it settled itself or held
 // back (see collect).
-func (q *jsQueue) take(ctx context.Context, part *jsPartition, max int) (ds []*Delivery, full bool, err error) {
+func (q *jsQueue) take(ctx, ended context.Context, part *jsPartition, max int) (ds []*Delivery, full bool, err error) {
 	p := q.puller(part)
 	hs := p.Take(max)
 	if ds := q.collect(ctx, part, p, hs); len(ds) > 0 {
 		return ds, len(hs) == max, nil
 	}
-	ds, n, err := q.pullNow(ctx, part, max)
+	ds, n, err := q.pullNow(ctx, ended, part, max)
 	return ds, n == max, err
 }
 
@@ -213,16 +253,23 @@ func (q *jsQueue) puller(part *jsPartition) *pull.Puller {
 
 // pullNow pulls up to max messages from part without waiting for any to
 // be sent, and returns the deliveries among them and how many messages it
-// took. It waits for the server's answer for at most pull.Slack: what
-// arrives later is kept.
-func (q *jsQueue) pullNow(ctx context.Context, part *jsPartition, max int) ([]*Delivery, int, error) {
+// took. It waits for the server's answer for at most pull.Slack, or until
+// ended (if not nil) ends: what arrives later is kept.
+func (q *jsQueue) pullNow(ctx, ended context.Context, part *jsPartition, max int) ([]*Delivery, int, error) {
 	p := q.puller(part)
 	pl, err := p.Request(max, 0, true)
 	if err != nil {
 		return nil, 0, q.d.mapErr(err)
 	}
 	until := time.Now().Add(pull.Slack)
-	p.WaitEnd(ctx, pl, until)
+	wait := ctx
+	if ended != nil {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithCancel(ctx)
+		defer cancel()
+		defer context.AfterFunc(ended, cancel)()
+	}
+	p.WaitEnd(wait, pl, until)
 	switch {
 	case stopping(ctx):
 		p.Cancelled(pl) // the receiver is stopping
@@ -305,7 +352,7 @@ func (q *jsQueue) pullOne(ctx context.Context, p *pull.Puller, wait time.Duratio
 	return nil
 }
 
-// waitAny waits for a message on any of parts for up to pollWait, until
+// waitAny waits for a message on any of parts for up to pullWait, until
 // ctx ends or the broker closes, with a pull for one message on each (or
 // one still live from an earlier call); what comes is left to take. The
 // pulls ask the server to give up pullGuard before ctx's deadline; one
@@ -315,7 +362,7 @@ func (q *jsQueue) pullOne(ctx context.Context, p *pull.Puller, wait time.Duratio
 // receiver is stopping, and what they bring is released at once. After a
 // deadline waitAny waits for the pulls' ends as pullOne does.
 func (q *jsQueue) waitAny(ctx context.Context, parts []*jsPartition) error {
-	expires := pollWait
+	expires := pullWait
 	if dl, ok := ctx.Deadline(); ok {
 		expires = min(expires, time.Until(dl)-pullGuard)
 	}

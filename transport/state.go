@@ -135,10 +135,10 @@ func (q *Queue) StateCommitsStaged() bool { return q.b.d.stagesStateCommits(q.cf
 // StatePartitionHolds reports whether m, scheduled, goes to the partition
 // that holds the record under key, as a message scheduled in the same
 // CommitState must: always on a queue of one partition; on a partitioned
-// queue, when m's SessionID (or else MessageID) hashes to the same
-// partition as key, or m has neither.
+// queue, when m's SessionID (or else PartitionKey, or else MessageID)
+// hashes to the same partition as key, or m has none of them.
 func (q *Queue) StatePartitionHolds(key string, m *Message) bool {
-	if q.cfg.Partitions == 1 || m.SessionID == "" && m.MessageID == "" {
+	if q.cfg.Partitions == 1 || m.SessionID == "" && m.PartitionKey == "" && m.MessageID == "" {
 		return true
 	}
 	return q.partitionOf(m) == q.statePartition(key)

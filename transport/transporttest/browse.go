@@ -203,7 +203,7 @@ func (s *suite) testBrowseSettled(t *testing.T) {
 	}
 	for _, d := range ds {
 		var err error
-		if d.Seq == 2 || d.Seq == 4 {
+		if d.Seq == homeSeq(q, 2) || d.Seq == homeSeq(q, 4) {
 			err = d.Complete(t.Context())
 		} else {
 			err = d.Abandon(t.Context())
@@ -213,8 +213,8 @@ func (s *suite) testBrowseSettled(t *testing.T) {
 		}
 	}
 	ms := peekAll(t, q)
-	if len(ms) != 3 || ms[0].Seq != 1 || ms[1].Seq != 3 || ms[2].Seq != 5 {
-		t.Errorf("Peek after completing seqs 2 and 4: seqs %s, want [0x1 0x3 0x5]", seqsOf(ms))
+	if len(ms) != 3 || ms[0].Seq != homeSeq(q, 1) || ms[1].Seq != homeSeq(q, 3) || ms[2].Seq != homeSeq(q, 5) {
+		t.Errorf("Peek after completing seqs 2 and 4: seqs %s, want the 1st, 3rd and 5th (local seqs 1, 3, 5)", seqsOf(ms))
 	}
 	for _, m := range ms {
 		if m.State != transport.Active {

@@ -120,7 +120,7 @@ func (s *suite) testCancelRace(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := w; i < n; i += workers {
-				seq, err := q.Schedule(t.Context(), numbered("m", i), at)
+				seq, err := q.Schedule(t.Context(), keyed(q, numbered("m", i)), at)
 				if err != nil {
 					t.Errorf("Schedule #%d: %v", i, err)
 					return

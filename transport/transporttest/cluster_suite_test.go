@@ -20,14 +20,20 @@ import (
 // restart feature stops (gracefully or with SIGKILL) the node that leads
 // the schedule stream of the queue or topic under test, so that the
 // restart tests cover a leader change as well as a node's return.
-func TestJetStreamCluster(t *testing.T) {
+func TestJetStreamCluster(t *testing.T) { runCluster(t, transporttest.Run) }
+
+// TestJetStreamClusterKeyed runs the suite on the cluster with fairness
+// keys on.
+func TestJetStreamClusterKeyed(t *testing.T) { runCluster(t, transporttest.RunKeyed) }
+
+func runCluster(t *testing.T, run func(*testing.T, func(*testing.T) *transport.Broker, transporttest.Features)) {
 	c := startCluster(t)
 	_, admin := clusterBroker(t, c)
 	js, err := jetstream.New(admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	transporttest.Run(t, func(t *testing.T) *transport.Broker {
+	run(t, func(t *testing.T) *transport.Broker {
 		b, _ := clusterBroker(t, c)
 		return b
 	}, transporttest.Features{

@@ -28,7 +28,7 @@ func (s *suite) testGapFreeInterleaved(t *testing.T) {
 	)
 	wg.Go(func() {
 		for i := range n {
-			if _, err := q.Send(t.Context(), numbered("sent", i)); err != nil {
+			if _, err := q.Send(t.Context(), keyed(q, numbered("sent", i))); err != nil {
 				t.Errorf("Send: %v", err)
 				return
 			}
@@ -37,7 +37,7 @@ func (s *suite) testGapFreeInterleaved(t *testing.T) {
 	wg.Go(func() {
 		for i := range n {
 			due[i] = start.Add(200*time.Millisecond + time.Duration(i)*10*time.Millisecond)
-			seq, err := q.Schedule(t.Context(), numbered("scheduled", i), due[i])
+			seq, err := q.Schedule(t.Context(), keyed(q, numbered("scheduled", i)), due[i])
 			if err != nil {
 				t.Errorf("Schedule: %v", err)
 				return
@@ -95,6 +95,6 @@ func (s *suite) testGapFreeInterleaved(t *testing.T) {
 		}
 		t.Errorf("received unexpected, repeated or cancelled %s", describe(a.Message))
 	}
-	checkSeqs(t, "active seqs (sent and activated)", seqs)
+	checkHomeSeqs(t, q, "active seqs (sent and activated)", seqs)
 	expectNone(t, q, max(time.Until(due[n-1].Add(s.f.ActivationSlack+quietMargin)), quietMargin))
 }

@@ -94,10 +94,11 @@ func (s *suite) testInputHostileIDs(t *testing.T) {
 		checkSameContent(t, fmt.Sprintf("message %q", w.MessageID), g, w)
 	}
 	// The IDs also work for duplicate detection, exactly as given: each
-	// is sent again the way it was first sent.
+	// is sent again the way it was first sent (in its session, which
+	// picks its partition).
 	for i, v := range hostile[:6] {
 		id := fmt.Sprintf("%s#%d", v, i)
-		m := &transport.Message{MessageID: id}
+		m := &transport.Message{MessageID: id, SessionID: v}
 		if i%2 == 1 {
 			m.ScheduledAt = time.Now().Add(-time.Second)
 		}
@@ -172,18 +173,18 @@ func (s *suite) testInputInvalidMessages(t *testing.T) {
 		{"property key over 64", &transport.Message{Properties: map[string]string{strings.Repeat("k", 65): "v"}}},
 		{"65 properties", &transport.Message{Properties: tooMany}},
 	} {
-		if r, err := q.Send(t.Context(), tc.m); !errors.Is(err, transport.ErrInvalidMessage) {
+		if r, err := q.Send(t.Context(), keyed(q, tc.m)); !errors.Is(err, transport.ErrInvalidMessage) {
 			t.Errorf("Send(%s) = %+v, %v; want %v", tc.name, r, err, transport.ErrInvalidMessage)
 		}
-		if seq, err := q.Schedule(t.Context(), tc.m, time.Now().Add(time.Hour)); !errors.Is(err, transport.ErrInvalidMessage) {
+		if seq, err := q.Schedule(t.Context(), keyed(q, tc.m), time.Now().Add(time.Hour)); !errors.Is(err, transport.ErrInvalidMessage) {
 			t.Errorf("Schedule(%s) = %#x, %v; want %v", tc.name, seq, err, transport.ErrInvalidMessage)
 		}
 	}
 	if ms := peekAll(t, q); len(ms) != 0 {
 		t.Errorf("Peek after refused messages: seqs %s, want none", seqsOf(ms))
 	}
-	if r := send(t, q, numbered("m", 0)); r.Seq != 1 {
-		t.Errorf("Send after refused messages: Seq %#x, want 1", r.Seq)
+	if r, want := send(t, q, numbered("m", 0)), homeSeq(q, 1); r.Seq != want {
+		t.Errorf("Send after refused messages: Seq %#x, want %#x", r.Seq, want)
 	}
 }
 
@@ -203,10 +204,10 @@ func (s *suite) testInputTooLarge(t *testing.T) {
 			Body: make([]byte, transport.DefaultMaxPayload-64<<10), Properties: bigProps,
 		}},
 	} {
-		if r, err := q.Send(t.Context(), tc.m); !errors.Is(err, transport.ErrMessageTooLarge) {
+		if r, err := q.Send(t.Context(), keyed(q, tc.m)); !errors.Is(err, transport.ErrMessageTooLarge) {
 			t.Errorf("Send(%s) = %+v, %v; want %v", tc.name, r, err, transport.ErrMessageTooLarge)
 		}
-		if seq, err := q.Schedule(t.Context(), tc.m, time.Now().Add(time.Hour)); !errors.Is(err, transport.ErrMessageTooLarge) {
+		if seq, err := q.Schedule(t.Context(), keyed(q, tc.m), time.Now().Add(time.Hour)); !errors.Is(err, transport.ErrMessageTooLarge) {
 			t.Errorf("Schedule(%s) = %#x, %v; want %v", tc.name, seq, err, transport.ErrMessageTooLarge)
 		}
 	}
@@ -218,11 +219,11 @@ func (s *suite) testInputTooLarge(t *testing.T) {
 	for i := range big.Body {
 		big.Body[i] = byte(i)
 	}
-	if r := send(t, q, big); r.Seq != 1 {
-		t.Errorf("Send(512 KiB body) after refused messages: Seq %#x, want 1", r.Seq)
+	if r, want := send(t, q, big), homeSeq(q, 1); r.Seq != want {
+		t.Errorf("Send(512 KiB body) after refused messages: Seq %#x, want %#x", r.Seq, want)
 	}
-	if r := send(t, q, numbered("m", 0)); r.Seq != 2 {
-		t.Errorf("Send after refused messages: Seq %#x, want 2", r.Seq)
+	if r, want := send(t, q, numbered("m", 0)), homeSeq(q, 2); r.Seq != want {
+		t.Errorf("Send after refused messages: Seq %#x, want %#x", r.Seq, want)
 	}
 	got := receiveN(t, q, 2, awaitMargin)
 	checkSameContent(t, "512 KiB message", got[0].Message, big)
@@ -274,9 +275,9 @@ func (s *suite) testInputClosed(t *testing.T) {
 	}
 	ctx := withTimeout(t, awaitMargin)
 	for name, op := range map[string]func() error{
-		"Send": func() error { _, err := q.Send(ctx, numbered("m", 2)); return err },
+		"Send": func() error { _, err := q.Send(ctx, keyed(q, numbered("m", 2))); return err },
 		"Schedule": func() error {
-			_, err := q.Schedule(ctx, numbered("m", 3), time.Now().Add(time.Hour))
+			_, err := q.Schedule(ctx, keyed(q, numbered("m", 3)), time.Now().Add(time.Hour))
 			return err
 		},
 		"Cancel":            func() error { return q.Cancel(ctx, pending) },
@@ -336,20 +337,20 @@ func (s *suite) testInputReopen(t *testing.T) {
 		name string
 		cfg  transport.QueueConfig
 	}{
-		{"Partitions 1 to 4", transport.QueueConfig{Name: q.Name(), Partitions: 4}},
-		{"RequiresSession false to true", transport.QueueConfig{Name: q.Name(), RequiresSession: true}},
+		{"Partitions: 3 more", transport.QueueConfig{Name: q.Name(), Partitions: q.Config().Partitions + 3}},
+		{"RequiresSession false to true", transport.QueueConfig{Name: q.Name(), Partitions: keyedConfig(t, b, q.Name(), 0), RequiresSession: true}},
 	} {
 		if _, err := b.OpenQueue(t.Context(), tc.cfg); !errors.Is(err, transport.ErrInvalidConfig) {
 			t.Errorf("OpenQueue changing %s = %v, want %v", tc.name, err, transport.ErrInvalidConfig)
 		}
 	}
 	// Reopening with the same partitioning keeps the queue and its seqs.
-	again, err := b.OpenQueue(t.Context(), transport.QueueConfig{Name: q.Name(), LockDuration: 5 * time.Second})
+	again, err := b.OpenQueue(t.Context(), transport.QueueConfig{Name: q.Name(), Partitions: keyedConfig(t, b, q.Name(), 0), LockDuration: 5 * time.Second})
 	if err != nil {
 		t.Fatalf("OpenQueue with the same Partitions: %v", err)
 	}
-	if r := send(t, again, numbered("m", 1)); r.Seq != 2 {
-		t.Errorf("Send after reopening: Seq %#x, want 2", r.Seq)
+	if r, want := send(t, again, numbered("m", 1)), homeSeq(q, 2); r.Seq != want {
+		t.Errorf("Send after reopening: Seq %#x, want %#x", r.Seq, want)
 	}
 	if ms := peekAll(t, q); len(ms) != 2 {
 		t.Errorf("Peek through the first handle: seqs %s, want [0x1 0x2]", seqsOf(ms))
@@ -367,13 +368,13 @@ func (s *suite) testInputReopen(t *testing.T) {
 // a body of that size is stored, one byte more is refused.
 func (s *suite) testInputMaxBodySize(t *testing.T) {
 	b, q := s.open(t, transport.QueueConfig{})
-	m := &transport.Message{MessageID: "big", Properties: map[string]string{"k": strings.Repeat("v", 1000)}}
+	m := keyed(q, &transport.Message{MessageID: "big", Properties: map[string]string{"k": strings.Repeat("v", 1000)}})
 	n := b.MaxBodySize(m)
 	if n <= 0 || n >= 1<<20 {
 		t.Fatalf("MaxBodySize = %d, want a little under 1 MiB", n)
 	}
 	m.Body = make([]byte, n+1)
-	if _, err := q.Send(t.Context(), m); !errors.Is(err, transport.ErrMessageTooLarge) {
+	if _, err := q.Send(t.Context(), keyed(q, m)); !errors.Is(err, transport.ErrMessageTooLarge) {
 		t.Errorf("Send of MaxBodySize+1 bytes: %v, want %v", err, transport.ErrMessageTooLarge)
 	}
 	if err := b.Validate(m); !errors.Is(err, transport.ErrMessageTooLarge) {

@@ -19,7 +19,12 @@ func TestMain(m *testing.M) {
 
 // TestJetStream runs the conformance suite on a real nats-server. The
 // server runs in a child process so that the restart tests can SIGKILL it.
-func TestJetStream(t *testing.T) {
+func TestJetStream(t *testing.T) { runJetStream(t, transporttest.Run) }
+
+// TestJetStreamKeyed runs the suite with fairness keys on.
+func TestJetStreamKeyed(t *testing.T) { runJetStream(t, transporttest.RunKeyed) }
+
+func runJetStream(t *testing.T, run func(*testing.T, func(*testing.T) *transport.Broker, transporttest.Features)) {
 	srv, err := embedded.StartProcess(embedded.Options{})
 	if err != nil {
 		t.Fatalf("start nats-server: %v", err)
@@ -43,7 +48,7 @@ func TestJetStream(t *testing.T) {
 		return b
 	}
 	newBroker := func(t *testing.T) *transport.Broker { return connect(t, srv.ClientURL()) }
-	transporttest.Run(t, newBroker, transporttest.Features{
+	run(t, newBroker, transporttest.Features{
 		ActivationSlack: time.Second,
 		CancelMargin:    500 * time.Millisecond,
 		SlowLink: func(t *testing.T, delay time.Duration) *transport.Broker {

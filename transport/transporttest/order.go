@@ -37,7 +37,7 @@ func (s *suite) testReceiveCompetingOrderPartitioned(t *testing.T) {
 func sendNumbered(t *testing.T, q *transport.Queue, n int) {
 	t.Helper()
 	for i := range n {
-		if _, err := q.Send(t.Context(), numbered("m", i)); err != nil {
+		if _, err := q.Send(t.Context(), keyed(q, numbered("m", i))); err != nil {
 			t.Fatalf("Send: %v", err)
 		}
 	}
@@ -52,7 +52,7 @@ func sendKeyed(t *testing.T, q *transport.Queue, n, keys int) {
 	for i := range n {
 		m := numbered("m", i)
 		m.PartitionKey = fmt.Sprintf("key-%d", i%keys)
-		if _, err := q.Send(t.Context(), m); err != nil {
+		if _, err := q.Send(t.Context(), keyed(q, m)); err != nil {
 			t.Fatalf("Send: %v", err)
 		}
 	}

@@ -286,10 +286,10 @@ func (s *suite) testPartitionKey(t *testing.T) {
 	} {
 		m := bad.m
 		m.Body = []byte("bad")
-		if _, err := bad.q.Send(t.Context(), &m); !errors.Is(err, transport.ErrInvalidMessage) {
+		if _, err := bad.q.Send(t.Context(), keyed(bad.q, &m)); !errors.Is(err, transport.ErrInvalidMessage) {
 			t.Errorf("Send with PartitionKey %.40q (SessionID %q) = %v, want %v", m.PartitionKey, m.SessionID, err, transport.ErrInvalidMessage)
 		}
-		if _, err := bad.q.Schedule(t.Context(), &m, time.Now().Add(time.Hour)); !errors.Is(err, transport.ErrInvalidMessage) {
+		if _, err := bad.q.Schedule(t.Context(), keyed(bad.q, &m), time.Now().Add(time.Hour)); !errors.Is(err, transport.ErrInvalidMessage) {
 			t.Errorf("Schedule with PartitionKey %.40q (SessionID %q) = %v, want %v", m.PartitionKey, m.SessionID, err, transport.ErrInvalidMessage)
 		}
 	}

@@ -39,7 +39,7 @@ func (s *suite) testQueueAttach(t *testing.T) {
 		got.DuplicateWindow != want.DuplicateWindow {
 		t.Errorf("Queue(%q).Config() = %+v, want %+v as opened", q.Name(), got, want)
 	}
-	if _, err := a.Send(t.Context(), numbered("m", 0)); !errors.Is(err, transport.ErrSessionRequired) {
+	if _, err := a.Send(t.Context(), keyed(a, numbered("m", 0))); !errors.Is(err, transport.ErrSessionRequired) {
 		t.Errorf("Send without SessionID through the attached queue = %v, want %v", err, transport.ErrSessionRequired)
 	}
 	second := send(t, a, &transport.Message{Body: []byte("2"), SessionID: "s"}).Seq
@@ -77,8 +77,8 @@ func (s *suite) testQueueAttachMissing(t *testing.T) {
 		cfg.MaxDeliveryCount != 10 || cfg.DuplicateWindow != 10*time.Minute {
 		t.Errorf("Queue(%q).Config() = %+v, want the defaults", name, cfg)
 	}
-	if r := send(t, q, numbered("m", 0)); r.Seq != 1 {
-		t.Errorf("Send: Seq %#x, want 1", r.Seq)
+	if r, want := send(t, q, numbered("m", 0)), homeSeq(q, 1); r.Seq != want {
+		t.Errorf("Send: Seq %#x, want %#x", r.Seq, want)
 	}
 	receiveN(t, q, 1, awaitMargin)
 }
@@ -94,7 +94,7 @@ func (s *suite) testQueueMaxBytes(t *testing.T) {
 	stored := 0
 	var full error
 	for range 2 * max / size {
-		if _, err := q.Send(t.Context(), &transport.Message{Body: body}); err != nil {
+		if _, err := q.Send(t.Context(), keyed(q, &transport.Message{Body: body})); err != nil {
 			full = err
 			break
 		}
@@ -109,13 +109,13 @@ func (s *suite) testQueueMaxBytes(t *testing.T) {
 	}
 	eventually(t, awaitMargin, func() bool { return len(peekAll(t, q)) == stored },
 		"Peek after ErrQueueFull: want the %d messages stored", stored)
-	seq, err := q.Schedule(t.Context(), &transport.Message{Body: body}, time.Now().Add(time.Hour))
+	seq, err := q.Schedule(t.Context(), keyed(q, &transport.Message{Body: body}), time.Now().Add(time.Hour))
 	if err != nil {
 		t.Errorf("Schedule on a full queue = %v, want nil: scheduled messages are not capped", err)
 	}
 	receiveN(t, q, stored, awaitMargin)
-	if r := send(t, q, &transport.Message{Body: body}); r.Seq != uint64(stored+1) {
-		t.Errorf("Send after draining: Seq %#x, want %d", r.Seq, stored+1)
+	if r, want := send(t, q, &transport.Message{Body: body}), homeSeq(q, uint64(stored+1)); r.Seq != want {
+		t.Errorf("Send after draining: Seq %#x, want %#x", r.Seq, want)
 	}
 	if err == nil {
 		if err := q.Cancel(t.Context(), seq); err != nil {

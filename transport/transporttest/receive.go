@@ -59,8 +59,8 @@ func (s *suite) testReceiveBatch(t *testing.T) {
 		t.Errorf("Receive(max 3) returned %d deliveries, want 1 to 3", len(ds))
 	}
 	for i, d := range ds {
-		if want := uint64(i + 1); d.Seq != want {
-			t.Errorf("Receive(max 3)[%d]: seq %#x, want %d", i, d.Seq, want)
+		if want := homeSeq(q, uint64(i+1)); d.Seq != want {
+			t.Errorf("Receive(max 3)[%d]: seq %#x, want %#x", i, d.Seq, want)
 		}
 		if err := d.Complete(t.Context()); err != nil {
 			t.Errorf("Complete: %v", err)
@@ -77,7 +77,7 @@ func (s *suite) testReceiveBatch(t *testing.T) {
 func (s *suite) testReceiveAbandon(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{})
 	want := &transport.Message{Body: []byte("again"), Subject: "s", Properties: map[string]string{"k": "v"}}
-	seq := send(t, q, want.Clone()).Seq
+	seq := send(t, q, keyed(q, want).Clone()).Seq
 	a := receiveOne(t, q, awaitMargin)
 	if a.DeliveryCount != 1 {
 		t.Errorf("first delivery: DeliveryCount %d, want 1", a.DeliveryCount)
@@ -207,7 +207,8 @@ func (s *suite) testReceiveDoubleSettle(t *testing.T) {
 
 func (s *suite) testReceiveDeadLetter(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{})
-	send(t, q, numbered("m", 0)) // seq 1, completed below
+	send(t, q, numbered("m", 0)) // seq 1, completed here
+	receiveN(t, q, 1, awaitMargin)
 	want := &transport.Message{
 		Body:          []byte("poison"),
 		ContentType:   "application/json",
@@ -218,8 +219,7 @@ func (s *suite) testReceiveDeadLetter(t *testing.T) {
 		Subject:       "Bad",
 		Properties:    map[string]string{"k": "v"},
 	}
-	seq := send(t, q, want.Clone()).Seq
-	receiveN(t, q, 1, awaitMargin)
+	seq := send(t, q, keyed(q, want).Clone()).Seq
 	a := receiveOne(t, q, awaitMargin)
 	if a.Seq != seq {
 		t.Fatalf("received seq %#x, want %#x", a.Seq, seq)
@@ -297,7 +297,7 @@ func awaitDeadLetter(t *testing.T, q *transport.Queue, n int, timeout time.Durat
 func (s *suite) testReceiveMaxDelivery(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{MaxDeliveryCount: 2})
 	want := &transport.Message{Body: []byte("again and again"), Properties: map[string]string{"k": "v"}}
-	seq := send(t, q, want.Clone()).Seq
+	seq := send(t, q, keyed(q, want).Clone()).Seq
 	for i := 1; i <= 2; i++ {
 		a := receiveOne(t, q, awaitMargin)
 		if a.Seq != seq || a.DeliveryCount != i {
@@ -356,7 +356,7 @@ func (s *suite) testReceiveCompeting(t *testing.T) {
 	for g := range 5 {
 		wg.Go(func() {
 			for i := g; i < n; i += 5 {
-				if _, err := q.Send(t.Context(), numbered("m", i)); err != nil {
+				if _, err := q.Send(t.Context(), keyed(q, numbered("m", i))); err != nil {
 					t.Errorf("Send: %v", err)
 					return
 				}
@@ -434,8 +434,8 @@ func (s *suite) testReceiveOrder(t *testing.T) {
 			t.Fatalf("Receive after %d messages: %v", got, err)
 		}
 		for _, d := range ds {
-			if d.Seq != last+1 {
-				t.Errorf("received seq %#x after %#x, want %d", d.Seq, last, last+1)
+			if want := homeSeq(q, transport.LocalSeq(last)+1); d.Seq != want {
+				t.Errorf("received seq %#x after %#x, want %#x", d.Seq, last, want)
 			}
 			last = d.Seq
 			got++

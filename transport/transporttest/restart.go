@@ -33,20 +33,21 @@ func (s *suite) testRestart(t *testing.T) {
 func (s *suite) testRestartState(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{DuplicateWindow: time.Hour})
 	due := time.Now().Add(2 * time.Second)
-	r1 := commitState(t, q, transport.StateCommit{Key: "a", Value: []byte("v1")})
-	r2 := commitState(t, q, transport.StateCommit{Key: "a", Value: []byte("v2"), Rev: r1.Rev,
+	key := stateKey(q, "a")
+	r1 := commitState(t, q, transport.StateCommit{Key: key, Value: []byte("v1")})
+	r2 := commitState(t, q, transport.StateCommit{Key: key, Value: []byte("v2"), Rev: r1.Rev,
 		Schedule: []*transport.Message{{Body: []byte("due"), MessageID: "due", ScheduledAt: due}}})
 	s.f.Restart(t, true, 0)
 	eventually(t, 2*awaitMargin, func() bool {
-		_, _, err := q.LoadState(t.Context(), "a")
+		_, _, err := q.LoadState(t.Context(), key)
 		return err == nil
 	}, "the queue's state to answer after the restart")
-	if v, rev := loadState(t, q, "a"); string(v) != "v2" || rev != r2.Rev {
+	if v, rev := loadState(t, q, key); string(v) != "v2" || rev != r2.Rev {
 		t.Errorf("after the restart LoadState = %q rev %d, want v2 rev %d", v, rev, r2.Rev)
 	}
-	_, err := q.CommitState(t.Context(), transport.StateCommit{Key: "a", Value: []byte("stale"), Rev: r1.Rev})
+	_, err := q.CommitState(t.Context(), transport.StateCommit{Key: key, Value: []byte("stale"), Rev: r1.Rev})
 	expectStateErr(t, "CommitState on the revision before last, after the restart", err, transport.ErrStateConflict)
-	r3 := commitState(t, q, transport.StateCommit{Key: "a", Value: []byte("v3"), Rev: r2.Rev})
+	r3 := commitState(t, q, transport.StateCommit{Key: key, Value: []byte("v3"), Rev: r2.Rev})
 	if r3.Rev <= r2.Rev {
 		t.Errorf("revision after the restart %d, want above %d", r3.Rev, r2.Rev)
 	}
@@ -169,7 +170,7 @@ func (s *suite) testRestartWith(t *testing.T, abrupt bool) {
 			t.Errorf("active-%d received %d times, want once", i, n)
 		}
 	}
-	checkSeqs(t, "active seqs across the restart", seqs)
+	checkHomeSeqs(t, q, "active seqs across the restart", seqs)
 	expectNone(t, q, quietMargin)
 
 	// The far ones are still pending under the same seqs, and cancellable.

@@ -62,7 +62,7 @@ func (s *suite) testScheduleNeverEarly(t *testing.T) {
 		}
 		seqs = append(seqs, a.Seq)
 	}
-	checkSeqs(t, "active seqs of activated messages", seqs)
+	checkHomeSeqs(t, q, "active seqs of activated messages", seqs)
 	expectNone(t, q, quietMargin)
 }
 
@@ -82,7 +82,7 @@ func (s *suite) testScheduleActivation(t *testing.T) {
 		Subject:       "Expired",
 		Properties:    map[string]string{"token": "t-1"},
 	}
-	seq := schedule(t, q, want.Clone(), at)
+	seq := schedule(t, q, keyed(q, want).Clone(), at)
 	if seq == 1 || transport.LocalSeq(seq) == 0 {
 		t.Errorf("Schedule: seq %#x, want a scheduled seq distinct from the active seq 1 and with a non-zero local part", seq)
 	}
@@ -91,8 +91,8 @@ func (s *suite) testScheduleActivation(t *testing.T) {
 	if len(ms) != 2 {
 		t.Fatalf("Peek before activation: %d messages, want 2 (one active, one scheduled)", len(ms))
 	}
-	if ms[0].Seq != 1 || ms[0].State != transport.Active {
-		t.Errorf("Peek[0]: seq %#x state %v, want seq 1 %v", ms[0].Seq, ms[0].State, transport.Active)
+	if ms[0].Seq != homeSeq(q, 1) || ms[0].State != transport.Active {
+		t.Errorf("Peek[0]: seq %#x state %v, want seq %#x %v", ms[0].Seq, ms[0].State, homeSeq(q, 1), transport.Active)
 	}
 	p := ms[1]
 	if p.Seq != seq || p.State != transport.Scheduled {
@@ -103,15 +103,15 @@ func (s *suite) testScheduleActivation(t *testing.T) {
 	}
 	checkSameContent(t, "peeked scheduled message", p, want)
 
-	if a := receiveN(t, q, 1, awaitMargin)[0]; a.Seq != 1 {
-		t.Errorf("first Receive: %s, want the active seq 1 (the scheduled one is not due yet)", describe(a.Message))
+	if a := receiveN(t, q, 1, awaitMargin)[0]; a.Seq != homeSeq(q, 1) {
+		t.Errorf("first Receive: %s, want the active seq %#x (the scheduled one is not due yet)", describe(a.Message), homeSeq(q, 1))
 	}
 	a := receiveOne(t, q, time.Until(at)+s.f.ActivationSlack+awaitMargin)
 	checkNotEarly(t, a, at)
 	checkEnqueuedAt(t, "activated message", a.Message, at, a.At)
 	checkSameContent(t, "activated message", a.Message, want)
-	if a.Seq != 2 {
-		t.Errorf("activated message: Seq %#x, want 2, the next active seq (scheduled seq was %#x)", a.Seq, seq)
+	if wantSeq := homeSeq(q, 2); a.Seq != wantSeq {
+		t.Errorf("activated message: Seq %#x, want %#x, the next active seq (scheduled seq was %#x)", a.Seq, wantSeq, seq)
 	}
 	if a.DeliveryCount != 1 {
 		t.Errorf("activated message: DeliveryCount %d, want 1", a.DeliveryCount)
@@ -149,12 +149,12 @@ func (s *suite) testScheduleViaSend(t *testing.T) {
 	}
 	a := receiveN(t, q, 1, time.Until(at)+s.f.ActivationSlack+awaitMargin)[0]
 	checkNotEarly(t, a, at)
-	if a.Seq != 1 {
-		t.Errorf("activated message: Seq %#x, want 1", a.Seq)
+	if want := homeSeq(q, 1); a.Seq != want {
+		t.Errorf("activated message: Seq %#x, want %#x", a.Seq, want)
 	}
 	// The next immediate send continues the active sequence.
-	if r := send(t, q, numbered("m", 1)); r.Seq != 2 {
-		t.Errorf("Send after activation: Seq %#x, want 2", r.Seq)
+	if r, want := send(t, q, numbered("m", 1)), homeSeq(q, 2); r.Seq != want {
+		t.Errorf("Send after activation: Seq %#x, want %#x", r.Seq, want)
 	}
 }
 
@@ -180,19 +180,19 @@ func (s *suite) testSchedulePast(t *testing.T) {
 		checkNotEarly(t, a, due[i])
 		checkEnqueuedAt(t, describe(a.Message), a.Message, before, a.At)
 	}
-	checkSeqs(t, "activated seqs", []uint64{got[0].Seq, got[1].Seq})
+	checkHomeSeqs(t, q, "activated seqs", []uint64{got[0].Seq, got[1].Seq})
 }
 
 func (s *suite) testScheduleZero(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{})
-	seq, err := q.Schedule(t.Context(), numbered("m", 0), time.Time{})
+	seq, err := q.Schedule(t.Context(), keyed(q, numbered("m", 0)), time.Time{})
 	if !errors.Is(err, transport.ErrInvalidMessage) {
 		t.Errorf("Schedule(zero time) = %#x, %v; want %v", seq, err, transport.ErrInvalidMessage)
 	}
 	if ms := peekAll(t, q); len(ms) != 0 {
 		t.Errorf("Peek after refused Schedule: %d messages, want 0", len(ms))
 	}
-	if r := send(t, q, numbered("m", 1)); r.Seq != 1 {
-		t.Errorf("Send after refused Schedule: Seq %#x, want 1", r.Seq)
+	if r, want := send(t, q, numbered("m", 1)), homeSeq(q, 1); r.Seq != want {
+		t.Errorf("Send after refused Schedule: Seq %#x, want %#x", r.Seq, want)
 	}
 }

@@ -23,8 +23,8 @@ func (s *suite) testSendSeqIncreases(t *testing.T) {
 		before := time.Now()
 		r := send(t, q, numbered("m", i))
 		after := time.Now()
-		if want := uint64(i + 1); r.Seq != want {
-			t.Errorf("Send #%d: Seq %#x, want %d", i+1, r.Seq, want)
+		if want := homeSeq(q, uint64(i+1)); r.Seq != want {
+			t.Errorf("Send #%d: Seq %#x, want %#x", i+1, r.Seq, want)
 		}
 		ms, err := q.Peek(t.Context(), r.Seq, 1)
 		if err != nil {
@@ -36,8 +36,8 @@ func (s *suite) testSendSeqIncreases(t *testing.T) {
 		checkEnqueuedAt(t, describe(ms[0]), ms[0], before, after)
 	}
 	for i, a := range receiveN(t, q, 5, awaitMargin) {
-		if want := uint64(i + 1); a.Seq != want {
-			t.Errorf("received #%d: Seq %#x, want %d", i+1, a.Seq, want)
+		if want := homeSeq(q, uint64(i+1)); a.Seq != want {
+			t.Errorf("received #%d: Seq %#x, want %#x", i+1, a.Seq, want)
 		}
 		if n, _ := number(a.Message, "m"); n != i {
 			t.Errorf("received #%d: body %q, want m-%d", i+1, a.Body, i)
@@ -54,7 +54,7 @@ func (s *suite) testSendConcurrentSeq(t *testing.T) {
 	for g := range senders {
 		wg.Go(func() {
 			for i := range each {
-				r, err := q.Send(t.Context(), numbered("m", g*each+i))
+				r, err := q.Send(t.Context(), keyed(q, numbered("m", g*each+i)))
 				if err != nil {
 					t.Errorf("Send: %v", err)
 					return
@@ -70,7 +70,7 @@ func (s *suite) testSendConcurrentSeq(t *testing.T) {
 	for _, a := range receiveN(t, q, senders*each, awaitMargin) {
 		got = append(got, a.Seq)
 	}
-	checkSeqs(t, "received Seq", got)
+	checkHomeSeqs(t, q, "received Seq", got)
 }
 
 func (s *suite) testSendRoundTrip(t *testing.T) {
@@ -100,8 +100,8 @@ func (s *suite) testSendRoundTrip(t *testing.T) {
 		t.Errorf("Send modified its argument: Seq %#x EnqueuedAt %v State %v, want zero values",
 			sent.Seq, sent.EnqueuedAt, sent.State)
 	}
-	if r.Seq != 1 {
-		t.Errorf("Send: Seq %#x, want 1", r.Seq)
+	if want := seqFor(q, sent, 1); r.Seq != want {
+		t.Errorf("Send: Seq %#x, want %#x", r.Seq, want)
 	}
 	// The queue keeps its own copy: changing the sent message afterwards,
 	// or a peeked one, must not change what is stored.
@@ -151,10 +151,11 @@ func (s *suite) testSendRoundTrip(t *testing.T) {
 
 func (s *suite) testSendEmpty(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{})
-	r := send(t, q, &transport.Message{})
-	if r.Seq != 1 {
-		t.Errorf("Send(empty message): Seq %#x, want 1", r.Seq)
+	empty := &transport.Message{}
+	r := send(t, q, empty)
+	if want := homeSeq(q, 1); r.Seq != want {
+		t.Errorf("Send(empty message): Seq %#x, want %#x", r.Seq, want)
 	}
 	a := receiveN(t, q, 1, awaitMargin)[0]
-	checkSameContent(t, "received empty message", a.Message, &transport.Message{})
+	checkSameContent(t, "received empty message", a.Message, empty)
 }

@@ -86,15 +86,15 @@ func complete(t *testing.T, d *transport.Delivery) {
 
 func (s *suite) testSessionRequired(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{RequiresSession: true})
-	if _, err := q.Send(t.Context(), numbered("m", 0)); !errors.Is(err, transport.ErrSessionRequired) {
+	if _, err := q.Send(t.Context(), keyed(q, numbered("m", 0))); !errors.Is(err, transport.ErrSessionRequired) {
 		t.Errorf("Send without SessionID = %v, want %v", err, transport.ErrSessionRequired)
 	}
 	m := numbered("m", 1)
 	m.ScheduledAt = time.Now().Add(time.Hour)
-	if _, err := q.Send(t.Context(), m); !errors.Is(err, transport.ErrSessionRequired) {
+	if _, err := q.Send(t.Context(), keyed(q, m)); !errors.Is(err, transport.ErrSessionRequired) {
 		t.Errorf("Send with ScheduledAt without SessionID = %v, want %v", err, transport.ErrSessionRequired)
 	}
-	if _, err := q.Schedule(t.Context(), numbered("m", 2), time.Now().Add(time.Hour)); !errors.Is(err, transport.ErrSessionRequired) {
+	if _, err := q.Schedule(t.Context(), keyed(q, numbered("m", 2)), time.Now().Add(time.Hour)); !errors.Is(err, transport.ErrSessionRequired) {
 		t.Errorf("Schedule without SessionID = %v, want %v", err, transport.ErrSessionRequired)
 	}
 	if _, err := q.Receive(t.Context(), 1); !errors.Is(err, transport.ErrSessionRequired) {
@@ -105,8 +105,8 @@ func (s *suite) testSessionRequired(t *testing.T) {
 	}
 	m = numbered("m", 3)
 	m.SessionID = "s"
-	if r := send(t, q, m); r.Seq != 1 {
-		t.Errorf("Send with SessionID after refused sends: Seq %#x, want 1", r.Seq)
+	if r, want := send(t, q, m), seqFor(q, m, 1); r.Seq != want {
+		t.Errorf("Send with SessionID after refused sends: Seq %#x, want %#x", r.Seq, want)
 	}
 	if _, err := q.AcceptSession(t.Context(), ""); !errors.Is(err, transport.ErrInvalidMessage) {
 		t.Errorf("AcceptSession(\"\") = %v, want %v", err, transport.ErrInvalidMessage)
@@ -182,8 +182,8 @@ func (s *suite) testSessionScheduled(t *testing.T) {
 		order = append(order, i)
 		if i == 1 {
 			checkNotEarly(t, a, at)
-			if a.Seq != 3 {
-				t.Errorf("activated message: Seq %#x, want 3", a.Seq)
+			if want := seqFor(q, a.Message, 3); a.Seq != want {
+				t.Errorf("activated message: Seq %#x, want %#x", a.Seq, want)
 			}
 		}
 		complete(t, a.Delivery)

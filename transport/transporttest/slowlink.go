@@ -50,7 +50,7 @@ func (s *suite) testSlowLinkQueue(t *testing.T) {
 	}
 	runSlowLink(t, sq.Receive, func(m *transport.Message) {
 		send(t, q, m)
-	}, q.DeadLetterQueue(), "")
+	}, q.DeadLetterQueue(), "", q.Config().Partitions)
 }
 
 func (s *suite) testSlowLinkSession(t *testing.T) {
@@ -69,7 +69,7 @@ func (s *suite) testSlowLinkSession(t *testing.T) {
 	t.Cleanup(func() { r.Close() })
 	runSlowLink(t, sessionReceive(r), func(m *transport.Message) {
 		send(t, q, m)
-	}, q.DeadLetterQueue(), "s")
+	}, q.DeadLetterQueue(), "s", 1)
 }
 
 func (s *suite) slowLinkTopic(t *testing.T, cfg transport.SubscriptionConfig) (*transport.Topic, *transport.Subscription, *transport.Subscription) {
@@ -93,7 +93,7 @@ func (s *suite) testSlowLinkSubscription(t *testing.T) {
 	tp, sub, ssub := s.slowLinkTopic(t, transport.SubscriptionConfig{})
 	runSlowLink(t, ssub.Receive, func(m *transport.Message) {
 		publish(t, tp, m)
-	}, sub.DeadLetterQueue(), "")
+	}, sub.DeadLetterQueue(), "", tp.Config().Partitions)
 }
 
 func (s *suite) testSlowLinkSubscriptionSession(t *testing.T) {
@@ -105,7 +105,7 @@ func (s *suite) testSlowLinkSubscriptionSession(t *testing.T) {
 	t.Cleanup(func() { r.Close() })
 	runSlowLink(t, sessionReceive(r), func(m *transport.Message) {
 		publish(t, tp, m)
-	}, sub.DeadLetterQueue(), "s")
+	}, sub.DeadLetterQueue(), "s", 1)
 }
 
 func sessionReceive(r *transport.SessionReceiver) func(context.Context, int) ([]*transport.Delivery, error) {
@@ -131,13 +131,21 @@ func sessionReceive(r *transport.SessionReceiver) func(context.Context, int) ([]
 // receive that makes a request of the server between a message's arrival
 // and its return (a purge, a renewal it waits for) holds it back a round
 // trip, which with the completion's and the pull's own trips exceeds the
-// bound. Each
-// delivery must come with at least freshLock left on its lock. Nothing
-// may be dead-lettered.
+// bound. On a queue or topic of several partitions (partitions > 1) the
+// bound is a round trip longer: a Receive asks each partition for a share
+// of its batch. (A session receiver takes from its session's partition
+// only: pass 1.) Each delivery must come with at least freshLock left on
+// its lock. Nothing may be dead-lettered.
 func runSlowLink(t *testing.T, receive func(context.Context, int) ([]*transport.Delivery, error),
-	send func(*transport.Message), dlq *transport.Queue, sid string) {
+	send func(*transport.Message), dlq *transport.Queue, sid string, partitions int) {
 	const n = 5
 	prompt := 2*slowLinkDelay + time.Second
+	if partitions > 1 {
+		// A Receive asks each partition for a share of its batch: more
+		// messages than that in one partition within a round trip wait
+		// for the next pull, a round trip later.
+		prompt += slowLinkDelay
+	}
 	type first struct {
 		count int
 		after time.Duration // since its send

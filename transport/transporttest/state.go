@@ -28,7 +28,7 @@ func (s *suite) testState(t *testing.T) {
 
 func commitState(t *testing.T, q *transport.Queue, c transport.StateCommit) transport.StateResult {
 	t.Helper()
-	r, err := q.CommitState(t.Context(), c)
+	r, err := q.CommitState(t.Context(), keyedCommit(q, c))
 	if err != nil {
 		t.Fatalf("CommitState(%s, rev %d, %d schedules): %v", c.Key, c.Rev, len(c.Schedule), err)
 	}
@@ -109,7 +109,7 @@ func (s *suite) testStateWithSchedules(t *testing.T) {
 	later := time.Now().Add(time.Hour)
 	near := &transport.Message{Body: []byte("near"), MessageID: "t-near", ScheduledAt: soon}
 	far := &transport.Message{Body: []byte("far"), MessageID: "t-far", ScheduledAt: later}
-	r := commitState(t, q, transport.StateCommit{Key: "saga.x", Value: []byte("s"), Schedule: []*transport.Message{near, far}})
+	r := commitState(t, q, transport.StateCommit{Key: stateKey(q, "saga.x"), Value: []byte("s"), Schedule: []*transport.Message{near, far}})
 	if len(r.Seqs) != 2 || !transport.IsScheduledSeq(r.Seqs[0]) || !transport.IsScheduledSeq(r.Seqs[1]) {
 		t.Fatalf("CommitState with 2 schedules: Seqs %#x, want 2 scheduled sequence numbers", r.Seqs)
 	}
@@ -131,7 +131,7 @@ func (s *suite) testStateWithSchedules(t *testing.T) {
 	}
 	complete(t, got.Delivery)
 	// The MessageIDs are remembered as for Schedule.
-	res, err := q.Send(t.Context(), &transport.Message{Body: []byte("again"), MessageID: "t-near"})
+	res, err := q.Send(t.Context(), keyed(q, &transport.Message{Body: []byte("again"), MessageID: "t-near"}))
 	if err != nil || !res.Duplicate {
 		t.Errorf("Send with the MessageID of a committed schedule = %+v, %v: want Duplicate", res, err)
 	}
@@ -144,26 +144,27 @@ func (s *suite) testStateNothingOnRefusal(t *testing.T) {
 	_, q := s.open(t, transport.QueueConfig{DuplicateWindow: time.Minute})
 	ctx := t.Context()
 	at := time.Now().Add(time.Hour)
+	k, fresh := stateKey(q, "k"), stateKey(q, "fresh")
 	schedule(t, q, &transport.Message{Body: []byte("taken"), MessageID: "taken"}, at)
-	r := commitState(t, q, transport.StateCommit{Key: "k", Value: []byte("v1")})
+	r := commitState(t, q, transport.StateCommit{Key: k, Value: []byte("v1")})
 
-	_, err := q.CommitState(ctx, transport.StateCommit{Key: "k", Value: []byte("stale"),
-		Schedule: []*transport.Message{{Body: []byte("lost1"), MessageID: "new-1", ScheduledAt: at}}})
+	_, err := q.CommitState(ctx, keyedCommit(q, transport.StateCommit{Key: k, Value: []byte("stale"),
+		Schedule: []*transport.Message{{Body: []byte("lost1"), MessageID: "new-1", ScheduledAt: at}}}))
 	expectStateErr(t, "CommitState on a wrong revision with a schedule", err, transport.ErrStateConflict)
-	_, err = q.CommitState(ctx, transport.StateCommit{Key: "k", Value: []byte("dup"), Rev: r.Rev,
+	_, err = q.CommitState(ctx, keyedCommit(q, transport.StateCommit{Key: k, Value: []byte("dup"), Rev: r.Rev,
 		Schedule: []*transport.Message{
 			{Body: []byte("lost2"), MessageID: "new-2", ScheduledAt: at},
 			{Body: []byte("dup"), MessageID: "taken", ScheduledAt: at},
-		}})
+		}}))
 	expectStateErr(t, "CommitState with a schedule whose MessageID is taken", err, transport.ErrDuplicateMessage)
-	_, err = q.CommitState(ctx, transport.StateCommit{Key: "fresh", Value: []byte("dup"),
-		Schedule: []*transport.Message{{Body: []byte("dup"), MessageID: "taken", ScheduledAt: at}}})
+	_, err = q.CommitState(ctx, keyedCommit(q, transport.StateCommit{Key: fresh, Value: []byte("dup"),
+		Schedule: []*transport.Message{{Body: []byte("dup"), MessageID: "taken", ScheduledAt: at}}}))
 	expectStateErr(t, "CommitState creating a record with a schedule whose MessageID is taken", err, transport.ErrDuplicateMessage)
 
-	if v, rev := loadState(t, q, "k"); string(v) != "v1" || rev != r.Rev {
+	if v, rev := loadState(t, q, k); string(v) != "v1" || rev != r.Rev {
 		t.Errorf("after refused commits LoadState = %q rev %d, want v1 rev %d", v, rev, r.Rev)
 	}
-	if _, _, err := q.LoadState(ctx, "fresh"); !errors.Is(err, transport.ErrStateNotFound) {
+	if _, _, err := q.LoadState(ctx, fresh); !errors.Is(err, transport.ErrStateNotFound) {
 		t.Errorf("LoadState of the record a refused commit would have created: %v, want ErrStateNotFound", err)
 	}
 	var bodies []string
@@ -174,7 +175,7 @@ func (s *suite) testStateNothingOnRefusal(t *testing.T) {
 		t.Errorf("messages after refused commits %q, want only the one scheduled before", bodies)
 	}
 	// new-1 and new-2 were never stored: they can be scheduled now.
-	r2 := commitState(t, q, transport.StateCommit{Key: "k", Value: []byte("v2"), Rev: r.Rev,
+	r2 := commitState(t, q, transport.StateCommit{Key: k, Value: []byte("v2"), Rev: r.Rev,
 		Schedule: []*transport.Message{
 			{Body: []byte("one"), MessageID: "new-1", ScheduledAt: at},
 			{Body: []byte("two"), MessageID: "new-2", ScheduledAt: at},
@@ -222,6 +223,25 @@ func (s *suite) testStatePartitioned(t *testing.T) {
 	}
 	_, err := q.CommitState(t.Context(), transport.StateCommit{Key: elsewhereKey, Value: []byte("x"), Schedule: []*transport.Message{elsewhere}})
 	expectStateErr(t, "CommitState with a message of another partition", err, transport.ErrInvalidMessage)
+
+	// A PartitionKey picks the partition of a message without a MessageID
+	// too: one of another partition than the record is refused, not
+	// scheduled in the record's; one of the record's partition is
+	// scheduled there.
+	const key = "saga.keyed"
+	p := partitionOf(partitions, &transport.Message{PartitionKey: key})
+	other := &transport.Message{Body: []byte("other"), PartitionKey: keyIn((p+1)%partitions, partitions, "tenant"), ScheduledAt: at}
+	if q.StatePartitionHolds(key, other) {
+		t.Errorf("StatePartitionHolds(%s, a message with PartitionKey %q of partition %d) = true, want false: the record is in partition %d",
+			key, other.PartitionKey, (p+1)%partitions, p)
+	}
+	_, err = q.CommitState(t.Context(), transport.StateCommit{Key: key, Value: []byte("x"), Schedule: []*transport.Message{other}})
+	expectStateErr(t, "CommitState with a message whose PartitionKey picks another partition", err, transport.ErrInvalidMessage)
+	same := &transport.Message{Body: []byte("same"), PartitionKey: keyIn(p, partitions, "tenant"), ScheduledAt: at}
+	r := commitState(t, q, transport.StateCommit{Key: key, Value: []byte("x"), Schedule: []*transport.Message{same}})
+	if len(r.Seqs) != 1 || transport.Partition(r.Seqs[0]) != p {
+		t.Errorf("CommitState(%s) with a message whose PartitionKey picks its partition %d scheduled %#x", key, p, r.Seqs)
+	}
 }
 
 // testStateNoLostUpdate: writers racing on one record, each retrying on

@@ -129,6 +129,7 @@ func openQueue(t *testing.T, b *transport.Broker, cfg transport.QueueConfig) *tr
 		cfg.Name = queueName(t, "")
 	}
 	reserveQueue(t, b, cfg.Name)
+	cfg.Partitions = keyedConfig(t, b, cfg.Name, cfg.Partitions)
 	q, err := b.OpenQueue(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("OpenQueue(%+v): %v", cfg, err)
@@ -219,7 +220,7 @@ func number(m *transport.Message, prefix string) (int, bool) {
 
 func send(t *testing.T, q *transport.Queue, m *transport.Message) transport.SendResult {
 	t.Helper()
-	r, err := q.Send(t.Context(), m)
+	r, err := q.Send(t.Context(), keyed(q, m))
 	if err != nil {
 		t.Fatalf("Send(%s): %v", describe(m), err)
 	}
@@ -277,12 +278,12 @@ func awaitActive(t *testing.T, q *transport.Queue, m *transport.Message) uint64 
 // sameContent reports whether got carries what the sender set in want.
 func sameContent(got, want *transport.Message) bool {
 	return bytes.Equal(got.Body, want.Body) && got.MessageID == want.MessageID && got.SessionID == want.SessionID &&
-		got.CorrelationID == want.CorrelationID && got.Subject == want.Subject && maps.Equal(got.Properties, want.Properties)
+		got.PartitionKey == want.PartitionKey && got.CorrelationID == want.CorrelationID && got.Subject == want.Subject && maps.Equal(got.Properties, want.Properties)
 }
 
 func schedule(t *testing.T, q *transport.Queue, m *transport.Message, at time.Time) uint64 {
 	t.Helper()
-	seq, err := q.Schedule(t.Context(), m, at)
+	seq, err := q.Schedule(t.Context(), keyed(q, m), at)
 	if err != nil {
 		t.Fatalf("Schedule(%s, %v): %v", describe(m), at, err)
 	}
@@ -407,6 +408,7 @@ func checkSameContent(t *testing.T, what string, got, want *transport.Message) {
 		{"MessageID", got.MessageID, want.MessageID},
 		{"CorrelationID", got.CorrelationID, want.CorrelationID},
 		{"SessionID", got.SessionID, want.SessionID},
+		{"PartitionKey", got.PartitionKey, want.PartitionKey},
 		{"ReplyTo", got.ReplyTo, want.ReplyTo},
 		{"Subject", got.Subject, want.Subject},
 	} {

@@ -159,6 +159,7 @@ func openTopic(t *testing.T, b *transport.Broker, cfg transport.TopicConfig) *tr
 			t.Errorf("DeleteTopic(%q) after the test: %v", cfg.Name, err)
 		}
 	})
+	cfg.Partitions = keyedConfig(t, b, cfg.Name, cfg.Partitions)
 	tp, err := b.OpenTopic(t.Context(), cfg)
 	if err != nil {
 		t.Fatalf("OpenTopic(%+v): %v", cfg, err)
@@ -177,7 +178,7 @@ func openSub(t *testing.T, tp *transport.Topic, name string, cfg transport.Subsc
 
 func publish(t *testing.T, tp *transport.Topic, m *transport.Message) {
 	t.Helper()
-	r, err := tp.Send(t.Context(), m)
+	r, err := tp.Send(t.Context(), keyed(tp, m))
 	if err != nil {
 		t.Fatalf("Topic.Send(%s): %v", describe(m), err)
 	}
@@ -290,7 +291,7 @@ func (s *suite) testTopicFanOut(t *testing.T) {
 		expectNoneSub(t, sub, quietMargin/5)
 	}
 	// Every sent message passed "all", so the topic's seqs are 1..24.
-	checkSeqs(t, "topic seqs", slices.Collect(maps.Values(seqOf)))
+	checkHomeSeqs(t, tp, "topic seqs", slices.Collect(maps.Values(seqOf)))
 	// Everything is completed everywhere: the topic holds nothing.
 	eventually(t, awaitMargin, func() bool {
 		c, err := tp.Counts(t.Context())
@@ -307,7 +308,7 @@ func (s *suite) testTopicScheduled(t *testing.T) {
 	seqs := make([]uint64, 4)
 	for i := range seqs {
 		var err error
-		seqs[i], err = tp.Schedule(t.Context(), &transport.Message{Body: fmt.Appendf(nil, "s-%d", i), Subject: "tick"}, due)
+		seqs[i], err = tp.Schedule(t.Context(), keyed(tp, &transport.Message{Body: fmt.Appendf(nil, "s-%d", i), Subject: "tick"}), due)
 		if err != nil {
 			t.Fatalf("Topic.Schedule: %v", err)
 		}
@@ -316,7 +317,7 @@ func (s *suite) testTopicScheduled(t *testing.T) {
 		}
 	}
 	// One more that only a passes, sent with ScheduledAt.
-	r, err := tp.Send(t.Context(), &transport.Message{Body: []byte("s-other"), Subject: "other", ScheduledAt: due})
+	r, err := tp.Send(t.Context(), keyed(tp, &transport.Message{Body: []byte("s-other"), Subject: "other", ScheduledAt: due}))
 	if err != nil || !transport.IsScheduledSeq(r.Seq) {
 		t.Fatalf("Topic.Send with ScheduledAt = %+v, %v: want a scheduled seq", r, err)
 	}
@@ -356,7 +357,7 @@ func (s *suite) testTopicScheduled(t *testing.T) {
 			t.Errorf("%s: seq %#x on c, %#x on a: want the topic's one on both", x.Body, x.Seq, seqOf[string(x.Body)])
 		}
 	}
-	checkSeqs(t, "activated topic seqs", slices.Collect(maps.Values(seqOf)))
+	checkHomeSeqs(t, tp, "activated topic seqs", slices.Collect(maps.Values(seqOf)))
 	for i, seq := range seqs[:3] {
 		if err := tp.Cancel(t.Context(), seq); !errors.Is(err, transport.ErrAlreadyActivated) {
 			t.Errorf("Topic.Cancel(s-%d) after activation = %v, want %v", i, err, transport.ErrAlreadyActivated)
@@ -648,11 +649,13 @@ func (s *suite) testTopicBrowse(t *testing.T) {
 		}
 		return out
 	}
+	// seq formats the topic's local seq n and its body as browse does.
+	seq := func(n uint64, body string) string { return fmt.Sprintf("%d:%s", homeSeq(tp, n), body) }
 	eventually(t, awaitMargin, func() bool { return len(browse(all, 0)) == 6 }, "all six messages to show in Browse")
-	if got, want := browse(x, 0), []string{"1:m-0", "3:m-2", "5:m-4"}; !slices.Equal(got, want) {
+	if got, want := browse(x, 0), []string{seq(1, "m-0"), seq(3, "m-2"), seq(5, "m-4")}; !slices.Equal(got, want) {
 		t.Errorf("Browse of a filtered subscription = %q, want %q (its messages, with the topic's seqs)", got, want)
 	}
-	if got, want := browse(x, 2), []string{"3:m-2", "5:m-4"}; !slices.Equal(got, want) {
+	if got, want := browse(x, homeSeq(tp, 2)), []string{seq(3, "m-2"), seq(5, "m-4")}; !slices.Equal(got, want) {
 		t.Errorf("Browse from seq 2 = %q, want %q", got, want)
 	}
 	// A locked message is still active; a completed one is gone.
@@ -664,13 +667,13 @@ func (s *suite) testTopicBrowse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Receive: %v", err)
 	}
-	if got, want := browse(x, 0), []string{"3:m-2", "5:m-4"}; !slices.Equal(got, want) {
+	if got, want := browse(x, 0), []string{seq(3, "m-2"), seq(5, "m-4")}; !slices.Equal(got, want) {
 		t.Errorf("Browse after completing m-0 and locking m-2 = %q, want %q", got, want)
 	}
 	if err := ds[0].Complete(t.Context()); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
-	if got := browse(all, 4); len(got) != 3 {
+	if got := browse(all, homeSeq(tp, 4)); len(got) != 3 {
 		t.Errorf("Browse of the unfiltered subscription from 4 = %q, want seqs 4, 5, 6", got)
 	}
 }
@@ -696,16 +699,16 @@ func (s *suite) testTopicDuplicate(t *testing.T) {
 	sub := openSub(t, tp, "s", transport.SubscriptionConfig{})
 	publish(t, tp, &transport.Message{Body: []byte("once"), MessageID: "id-1"})
 	for range 2 {
-		r, err := tp.Send(t.Context(), &transport.Message{Body: []byte("again"), MessageID: "id-1"})
+		r, err := tp.Send(t.Context(), keyed(tp, &transport.Message{Body: []byte("again"), MessageID: "id-1"}))
 		if err != nil || !r.Duplicate {
 			t.Errorf("Topic.Send of a remembered MessageID = %+v, %v: want Duplicate", r, err)
 		}
 	}
-	seq, err := tp.Schedule(t.Context(), &transport.Message{Body: []byte("later"), MessageID: "id-2"}, time.Now().Add(time.Hour))
+	seq, err := tp.Schedule(t.Context(), keyed(tp, &transport.Message{Body: []byte("later"), MessageID: "id-2"}), time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatalf("Topic.Schedule: %v", err)
 	}
-	r, err := tp.Send(t.Context(), &transport.Message{Body: []byte("later again"), MessageID: "id-2"})
+	r, err := tp.Send(t.Context(), keyed(tp, &transport.Message{Body: []byte("later again"), MessageID: "id-2"}))
 	if err != nil || !r.Duplicate || r.Seq != seq {
 		t.Errorf("Topic.Send of a pending schedule's MessageID = %+v, %v: want Duplicate with seq %#x", r, err, seq)
 	}
@@ -807,7 +810,7 @@ func (s *suite) testCountsSubscription(t *testing.T) {
 		publish(t, tp, &transport.Message{Body: fmt.Appendf(nil, "m-%d", i), Subject: "y"})
 	}
 	publish(t, tp, &transport.Message{Body: []byte("x only")})
-	if _, err := tp.Schedule(t.Context(), &transport.Message{Body: []byte("later")}, time.Now().Add(time.Hour)); err != nil {
+	if _, err := tp.Schedule(t.Context(), keyed(tp, &transport.Message{Body: []byte("later")}), time.Now().Add(time.Hour)); err != nil {
 		t.Fatalf("Topic.Schedule: %v", err)
 	}
 	awaitCounts(t, "subscription x", x.Counts, transport.Counts{Active: 5, Pending: 5})
@@ -950,7 +953,7 @@ func (s *suite) testRestartTopic(t *testing.T) {
 	for i := range scheduled {
 		m := &transport.Message{Body: fmt.Appendf(nil, "s-%d", i), MessageID: fmt.Sprint("s-", i), SessionID: fmt.Sprint("S", i%3),
 			Properties: map[string]string{"k": fmt.Sprint(i % 2)}}
-		if _, err := tp.Schedule(t.Context(), m, due); err != nil {
+		if _, err := tp.Schedule(t.Context(), keyed(tp, m), due); err != nil {
 			t.Fatalf("Topic.Schedule: %v", err)
 		}
 	}
@@ -978,7 +981,8 @@ func (s *suite) testRestartTopic(t *testing.T) {
 		return err == nil
 	}, "the topic to answer after the restart")
 	for i := range active {
-		r, err := tp.Send(t.Context(), &transport.Message{Body: []byte("dup"), MessageID: fmt.Sprint("a-", i)})
+		// Sent again in its session, which picks its partition.
+		r, err := tp.Send(t.Context(), &transport.Message{Body: []byte("dup"), MessageID: fmt.Sprint("a-", i), SessionID: fmt.Sprint("S", i%3)})
 		if err != nil || !r.Duplicate {
 			t.Errorf("Topic.Send of MessageID a-%d after the restart = %+v, %v: want Duplicate", i, r, err)
 		}
@@ -998,7 +1002,7 @@ func (s *suite) testRestartTopic(t *testing.T) {
 			checkNotEarly(t, a, due)
 		}
 	}
-	checkSeqs(t, "topic seqs across the restart", slices.Collect(maps.Values(seqs)))
+	checkPartitionSeqs(t, "topic seqs across the restart", slices.Collect(maps.Values(seqs)))
 	for _, a := range gotSome {
 		if a.Properties["k"] != "1" {
 			t.Errorf("some: received %s with k=%q, want only k=1", describe(a.Message), a.Properties["k"])
