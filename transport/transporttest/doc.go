@@ -16,6 +16,13 @@
 //		}, transporttest.Features{ActivationSlack: 100 * time.Millisecond})
 //	}
 //
+// RunKeyed runs the same tests with fairness keys on: every queue and
+// topic a test opens with one partition has four, and every message a
+// test sends without a SessionID or a PartitionKey carries a key of that
+// queue or topic, in a partition other than the first. Each promise is
+// then checked per partition — sequence numbers 1, 2, 3… in the key's
+// partition, carrying its id — as it is on a queue of one. Run both.
+//
 // # What is checked
 //
 // The subtests of Run are grouped by concern, one file each:
