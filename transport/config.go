@@ -163,7 +163,10 @@ func WithPrefix(p string) Option {
 }
 
 // WithAPITimeout bounds each JetStream API call made without a context
-// deadline of its own. Default: 5s.
+// deadline of its own; opening a queue, topic or subscription, each
+// partition's calls (and the dead-letter queue's) together, so that a
+// queue of many partitions opens however long all of them take.
+// Default: 5s.
 func WithAPITimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) error {
 		if d <= 0 {

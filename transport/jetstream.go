@@ -105,6 +105,14 @@ func (d *jsDriver) apiContext(ctx context.Context) (context.Context, context.Can
 	return context.WithTimeout(ctx, d.o.apiTimeout)
 }
 
+// apiCall runs f, a step of a few API calls, within d's API timeout unless
+// ctx has a deadline of its own (see apiContext).
+func apiCall[T any](ctx context.Context, d *jsDriver, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := d.apiContext(ctx)
+	defer cancel()
+	return f(ctx)
+}
+
 // serverAckWait is the ack wait the server enforces for a lock of d: d
 // plus a grace of d/4 (0.5–5 s). A receiver counts its lock from the
 // moment it got the message, which is later than the moment the server

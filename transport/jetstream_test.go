@@ -183,3 +183,55 @@ func TestSendAfterDrainingFullQueue(t *testing.T) {
 		t.Errorf("Send after draining the %d messages of a full queue: %v, want nil", stored, err)
 	}
 }
+
+// TestAPITimeoutBoundsEachPartition: WithAPITimeout bounds each step of
+// opening a queue, a topic or a subscription — a partition's streams and
+// consumer — not the whole open, so that a queue of many partitions (or a
+// busy cluster) opens with a context that has no deadline. The number of
+// partitions is chosen so that the whole open takes about three times the
+// timeout, from the measured cost of one partition.
+func TestAPITimeoutBoundsEachPartition(t *testing.T) {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		t.Fatalf("start nats-server: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	probe, err := transport.NewJetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { probe.Close() })
+	start := time.Now()
+	if _, err := probe.OpenQueue(t.Context(), transport.QueueConfig{Name: "probe", Partitions: 8}); err != nil {
+		t.Fatalf("OpenQueue(8 partitions): %v", err)
+	}
+	each := time.Since(start) / 9 // eight partitions and the dead-letter queue
+	timeout := max(time.Second, 10*each)
+	parts := min(1024, int(3*timeout/each)+1)
+	t.Logf("a partition takes %v to provision: API timeout %v, %d partitions", each.Round(time.Millisecond), timeout, parts)
+
+	b, err := transport.NewJetStream(nc, transport.WithAPITimeout(timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	start = time.Now()
+	if _, err := b.OpenQueue(t.Context(), transport.QueueConfig{Name: "wide", Partitions: parts}); err != nil {
+		t.Fatalf("OpenQueue(%d partitions) with API timeout %v: %v", parts, timeout, err)
+	}
+	t.Logf("OpenQueue took %v", time.Since(start).Round(time.Millisecond))
+	start = time.Now()
+	tp, err := b.OpenTopic(t.Context(), transport.TopicConfig{Name: "wide-topic", Partitions: parts})
+	if err != nil {
+		t.Fatalf("OpenTopic(%d partitions) with API timeout %v: %v", parts, timeout, err)
+	}
+	if _, err := tp.OpenSubscription(t.Context(), "sub", transport.SubscriptionConfig{}); err != nil {
+		t.Fatalf("OpenSubscription on %d partitions with API timeout %v: %v", parts, timeout, err)
+	}
+	t.Logf("OpenTopic and OpenSubscription took %v", time.Since(start).Round(time.Millisecond))
+}

@@ -85,9 +85,9 @@ func (d *jsDriver) openTopic(ctx context.Context, cfg TopicConfig, qc QueueConfi
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := d.apiContext(ctx)
+	actx, cancel := d.apiContext(ctx)
 	defer cancel()
-	_, old, err := d.attachTopic(ctx, cfg.Name)
+	_, old, err := d.attachTopic(actx, cfg.Name)
 	switch {
 	case errors.Is(err, ErrTopicNotFound):
 	case err != nil:
@@ -102,19 +102,22 @@ func (d *jsDriver) openTopic(ctx context.Context, cfg TopicConfig, qc QueueConfi
 	}
 	t := d.newTopic(cfg, qc)
 	for p := range cfg.Partitions {
-		n := d.topicNames(cfg.Name, len(cfg.FilterProperties), p)
-		for _, name := range []string{n.sched, n.queue} {
-			s, err := d.js.Stream(ctx, name)
-			if err == nil {
-				if err := refuseLossyLimits(s.CachedInfo().Config); err != nil {
-					return nil, err
+		// Each partition within the API timeout (see newQueue).
+		part, err := apiCall(ctx, d, func(ctx context.Context) (*jsPartition, error) {
+			n := d.topicNames(cfg.Name, len(cfg.FilterProperties), p)
+			for _, name := range []string{n.sched, n.queue} {
+				s, err := d.js.Stream(ctx, name)
+				if err == nil {
+					if err := refuseLossyLimits(s.CachedInfo().Config); err != nil {
+						return nil, err
+					}
+				} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+					return nil, d.mapErr(err)
 				}
-			} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-				return nil, d.mapErr(err)
 			}
-		}
-		n.meta = map[string]string{metaTopic: string(meta)}
-		part, err := d.provision(ctx, qc, n, p)
+			n.meta = map[string]string{metaTopic: string(meta)}
+			return d.provision(ctx, qc, n, p)
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -227,8 +230,6 @@ func (t *jsTopic) openSubscription(ctx context.Context, name string, cfg Subscri
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	ctx, cancel := d.apiContext(ctx)
-	defer cancel()
 	meta, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, err
@@ -253,13 +254,20 @@ func (t *jsTopic) openSubscription(ctx context.Context, name string, cfg Subscri
 			cc.Description = "jetsaga session subscription " + name + ": hands messages over to session consumers"
 			cc.AckWait = handoverAckWait
 		}
-		c, err := t.createSubConsumer(ctx, tp, cc, name, cfg)
+		// Each partition's calls, and the dead-letter queue's, within the
+		// API timeout (unless ctx has a deadline): a subscription of many
+		// partitions on a busy cluster takes longer than one's calls may.
+		c, err := apiCall(ctx, d, func(ctx context.Context) (jetstream.Consumer, error) {
+			return t.createSubConsumer(ctx, tp, cc, name, cfg)
+		})
 		if err != nil {
 			return nil, err
 		}
 		s.parts = append(s.parts, t.subPartition(tp, name, c))
 	}
-	if err := t.subDeadLetter(ctx, s, name, qc, d.provision); err != nil {
+	if _, err := apiCall(ctx, d, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, t.subDeadLetter(ctx, s, name, qc, d.provision)
+	}); err != nil {
 		return nil, err
 	}
 	return s, nil

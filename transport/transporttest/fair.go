@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"testing"
 
@@ -27,10 +26,7 @@ func (s *suite) testPartitionFair(t *testing.T) {
 // n partitions, by the documented rule (FNV-1a 64 of the key, modulo n).
 func keyIn(p, n int, prefix string) string {
 	for i := 0; ; i++ {
-		key := fmt.Sprintf("%s-%d", prefix, i)
-		h := fnv.New64a()
-		h.Write([]byte(key))
-		if int(h.Sum64()%uint64(n)) == p {
+		if key := fmt.Sprintf("%s-%d", prefix, i); partitionOf(n, &transport.Message{PartitionKey: key}) == p {
 			return key
 		}
 	}

@@ -94,7 +94,12 @@ func home(to interface{ Name() string }) int {
 // homeSeq returns the active sequence number local of to's home
 // partition: local itself on a queue of one partition.
 func homeSeq(to interface{ Name() string }, local uint64) uint64 {
-	return uint64(home(to))<<transport.PartitionShift | local
+	return activeSeq(home(to), local)
+}
+
+// activeSeq returns the active sequence number local of partition p.
+func activeSeq(p int, local uint64) uint64 {
+	return uint64(p)<<transport.PartitionShift | local
 }
 
 // checkHomeSeqs checks that seqs are active sequence numbers of to's home
@@ -132,7 +137,7 @@ func partitionOf(n int, m *transport.Message) int {
 // seqFor returns the active sequence number local of the partition of q
 // that m goes to.
 func seqFor(q *transport.Queue, m *transport.Message, local uint64) uint64 {
-	return uint64(partitionOf(q.Config().Partitions, m))<<transport.PartitionShift | local
+	return activeSeq(partitionOf(q.Config().Partitions, m), local)
 }
 
 // stateKey returns a record key that starts with name: name itself, or,

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"sync"
 	"testing"
@@ -212,9 +211,7 @@ func (s *suite) testStatePartitioned(t *testing.T) {
 		}
 		// The schedule is where its MessageID's duplicates are detected:
 		// the partition FNV-1a 64 of the MessageID picks (docs/wire.md).
-		h := fnv.New64a()
-		h.Write([]byte(m.MessageID))
-		if want := int(h.Sum64() % partitions); len(r.Seqs) != 1 || transport.Partition(r.Seqs[0]) != want {
+		if want := partitionOf(partitions, m); len(r.Seqs) != 1 || transport.Partition(r.Seqs[0]) != want {
 			t.Errorf("CommitState(%s) scheduled %#x, want one message in partition %d", key, r.Seqs, want)
 		}
 	}
