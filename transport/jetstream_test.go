@@ -191,21 +191,7 @@ func TestSendAfterDrainingFullQueue(t *testing.T) {
 // partitions is chosen so that the whole open takes about three times the
 // timeout, from the measured cost of one partition.
 func TestAPITimeoutBoundsEachPartition(t *testing.T) {
-	srv, err := embedded.Start(embedded.Options{})
-	if err != nil {
-		t.Fatalf("start nats-server: %v", err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	probe, err := transport.NewJetStream(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { probe.Close() })
+	_, nc, probe := startServer(t, embedded.Options{})
 	start := time.Now()
 	if _, err := probe.OpenQueue(t.Context(), transport.QueueConfig{Name: "probe", Partitions: 8}); err != nil {
 		t.Fatalf("OpenQueue(8 partitions): %v", err)
