@@ -213,6 +213,15 @@ func WithMessageID(id string) SendOption { return func(e *envelope) { e.ID = id 
 // duplicate it is. It returns an error if the queue cannot be opened. It
 // runs the services given with WithService beside the queue, and stops
 // them (and waits for them) as it returns.
+//
+// Run never returns nil while ctx is live. A connection that is only
+// disconnected is waited for: Run goes on receiving once it reconnects.
+// A connection closed for good — nats.go gave up reconnecting (see
+// transport.ReconnectForever, which never gives up), or the connection
+// or the broker was closed — stops Run as ctx ending would (the steps in
+// flight finish or fail), and Run logs it at Error and returns an error
+// that matches transport.ErrClosed, so that a supervisor sees a failure,
+// not a clean exit.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	q, err := d.open(ctx)
 	if err != nil {
@@ -224,19 +233,28 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		return err
 	}
 	work := context.WithoutCancel(ctx)
-	r := newRunner(d, work)
+	// rctx also ends when a worker finds the connection closed for good
+	// (see runner.closed), which stops the others as ctx ending would.
+	rctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	r := newRunner(d, work, stop)
 	var wg sync.WaitGroup
-	wg.Go(func() { d.publishCatalog(ctx, q) }) // catalog.go
+	wg.Go(func() { d.publishCatalog(rctx, q) }) // catalog.go
 	for range d.cfg.concurrency {
-		wg.Go(func() { d.worker(ctx, r, r.slots, q, q.Config().Partitions, q.Config().LockDuration) })
+		wg.Go(func() { d.worker(rctx, r, r.slots, q, q.Config().Partitions, q.Config().LockDuration) })
 	}
 	for _, s := range subs {
-		wg.Go(func() { d.runSubscription(ctx, r, s) })
+		wg.Go(func() { d.runSubscription(rctx, r, s) })
 	}
 	stopKeys := r.startKeys(q.Config().LockDuration) // renews the locks of set-aside deliveries
 	wg.Wait()
 	stopKeys()  // abandons the deliveries set aside
 	r.wg.Wait() // the timeouts held until their due time, the steps of set-aside deliveries
+	if cause := context.Cause(rctx); ctx.Err() == nil && cause != nil {
+		d.cfg.logger.LogAttrs(ctx, slog.LevelError, "saga: dispatcher stopped: its connection closed for good",
+			slog.String("queue", d.queueName), slog.Any("error", cause))
+		return fmt.Errorf("saga: dispatcher of queue %q stopped: %w", d.queueName, cause)
+	}
 	return nil
 }
 

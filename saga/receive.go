@@ -25,15 +25,16 @@ import (
 // and the timeouts held until their due time.
 type runner struct {
 	d     *Dispatcher
-	work  context.Context // for holds and steps, which outlive Run's context
-	slots chan struct{}   // one per message handled at once (WithConcurrency)
+	work  context.Context         // for holds and steps, which outlive Run's context
+	stop  context.CancelCauseFunc // ends Run's receiving: see closed
+	slots chan struct{}           // one per message handled at once (WithConcurrency)
 	held  atomic.Int64
 	wg    sync.WaitGroup // the holding goroutines, and those of set-aside deliveries
 	keys  *keyLimiter    // WithKeyLimit; nil without
 }
 
-func newRunner(d *Dispatcher, work context.Context) *runner {
-	return &runner{d: d, work: work, slots: make(chan struct{}, d.cfg.concurrency),
+func newRunner(d *Dispatcher, work context.Context, stop context.CancelCauseFunc) *runner {
+	return &runner{d: d, work: work, stop: stop, slots: make(chan struct{}, d.cfg.concurrency),
 		keys: newKeyLimiter(d.cfg.keyLimit, KeyLimitBacklog(d.cfg.concurrency, d.cfg.batch))}
 }
 
@@ -62,6 +63,7 @@ type receiver interface {
 func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{}, q receiver, parts int, lock time.Duration) {
 	work := r.work
 	backoff := 10 * time.Millisecond
+	failing := receiveFailures{d: d}
 	for ctx.Err() == nil {
 		from, wake, ok := r.keys.waitRoom(ctx, parts)
 		if !ok {
@@ -69,13 +71,17 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 		}
 		ds, err := receiveFrom(ctx, q, d.cfg.batch, from, wake)
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, transport.ErrClosed) {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, transport.ErrClosed) {
+				r.closed(err)
 				return
 			}
 			if errors.Is(err, transport.ErrReceiveInterrupted) {
 				continue // a partition held back has room again
 			}
-			d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: receive failed", slog.String("queue", d.queueName), slog.Any("error", err))
+			failing.failed(ctx, err)
 			select {
 			case <-ctx.Done():
 				return
@@ -84,6 +90,7 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 			}
 			continue
 		}
+		failing.recovered(ctx)
 		backoff = 10 * time.Millisecond
 		for i, del := range ds {
 			if i > 0 && ctx.Err() != nil {
@@ -108,6 +115,10 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 		}
 	}
 }
+
+// closed ends Run's receiving because a receive found the connection or
+// the broker closed for good (err): Run then drains and returns err.
+func (r *runner) closed(err error) { r.stop(err) }
 
 // receiveFrom receives up to max from q: from every partition if from is
 // nil, else from those listed only (see WithKeyLimit), interrupting the
@@ -216,4 +227,34 @@ func (d *Dispatcher) stepStarted(ctx context.Context, info StepInfo) context.Con
 		return h(ctx, info)
 	}
 	return ctx
+}
+
+// receiveFailures logs a worker's failing receives once per change of
+// state: the first failure at Warn, the others at Debug, and the first
+// receive that works again at Info with how long it failed — not a line
+// per retry through an outage.
+type receiveFailures struct {
+	d     *Dispatcher
+	since time.Time // the first failure of the current run of them; zero while receives work
+	n     int       // failures since then
+}
+
+func (f *receiveFailures) failed(ctx context.Context, err error) {
+	f.n++
+	level, msg := slog.LevelDebug, "saga: receive failed again"
+	if f.since.IsZero() {
+		f.since = time.Now()
+		level, msg = slog.LevelWarn, "saga: receive failed; retrying until it works"
+	}
+	f.d.cfg.logger.LogAttrs(ctx, level, msg, slog.String("queue", f.d.queueName),
+		slog.Time("since", f.since), slog.Int("failures", f.n), slog.Any("error", err))
+}
+
+func (f *receiveFailures) recovered(ctx context.Context) {
+	if f.since.IsZero() {
+		return
+	}
+	f.d.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "saga: receiving again",
+		slog.String("queue", f.d.queueName), slog.Duration("failed.for", time.Since(f.since)), slog.Int("failures", f.n))
+	f.since, f.n = time.Time{}, 0
 }
