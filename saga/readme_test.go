@@ -29,12 +29,18 @@ func user(r *http.Request) string { return r.FormValue("user") }
 // readmeService is the README's service: a dispatcher beside the HTTP
 // handlers that start sagas.
 func readmeService(ctx context.Context, url string, mux *http.ServeMux) (*transport.Broker, *saga.Dispatcher) {
-	nc, _ := nats.Connect(url) // credentials, NKEYs, TLS: the usual nats options
+	nc, _ := nats.Connect(url, transport.ReconnectForever(nil)) // + credentials, TLS: the usual nats options
 	broker, _ := transport.NewJetStream(nc)
 	js, _ := jetstream.New(nc)
 	store, _ := kvstore.New(ctx, js, kvstore.Config{})
 	d, _ := saga.NewDispatcher(broker, store, "auth", saga.WithSagas(TwoFactor))
-	go d.Run(ctx) // returns nil after ctx ends and in-flight steps finish
+	go func() {
+		// nil after ctx ends and in-flight steps finish; an error (transport.ErrClosed)
+		// only if the connection closes for good: stop, and let the supervisor restart
+		if err := d.Run(ctx); err != nil {
+			log.Fatal(err)
+		}
+	}()
 
 	mux.HandleFunc("POST /login/{id}/code", func(w http.ResponseWriter, r *http.Request) {
 		d.Send(r.Context(), CodeRequested{Login: r.PathValue("id"), User: user(r)})

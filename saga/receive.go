@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/statelog"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -63,7 +64,7 @@ type receiver interface {
 func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{}, q receiver, parts int, lock time.Duration) {
 	work := r.work
 	backoff := 10 * time.Millisecond
-	failing := receiveFailures{d: d}
+	failing := statelog.Failures{Logger: d.cfg.logger, What: "saga: receive", Attrs: []slog.Attr{slog.String("queue", d.queueName)}}
 	for ctx.Err() == nil {
 		from, wake, ok := r.keys.waitRoom(ctx, parts)
 		if !ok {
@@ -81,7 +82,7 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 			if errors.Is(err, transport.ErrReceiveInterrupted) {
 				continue // a partition held back has room again
 			}
-			failing.failed(ctx, err)
+			failing.Failed(ctx, err)
 			select {
 			case <-ctx.Done():
 				return
@@ -90,7 +91,7 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 			}
 			continue
 		}
-		failing.recovered(ctx)
+		failing.Worked(ctx)
 		backoff = 10 * time.Millisecond
 		for i, del := range ds {
 			if i > 0 && ctx.Err() != nil {
@@ -227,34 +228,4 @@ func (d *Dispatcher) stepStarted(ctx context.Context, info StepInfo) context.Con
 		return h(ctx, info)
 	}
 	return ctx
-}
-
-// receiveFailures logs a worker's failing receives once per change of
-// state: the first failure at Warn, the others at Debug, and the first
-// receive that works again at Info with how long it failed — not a line
-// per retry through an outage.
-type receiveFailures struct {
-	d     *Dispatcher
-	since time.Time // the first failure of the current run of them; zero while receives work
-	n     int       // failures since then
-}
-
-func (f *receiveFailures) failed(ctx context.Context, err error) {
-	f.n++
-	level, msg := slog.LevelDebug, "saga: receive failed again"
-	if f.since.IsZero() {
-		f.since = time.Now()
-		level, msg = slog.LevelWarn, "saga: receive failed; retrying until it works"
-	}
-	f.d.cfg.logger.LogAttrs(ctx, level, msg, slog.String("queue", f.d.queueName),
-		slog.Time("since", f.since), slog.Int("failures", f.n), slog.Any("error", err))
-}
-
-func (f *receiveFailures) recovered(ctx context.Context) {
-	if f.since.IsZero() {
-		return
-	}
-	f.d.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "saga: receiving again",
-		slog.String("queue", f.d.queueName), slog.Duration("failed.for", time.Since(f.since)), slog.Int("failures", f.n))
-	f.since, f.n = time.Time{}, 0
 }

@@ -3,11 +3,13 @@ package schedule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/jetsaga/jetsaga/internal/statelog"
 	"github.com/jetsaga/jetsaga/transport"
 )
 
@@ -25,6 +27,12 @@ const runConcurrency = 256
 // that should send occurrences (one is enough; more take over from each
 // other): while none runs, pending occurrences wait, and the catch-up
 // policy decides what is sent when one runs again.
+//
+// A receive that fails (the server away) is retried every second, logged
+// once when it starts failing and once when it works again. A connection
+// closed for good ends Run with an error that matches
+// transport.ErrClosed, logged at Error: Run never returns nil while ctx
+// lives.
 func (s *Scheduler) Run(ctx context.Context) error {
 	q, err := s.queue(ctx)
 	if err != nil {
@@ -35,13 +43,19 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	sem := make(chan struct{}, runConcurrency)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	failing := statelog.Failures{Logger: s.log, What: "schedule: receive", Attrs: []slog.Attr{slog.String("queue", s.queueName)}}
 	for {
 		ds, err := q.Receive(ctx, runConcurrency)
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, transport.ErrClosed) {
+			s.log.LogAttrs(ctx, slog.LevelError, "schedule: runner stopped: its connection closed for good",
+				slog.String("queue", s.queueName), slog.Any("error", err))
+			return fmt.Errorf("schedule: runner of queue %q stopped: %w", s.queueName, err)
+		}
 		if err != nil {
-			s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: receive", slog.String("queue", s.queueName), slog.Any("error", err))
+			failing.Failed(ctx, err)
 			select {
 			case <-ctx.Done():
 				return nil
@@ -49,6 +63,7 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 			continue
 		}
+		failing.Worked(ctx)
 		for _, d := range ds {
 			sem <- struct{}{}
 			wg.Go(func() {

@@ -22,7 +22,7 @@ import (
 // connection and shuts the embedded server down.
 func Connect(url string, out io.Writer, opts ...nats.Option) (nc *nats.Conn, cleanup func(), err error) {
 	if url != "" {
-		nc, err := nats.Connect(url, opts...)
+		nc, err := nats.Connect(url, append([]nats.Option{transport.ReconnectForever(nil)}, opts...)...)
 		if err != nil {
 			return nil, nil, err
 		}
