@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/jetsaga/jetsaga/internal/statelog"
 	"github.com/jetsaga/jetsaga/saga/pgstore/internal/pgschema"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -150,10 +151,14 @@ func refused(err error) bool {
 // notification channel, on a connection of its own from the pool), and
 // every poll interval (WithPollInterval) in case a notification was
 // missed; it relays batch after batch while batches come back full. A
-// failed pass (the broker or the database unreachable) is logged at Warn
-// and tried again after a pause that doubles from 100 ms up to the poll
-// interval; a row's publication is bounded by 30 s. A broken LISTEN
-// connection is replaced after at most 5 s, and a pass follows.
+// failed pass (the broker or the database unreachable) is tried again
+// after a pause that doubles from 100 ms up to the poll interval, logged
+// at Warn when passes start failing and at Info when one works again (not
+// once per pass); a row's publication is bounded by 30 s. A broken LISTEN
+// connection is replaced after at most 5 s, and a pass follows. A broker
+// whose connection closed for good (transport.ErrClosed) ends Run with an
+// error that matches it, logged at Error: Run never returns nil while ctx
+// lives.
 //
 // Rows are published in id order by one relay; several relays (in one
 // process or many) take different rows at once, so across relays rows
@@ -173,22 +178,29 @@ func (t *Table) Run(ctx context.Context) error {
 	go func() { defer close(listening); t.listen(ctx, wake) }()
 	defer func() { <-listening }()
 	backoff := time.Duration(0)
+	failing := statelog.Failures{Logger: t.logger, What: "outbox: relay pass", Attrs: []slog.Attr{slog.String("outbox.table", t.table)}}
 	for {
 		n, err := t.Relay(ctx)
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, transport.ErrClosed) {
+			t.logger.LogAttrs(ctx, slog.LevelError, "outbox: relay stopped: its broker's connection closed for good",
+				slog.String("outbox.table", t.table), slog.Any("error", err))
+			return fmt.Errorf("outbox: relay of table %s stopped: %w", t.table, err)
 		}
 		pause := t.poll
 		switch {
 		case err != nil:
 			backoff = min(max(2*backoff, 100*time.Millisecond), t.poll)
 			pause = backoff
-			t.logger.LogAttrs(ctx, slog.LevelWarn, "outbox: relay pass failed",
-				slog.String("outbox.table", t.table), slog.Duration("retry.after", pause), slog.Any("error", err))
+			failing.Failed(ctx, err)
 		case n == t.batch:
+			failing.Worked(ctx)
 			backoff = 0
 			continue // more may be waiting
 		default:
+			failing.Worked(ctx)
 			backoff = 0
 		}
 		timer := time.NewTimer(pause)
