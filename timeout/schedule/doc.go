@@ -67,7 +67,8 @@
 // such times the expression names; when they go back over it (02:30 on the
 // night Warsaw goes from 03:00 to 02:00), it fires once, at the first
 // instant (02:30 summer time). Rules follow the calendar package: a time in
-// a gap moves forward by the jump's length; a repeated time counts once.
+// a gap moves forward by the jump's length; a repeated time counts once, at
+// its first instant, as it does for calendar.Next wherever it is used.
 //
 // A spec that is malformed, ambiguous (more than one of Cron, Rule and
 // Every) or that never fires (February 30) is refused by Create with an

@@ -156,11 +156,6 @@ func (p *planner) next(prev time.Time) (time.Time, error) {
 		return p.cron.next(prev, p.loc, p.cal)
 	}
 	t, err := p.spec.Rule.DueIn(prev, p.cal, p.loc)
-	if err == nil && p.spec.Rule.Kind == calendar.KindNext && sameWall(t, prev, p.loc) {
-		// calendar.Next counts both readings of a wall time the clocks went
-		// back over; a schedule fires once, at the first.
-		t, err = p.spec.Rule.DueIn(t, p.cal, p.loc)
-	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%w: %w", ErrNeverFires, err)
 	}
@@ -197,10 +192,4 @@ func (s Spec) String() string {
 		out += " on calendar " + s.Calendar.String()
 	}
 	return out
-}
-
-// sameWall reports whether a and b read the same date and wall-clock time in loc.
-func sameWall(a, b time.Time, loc *time.Location) bool {
-	a, b = a.In(loc), b.In(loc)
-	return calendar.DateOf(a) == calendar.DateOf(b) && a.Hour() == b.Hour() && a.Minute() == b.Minute() && a.Second() == b.Second()
 }
