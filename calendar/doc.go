@@ -45,7 +45,8 @@
 // [Next] asked at 02:45 summer time that night is due at 02:30 the next day, as a daily
 // schedule fires, and a chain of daily rules, each counted from the due time of the one
 // before, is due once a day through every change of the clocks. A rule that counts
-// elapsed time ([BusinessHours]) counts the hour the clocks repeat or skip as it passes.
+// elapsed time ([BusinessHours]) is not read on the wall clock: the hour the clocks
+// repeat counts, and the hour they skip does not exist.
 // None of this depends on what time.Date returns in those cases, which Go leaves
 // unspecified. Zones come from time.LoadLocation: a program that must not depend on
 // the machine's zone database imports time/tzdata.
