@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // the tables' zones do not depend on the machine's zoneinfo
 )
 
 // cronTime reads the times of the cron tables below: "Mon Jul 9 15:00 2012" (UTC, seconds
