@@ -40,11 +40,14 @@
 // jump: 02:30 on the day Warsaw goes from 02:00 to 03:00 is 03:30, and 02:15 on the day Lord
 // Howe Island goes from 02:00 to 02:30 is 02:45. A wall-clock time that happens twice,
 // because the clocks went back over it, is the earlier instant: 02:30 on the day Warsaw goes
-// from 03:00 back to 02:00 is 02:30 summer time. Keeping the start's wall-clock time follows
-// the same rules. [Next] is the one rule that can land on the later instant: it is due at
-// the first instant after its start whose wall clock reads its time, so asked at 02:45
-// summer time that night, the next 02:30 is 02:30 winter time, three quarters of an hour
-// later. None of this depends on what time.Date returns in those cases, which Go leaves
+// from 03:00 back to 02:00 is 02:30 summer time, and only that: the second 02:30 of the
+// night counts for no rule. Keeping the start's wall-clock time follows the same rules. So
+// [Next] asked at 02:45 summer time that night is due at 02:30 the next day, as a daily
+// schedule fires, and a chain of daily rules, each counted from the due time of the one
+// before, is due once a day through every change of the clocks. A rule that counts
+// elapsed time ([BusinessHours]) is not read on the wall clock: the hour the clocks
+// repeat counts, and the hour they skip does not exist.
+// None of this depends on what time.Date returns in those cases, which Go leaves
 // unspecified. Zones come from time.LoadLocation: a program that must not depend on
 // the machine's zone database imports time/tzdata.
 //

@@ -88,7 +88,7 @@ func ExampleNextBusinessDay() {
 }
 
 // A wall-clock time that does not exist moves forward by the clock change. One that happens
-// twice is the earlier, unless the start lies between the two: then it is the second.
+// twice counts once, at the earlier instant: asked between the two, the next is tomorrow's.
 func ExampleNext() {
 	show(calendar.Next(calendar.ClockOf(2, 30)).In("Europe/Warsaw"), warsaw(2026, time.March, 28, 12, 0), nil)
 	show(calendar.Next(calendar.ClockOf(2, 30)).In("Europe/Warsaw"), warsaw(2026, time.October, 24, 12, 0), nil)
@@ -98,7 +98,7 @@ func ExampleNext() {
 	// Output:
 	// next 02:30 Europe/Warsaw: Sun 2026-03-29 03:30 CEST
 	// next 02:30 Europe/Warsaw: Sun 2026-10-25 02:30 CEST
-	// next 02:30 Europe/Warsaw: Sun 2026-10-25 02:30 CET
+	// next 02:30 Europe/Warsaw: Mon 2026-10-26 02:30 CET
 	// next 09:00 America/New_York: Sun 2026-03-08 09:00 EDT
 }
 

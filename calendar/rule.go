@@ -26,10 +26,11 @@ const (
 	// KindMonths: the same day N months after the start day, on the month's last day if it is
 	// shorter (January 31 plus one month is February 28 or 29).
 	KindMonths Kind = "months"
-	// KindNext: the first instant strictly after the start whose wall clock reads the rule's
-	// time: on the start day if still to come, else on the next day. A time the clocks went
-	// back over happens twice, and each counts: asked between the two, the next is the
-	// second. A time in a gap counts at the instant [Date.In] moves it to.
+	// KindNext: the first instant strictly after the start at which the rule's time falls
+	// due, on the start day if still to come, else on the next day; each day's time falls
+	// due once, at the instant [Date.In] gives: a time the clocks went back over counts at
+	// the first of its two instants only (asked between the two, the next is the next
+	// day's), and a time in a gap counts at the instant it moves forward to.
 	KindNext Kind = "next"
 	// KindMonthEnd: the last day of the start day's month, or of the month N months on.
 	KindMonthEnd Kind = "month_end"
@@ -100,10 +101,13 @@ func CalendarDays(n int) Rule { return Rule{Kind: KindCalendarDays, N: n} }
 // to the shortest month's day for good (January 31, February 28, March 28).
 func Months(n int) Rule { return Rule{Kind: KindMonths, N: n} }
 
-// Next returns the rule "next" at: the first instant strictly after the start whose wall
-// clock reads at, today if still to come, else tomorrow (see [KindNext]). On the day New York
-// goes from 02:00 EDT back to 01:00 EST, Next(01:30) asked at 00:30 is 01:30 EDT, and asked at
-// 01:45 EDT it is 01:30 EST, three quarters of an hour later, not 01:30 the next day.
+// Next returns the rule "next" at: the first instant strictly after the start at which at
+// falls due, today if still to come, else tomorrow (see [KindNext]). A wall-clock time that
+// happens twice counts once, at its first instant, as a daily schedule fires: on the day
+// New York goes from 02:00 EDT back to 01:00 EST, Next(01:30) asked at 00:30 is 01:30 EDT,
+// and asked at 01:45 EDT (or at 01:15 EST, after the clocks went back) it is 01:30 the next
+// day. So a chain of Next rules, each counted from the one before's due time, is due once a
+// day, whatever the clocks do.
 func Next(at Clock) Rule { return Rule{Kind: KindNext, Time: at} }
 
 // EndOfMonth returns the rule "last day of the month", of the start's month if n is 0, or of
@@ -307,20 +311,15 @@ func (r Rule) due(from time.Time, cal Calendar, loc *time.Location) (time.Time, 
 	return r.roll(t, cal, loc)
 }
 
-// nextAt returns the first instant after from whose wall clock in loc reads c, where d is
-// from's date in loc: both instants of a wall-clock time the clocks went back over count,
-// and a time in a gap counts as [Date.In] moves it.
+// nextAt returns the first instant after from at which c falls due in loc, where d is from's
+// date in loc: on each day, the one instant [Date.In] gives for c (the first of two the
+// clocks went back over, or the one a gap moves it to).
 func nextAt(from time.Time, d Date, c Clock, loc *time.Location) time.Time {
-	// Three days, for zones that go back over midnight: from's date may be the repeated day.
-	for i := range 3 {
-		reads, inGap := instants(d.AddDays(i), c.Hour(), c.Minute(), 0, 0, loc)
-		if len(reads) == 0 {
-			reads = []time.Time{inGap}
-		}
-		for _, t := range reads {
-			if t.After(from) {
-				return t
-			}
+	// From the day before (a time in a gap just before midnight moves into from's day) to
+	// two days after (from's date may be a day the clocks went back over midnight).
+	for i := -1; i < 3; i++ {
+		if t := d.AddDays(i).In(c, loc); t.After(from) {
+			return t
 		}
 	}
 	return d.AddDays(3).In(c, loc) // not reached: a day's wall clock comes round within three

@@ -92,9 +92,11 @@ func TestRuleDue(t *testing.T) {
 		// New York falls back on 2026-11-01, 02:00 EDT (06:00 UTC) to 01:00 EST: 01:30 is
 		// 05:30 UTC, then 06:30 UTC. The next 01:30 is the next instant whose wall clock reads it.
 		{"next 01:30 in the New York overlap, before both", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 4, 0), nil, utc(2026, time.November, 1, 5, 30), nil},
-		{"next 01:30 at 01:45 EDT is 01:30 EST, the same day", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 5, 45), nil, utc(2026, time.November, 1, 6, 30), nil},
-		{"next 01:30 at the first 01:30 is the second", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 5, 30), nil, utc(2026, time.November, 1, 6, 30), nil},
-		{"next 01:30 at 01:15 EST is 01:30 EST", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 6, 15), nil, utc(2026, time.November, 1, 6, 30), nil},
+		// A time that happens twice counts once, at its first instant.
+		{"next 01:30 at 01:45 EDT is tomorrow's, not 01:30 EST", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 5, 45), nil, utc(2026, time.November, 2, 6, 30), nil},
+		{"next 01:30 at the first 01:30 is tomorrow's", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 5, 30), nil, utc(2026, time.November, 2, 6, 30), nil},
+		{"next 01:30 at 01:15 EST is tomorrow's", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 6, 15), nil, utc(2026, time.November, 2, 6, 30), nil},
+		{"next 01:45 at 01:50 +11 on Lord Howe is tomorrow's", Next(ClockOf(1, 45)).In(lhi), utc(2026, time.April, 4, 14, 50), nil, utc(2026, time.April, 5, 15, 15), nil},
 		{"next 01:30 at 01:45 EST is tomorrow", Next(ClockOf(1, 30)).In(nyc), utc(2026, time.November, 1, 6, 45), nil, utc(2026, time.November, 2, 6, 30), nil},
 		{"next 02:30 after the Warsaw gap is tomorrow", Next(ClockOf(2, 30)).In(waw), at(t, waw, 2026, time.March, 29, 3, 45), nil, utc(2026, time.March, 30, 0, 30), nil},
 		{"next 02:30 in the Warsaw gap, asked after the jump", Next(ClockOf(2, 30)).In(waw), at(t, waw, 2026, time.March, 29, 3, 10), nil, utc(2026, time.March, 29, 1, 30), nil},
@@ -463,8 +465,9 @@ func TestInSynctestBubble(t *testing.T) {
 
 // TestNextAroundEveryTransition checks Next against a minute-by-minute search, from starts
 // on each side of the clock changes of 2026 in zones with hour and half-hour changes, some
-// of them at midnight: the result is after the start, no instant between reads the time,
-// and the result reads it (or, for a time in a gap, lies where Date.In moves it).
+// of them at midnight: the result is after the start, no instant between reads the time
+// for the first time on its day, and the result is the first to read it on its day (or,
+// for a time in a gap, lies where Date.In moves it).
 func TestNextAroundEveryTransition(t *testing.T) {
 	for _, zone := range []string{"Europe/Warsaw", "America/New_York", "Australia/Lord_Howe", "America/Santiago", "America/Havana"} {
 		loc := mustLoad(t, zone)
@@ -490,10 +493,26 @@ func TestNextAroundEveryTransition(t *testing.T) {
 						x = x.In(loc)
 						return x.Hour() == c.Hour() && x.Minute() == c.Minute() && x.Second() == 0
 					}
+					// first: x reads c, and no instant of its day before it does (a repeat
+					// lies at most three hours after the first reading).
+					first := func(x time.Time) bool {
+						if !reads(x) {
+							return false
+						}
+						for y := x.Add(-3 * time.Hour); y.Before(x); y = y.Add(time.Minute) {
+							if reads(y) && DateOf(y.In(loc)) == DateOf(x.In(loc)) {
+								return false
+							}
+						}
+						return true
+					}
 					for x := from.Truncate(time.Minute).Add(time.Minute); x.Before(got); x = x.Add(time.Minute) {
-						if reads(x) {
+						if first(x) {
 							t.Fatalf("%s from %s: got %s, but %s reads %s before it", r, from.In(loc), got.In(loc), x.In(loc), c)
 						}
+					}
+					if reads(got) && !first(got) {
+						t.Fatalf("%s from %s: got %s, the second reading of %s on its day", r, from.In(loc), got.In(loc), c)
 					}
 					if !reads(got) {
 						// A time in a gap: nothing on its day reads it, and Date.In put it there.

@@ -14,9 +14,9 @@ import (
 // month, day of week. Each field is a bit set of the values it allows.
 type cron struct {
 	minute, hour, dom, month, dow uint64
-	// domStar and dowStar record a field written as "*" (or "*/1"): as in
-	// Vixie cron, a day matches both day fields when one of them is "*",
-	// and either of them when both are restricted.
+	// domStar and dowStar record a day field that starts with "*" ("*",
+	// "*/10", "*,15"), which is unrestricted: as in Vixie cron, a day
+	// matches either day field when both are restricted, else both.
 	domStar, dowStar bool
 }
 
@@ -47,8 +47,9 @@ var cronMacros = map[string]string{
 // (minute 0-59, hour 0-23, day of month 1-31, month 1-12 or jan-dec, day of
 // week 0-7 or sun-sat, 0 and 7 both Sunday), each a list of items separated
 // by commas, each item "*", a value, or a range a-b, optionally followed by
-// a step /n; or one of the macros @yearly, @monthly, @weekly, @daily,
-// @hourly.
+// a step /n (1 to the field's largest value; "a/n" is a-to-the-last/n, the
+// last day of the week being Saturday); or one of the macros @yearly,
+// @monthly, @weekly, @daily, @hourly.
 func parseCron(expr string) (cron, error) {
 	s := strings.TrimSpace(expr)
 	if m, ok := cronMacros[strings.ToLower(s)]; ok {
@@ -93,7 +94,9 @@ func parseField(s string, f cronField) (set uint64, star bool, err error) {
 	if s == "" {
 		return 0, false, fmt.Errorf("empty")
 	}
-	star = true
+	// As Vixie cron does, the first character decides: "*,10" is
+	// unrestricted, "10,*" restricted.
+	star = strings.HasPrefix(s, "*")
 	for item := range strings.SplitSeq(s, ",") {
 		rng, stepText, hasStep := strings.Cut(item, "/")
 		step := 1
@@ -125,12 +128,12 @@ func parseField(s string, f cronField) (set uint64, star bool, err error) {
 				return 0, false, err
 			}
 			hi = lo
-			if hasStep { // "5/15" is "5-max/15"
+			if hasStep { // "5/15" is "5-max/15"; "mon/2" ends on Saturday, not on 7 (Sunday again)
 				hi = f.max
+				if f.name == "day of week" {
+					hi = 6
+				}
 			}
-		}
-		if rng != "*" || step != 1 {
-			star = false
 		}
 		for v := lo; v <= hi; v += step {
 			set |= 1 << v
@@ -158,9 +161,11 @@ var daysIn = [13]int{0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31}
 
 // canFire reports an expression that names no day that exists, such as
 // "0 0 30 2 *" (February 30). With both day fields restricted a day
-// matches either, so the day of week always fires.
+// matches either, so the day of week always fires; else a day must match
+// the day of month, which some month must hold (a day-of-month field
+// that starts with "*" holds the 1st).
 func (c cron) canFire() error {
-	if c.dowStar {
+	if c.domStar || c.dowStar {
 		// The day of month alone picks the days: a month must hold one of them.
 		for m := 1; m <= 12; m++ {
 			if c.month&(1<<m) == 0 {
@@ -182,7 +187,7 @@ func (c cron) dayMatches(d calendar.Date) bool {
 	}
 	domOK := c.dom&(1<<d.Day) != 0
 	dowOK := c.dow&(1<<int(d.Weekday())) != 0
-	if c.domStar || c.dowStar {
+	if c.domStar || c.dowStar { // one unrestricted: both must match
 		return domOK && dowOK
 	}
 	return domOK || dowOK

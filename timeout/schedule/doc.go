@@ -36,7 +36,11 @@
 // or counted as skipped by a pause or the catch-up policy (Info.Skipped).
 // A Run that dies between sending and writing leaves the message to be
 // redelivered; the occurrence is sent again and dropped by the target as a
-// duplicate. Several Runs (in several processes) share the work; while none
+// duplicate. A Run killed while it holds the pending occurrence's message
+// stalls the schedule until the message's lock expires (MaxLockDuration
+// plus the broker's grace, about 12 s on nats-server, whatever other Runs
+// are up); the catch-up policy then applies to the occurrences due
+// meanwhile, so that CatchUpSkip skips a dozen of a schedule every second. Several Runs (in several processes) share the work; while none
 // runs, the pending occurrence waits on the queue, and the next Run applies
 // the catch-up policy to everything due by then.
 //
@@ -67,7 +71,8 @@
 // such times the expression names; when they go back over it (02:30 on the
 // night Warsaw goes from 03:00 to 02:00), it fires once, at the first
 // instant (02:30 summer time). Rules follow the calendar package: a time in
-// a gap moves forward by the jump's length; a repeated time counts once.
+// a gap moves forward by the jump's length; a repeated time counts once, at
+// its first instant, as it does for calendar.Next wherever it is used.
 //
 // A spec that is malformed, ambiguous (more than one of Cron, Rule and
 // Every) or that never fires (February 30) is refused by Create with an

@@ -86,10 +86,16 @@ func decodeRecord(b []byte) (*record, error) {
 }
 
 func (r *record) info() Info {
+	next := r.Next
+	if r.Paused {
+		// The record keeps the occurrence that was pending (Resume counts
+		// the pause's skips from it); a paused schedule has none.
+		next = time.Time{}
+	}
 	return Info{
 		Schedule: Schedule{Name: r.Name, Spec: r.Spec, Action: Action{Queue: r.Queue, Topic: r.Topic, Message: r.Message.message()},
 			Start: r.Start, End: r.End, CatchUp: r.CatchUp, Jitter: r.Jitter, Note: r.Note},
-		Created: r.Created, Next: r.Next, FireAt: r.FireAt, Last: r.Last,
+		Created: r.Created, Next: next, FireAt: r.FireAt, Last: r.Last,
 		Paused: r.Paused, PausedAt: r.PausedAt, PauseNote: r.PauseNote, Ended: r.Ended,
 		Sent: r.Sent, Skipped: r.Skipped, Late: r.Late, Engine: r.engine(),
 	}

@@ -18,9 +18,9 @@ var (
 	// ErrInvalidName: a schedule name that is not 1-64 characters of
 	// [A-Za-z0-9_-] (so never a NATS subject token with '.', '*' or '>').
 	ErrInvalidName = errors.New("schedule: invalid name")
-	// ErrInvalidSpec: a spec that is incomplete, ambiguous (both a cron
-	// expression and a rule), malformed, in an unknown zone, or names a
-	// calendar the scheduler does not have.
+	// ErrInvalidSpec: a spec that is incomplete (none of a cron expression,
+	// a rule and an interval), ambiguous (more than one of them), malformed,
+	// in an unknown zone, or names a calendar the scheduler does not have.
 	ErrInvalidSpec = errors.New("schedule: invalid spec")
 	// ErrNeverFires: a spec that names no instant that exists ("0 0 30 2 *",
 	// February 30), or none between the schedule's Start and End.

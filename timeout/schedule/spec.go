@@ -8,17 +8,33 @@ import (
 )
 
 // Spec says when a schedule's occurrences are: a cron expression read in a
-// time zone, or a calendar rule applied again and again. Exactly one of
-// Cron and Rule is set.
+// time zone, a calendar rule applied again and again, or a fixed interval.
+// Exactly one of Cron, Rule and Every is set; Create refuses a spec with
+// none or more than one (ErrInvalidSpec).
 type Spec struct {
-	// Cron is a five-field cron expression (minute hour day-of-month month
-	// day-of-week), read in Zone: lists (1,15), ranges (9-17), steps (*/15,
-	// 9-17/2), names (jan-dec, sun-sat; 0 and 7 are Sunday), or a macro
-	// (@hourly, @daily, @weekly, @monthly, @yearly). When both day fields
-	// are restricted a day matches either, as in Vixie cron. With Calendar
-	// set, it fires only on the calendar's business days ("*/15 9-16 * * *"
-	// on a calendar: every 15 minutes within business hours).
-	// Default: empty.
+	// Cron is a five-field cron expression (minute 0-59, hour 0-23, day of
+	// month 1-31, month 1-12, day of week 0-7), read in Zone. A field is a
+	// list of items separated by commas (1,15); an item is "*" (every
+	// value), a value, or a range (9-17, mon-fri), optionally followed by a
+	// step "/n", n from 1 to the field's largest value: */15 (0, 15, 30,
+	// 45), 9-17/2, and a value with a step runs to the field's end: 0/15 is
+	// */15, 5/15 is 5, 20, 35, 50, mon/2 is Monday, Wednesday and Friday.
+	// Months and days of the week may be named (jan-dec, sun-sat, in any
+	// case); 0 and 7 are Sunday. A macro may stand for the whole expression:
+	// @hourly, @daily (@midnight), @weekly, @monthly, @yearly (@annually).
+	// Seconds, years and Quartz's ?, L, W and # are not accepted.
+	//
+	// The day fields are read as Vixie cron reads them. A day field that
+	// starts with "*" ("*", "*/10", "*,15") is unrestricted; any other is
+	// restricted. When both are restricted a day matches either: "0 0 1,15
+	// * mon" is the 1st, the 15th and every Monday. Otherwise a day must
+	// match both: "0 0 */10 * sun" is a Sunday that is the 1st, 11th, 21st
+	// or 31st ("1-31/10", the same days spelt without "*", would be those
+	// days and every Sunday).
+	//
+	// With Calendar set, it fires only on the calendar's business days
+	// ("*/15 9-16 * * *" on a calendar: every 15 minutes within business
+	// hours). Default: empty.
 	Cron string `json:"cron,omitempty"`
 	// Zone is the IANA time zone Cron is read in ("Europe/Warsaw", "UTC").
 	// Required with Cron; a Rule names its own zone.
@@ -156,11 +172,6 @@ func (p *planner) next(prev time.Time) (time.Time, error) {
 		return p.cron.next(prev, p.loc, p.cal)
 	}
 	t, err := p.spec.Rule.DueIn(prev, p.cal, p.loc)
-	if err == nil && p.spec.Rule.Kind == calendar.KindNext && sameWall(t, prev, p.loc) {
-		// calendar.Next counts both readings of a wall time the clocks went
-		// back over; a schedule fires once, at the first.
-		t, err = p.spec.Rule.DueIn(t, p.cal, p.loc)
-	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%w: %w", ErrNeverFires, err)
 	}
@@ -197,10 +208,4 @@ func (s Spec) String() string {
 		out += " on calendar " + s.Calendar.String()
 	}
 	return out
-}
-
-// sameWall reports whether a and b read the same date and wall-clock time in loc.
-func sameWall(a, b time.Time, loc *time.Location) bool {
-	a, b = a.In(loc), b.In(loc)
-	return calendar.DateOf(a) == calendar.DateOf(b) && a.Hour() == b.Hour() && a.Minute() == b.Minute() && a.Second() == b.Second()
 }
