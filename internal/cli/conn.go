@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -48,6 +49,35 @@ type env struct {
 	engines    map[string]EngineScheduler // extra engines, by name
 	closers    []func()
 	rc         runConfig
+	// closed is closed when the connection closes for good (nats.go
+	// gave up, or it was closed): a long-running command then ends with
+	// an error matching transport.ErrClosed.
+	closed chan struct{}
+}
+
+// errClosed is what a long-running command returns when its connection
+// closed for good.
+func errClosed(nc *nats.Conn) error {
+	if err := nc.LastError(); err != nil {
+		return fmt.Errorf("%w: the connection to the server closed: %w", transport.ErrClosed, err)
+	}
+	return fmt.Errorf("%w: the connection to the server closed", transport.ErrClosed)
+}
+
+// notifyClosed is the nats.Option that closes ch when the connection
+// closes, after calling the ClosedCB the options before it set.
+func notifyClosed(ch chan struct{}) nats.Option {
+	return func(o *nats.Options) error {
+		prev := o.ClosedCB
+		var once sync.Once
+		o.ClosedCB = func(nc *nats.Conn) {
+			if prev != nil {
+				prev(nc)
+			}
+			once.Do(func() { close(ch) })
+		}
+		return nil
+	}
 }
 
 func (e *env) close() {
@@ -103,7 +133,8 @@ func connect(ctx context.Context, o opts, rc runConfig) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	nc, err := nats.Connect(co.server, nopts...)
+	closed := make(chan struct{})
+	nc, err := nats.Connect(co.server, append(nopts, notifyClosed(closed))...)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %s: %w", co.server, err)
 	}
@@ -117,7 +148,7 @@ func connect(ctx context.Context, o opts, rc runConfig) (*env, error) {
 		nc.Close()
 		return nil, err
 	}
-	e := &env{nc: nc, js: js, broker: broker, prefix: co.prefix, bucket: co.bucket, stateQueue: co.stateQueue, engines: map[string]EngineScheduler{}, rc: rc}
+	e := &env{nc: nc, js: js, broker: broker, prefix: co.prefix, bucket: co.bucket, stateQueue: co.stateQueue, engines: map[string]EngineScheduler{}, rc: rc, closed: closed}
 	if err := e.openStore(ctx); err != nil {
 		e.close()
 		return nil, err

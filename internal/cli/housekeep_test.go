@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +88,92 @@ func TestHousekeepCommand(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("housekeep exit %d", code)
+	}
+}
+
+// TestHousekeepWaitsForTheServer: `jetsaga housekeep` waits while the
+// server is away (its listing fails) instead of exiting, and looks after
+// a queue created once the server is back.
+func TestHousekeepWaitsForTheServer(t *testing.T) {
+	relist := housekeepRelist
+	t.Cleanup(func() { housekeepRelist = relist }) // after the command returned (below)
+	housekeepRelist = 100 * time.Millisecond
+	store := t.TempDir()
+	srv := testutil.StartServer(t, embedded.Options{StoreDir: store})
+	url := srv.ClientURL()
+	_, portText, _ := net.SplitHostPort(strings.TrimPrefix(url, "nats://"))
+	port, _ := strconv.Atoi(portText)
+
+	first, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb, err := transport.NewJetStream(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fb.OpenQueue(t.Context(), transport.QueueConfig{Name: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	fb.Close()
+	first.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr testutil.Buffer
+	done := make(chan int, 1)
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		done <- Run(ctx, []string{"--server", url, "--timeout", "500ms", "housekeep"}, strings.NewReader(""), &stdout, &stderr)
+	}()
+	t.Cleanup(func() { cancel(); <-returned })
+	testutil.Await(t, 30*time.Second, func() string {
+		if !strings.Contains(stdout.String(), "looking after queue first\n") {
+			return "housekeep has not started"
+		}
+		return ""
+	})
+	srv.Shutdown()
+	testutil.Await(t, 30*time.Second, func() string {
+		select {
+		case code := <-done:
+			t.Fatalf("housekeep exited (%d) while the server was away; stderr:\n%s", code, stderr.String())
+		default:
+		}
+		if !strings.Contains(stderr.String(), "listing queues:") {
+			return "housekeep has not seen the server go"
+		}
+		return ""
+	})
+	back := testutil.StartServer(t, embedded.Options{StoreDir: store, Port: port})
+	nc, err := back.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, err := transport.NewJetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := b.OpenQueue(t.Context(), transport.QueueConfig{Name: "later"}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Await(t, 60*time.Second, func() string {
+		select {
+		case code := <-done:
+			t.Fatalf("housekeep exited (%d); stderr:\n%s", code, stderr.String())
+		default:
+		}
+		if !strings.Contains(stdout.String(), "looking after queue later\n") {
+			return "housekeep does not look after the queue created after the outage; stdout:\n" + stdout.String()
+		}
+		return ""
+	})
+	if !strings.Contains(stderr.String(), "listing queues works again") {
+		t.Errorf("housekeep did not say that listing works again; stderr:\n%s", stderr.String())
+	}
+	if n := strings.Count(stderr.String(), "listing queues:"); n != 1 {
+		t.Errorf("the outage logged %d lines, want 1; stderr:\n%s", n, stderr.String())
 	}
 }
