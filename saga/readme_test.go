@@ -2,6 +2,7 @@ package saga_test
 
 import (
 	"context"
+	"log/slog"
 	"log"
 	"net/http"
 	"net/http/httptest"
@@ -146,9 +147,9 @@ func TestDocsEarlyActivation(t *testing.T) {
 
 // docsCluster is the cluster guide's set-up (compiled; the cluster tests
 // run the same configuration on a 3-node cluster).
-func docsCluster(ctx context.Context) error {
+func docsCluster(ctx context.Context, logger *slog.Logger) error {
 	nc, _ := nats.Connect("nats://n1:4222,nats://n2:4222,nats://n3:4222",
-		nats.MaxReconnects(-1)) // plus credentials, TLS, ...
+		transport.ReconnectForever(logger)) // plus credentials, TLS, ...
 	broker, _ := transport.NewJetStream(nc)
 	js, _ := jetstream.New(nc)
 
