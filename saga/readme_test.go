@@ -2,8 +2,8 @@ package saga_test
 
 import (
 	"context"
-	"log/slog"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
