@@ -46,6 +46,8 @@ type Dispatcher struct {
 	topic   *transport.Topic // opened by openTopic
 
 	onHold func(*transport.Delivery) // tests: called as a hold begins
+
+	outage *circuit // steps waiting for a dependency (circuit.go)
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga
@@ -91,6 +93,7 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 		byType: make(map[string][]sagaRuntime), byName: make(map[string]sagaRuntime),
 		records: storeRecords{store: store, retention: c.retention},
 	}
+	d.outage = newCircuit(d)
 	if ss, ok := store.(SchedulingStore); ok {
 		sb, sq := ss.Queue()
 		if eng, ok := c.timeouts.(*timeout.Queue); ok && eng.Broker() == b && sb == b && sq == queue {
@@ -237,7 +240,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	// (see runner.closed), which stops the others as ctx ending would.
 	rctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	r := newRunner(d, work, stop)
+	r := newRunner(d, rctx, work, stop)
 	var wg sync.WaitGroup
 	wg.Go(func() { d.publishCatalog(rctx, q) }) // catalog.go
 	for range d.cfg.concurrency {

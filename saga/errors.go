@@ -3,6 +3,8 @@ package saga
 import (
 	"errors"
 	"fmt"
+
+	"github.com/jetsaga/jetsaga/transport"
 )
 
 var (
@@ -30,6 +32,18 @@ var (
 	ErrCorrelation = errors.New("saga: cannot correlate message")
 	// ErrPanic wraps a value a handler panicked with.
 	ErrPanic = errors.New("saga: handler panicked")
+	// ErrUnavailable says that something a step needs cannot be reached
+	// for now: the saga store (its database or bucket), the NATS server
+	// or a stream with no leader, a timeout engine. It is the same value
+	// as transport.ErrUnavailable. Stores and engines wrap their outages
+	// in it; a handler may wrap its own dependency's (a database, an HTTP
+	// API it cannot reach) to opt its message into the same treatment. A
+	// step that fails with it (and not with ErrPermanent) is an outage,
+	// not the message's failure: it counts against no retry policy and
+	// is never dead-lettered; the dispatcher keeps the message, pauses
+	// receiving and runs the step again when the dependency is back (see
+	// Waiting, and Dispatcher.Health).
+	ErrUnavailable = transport.ErrUnavailable
 	// ErrPermanent matches errors made by Permanent.
 	ErrPermanent = errors.New("saga: permanent error")
 	// ErrNoTimeoutHandler is returned (with ErrPermanent) by

@@ -430,6 +430,15 @@ const (
 	// NotFoundHandled: no instance, and the NotFoundPolicy's Handler ran
 	// and returned nil; the messages it sent were sent.
 	NotFoundHandled Outcome = "not-found-handled"
+
+	// Waiting: the step failed because something it needs is unavailable
+	// (StepResult.Err matches ErrUnavailable: the store, the server, a
+	// timeout engine, or a dependency the handler reported so). Nothing
+	// was committed and nothing counted against the retry policy: the
+	// dispatcher keeps the message (renewing its lock), stops receiving
+	// new ones while the outage lasts, and runs the step again when the
+	// dependency is back. StepDone reports each attempt that waited.
+	Waiting Outcome = "waiting"
 )
 
 // Service is background work that runs beside a dispatcher, such as the

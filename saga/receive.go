@@ -25,17 +25,19 @@ import (
 // runner is what one Run shares among its workers: the concurrency slots
 // and the timeouts held until their due time.
 type runner struct {
-	d     *Dispatcher
-	work  context.Context         // for holds and steps, which outlive Run's context
-	stop  context.CancelCauseFunc // ends Run's receiving: see closed
-	slots chan struct{}           // one per message handled at once (WithConcurrency)
-	held  atomic.Int64
-	wg    sync.WaitGroup // the holding goroutines, and those of set-aside deliveries
-	keys  *keyLimiter    // WithKeyLimit; nil without
+	d      *Dispatcher
+	work   context.Context         // for holds and steps, which outlive Run's context
+	stop   context.CancelCauseFunc // ends Run's receiving: see closed
+	live   context.Context         // Run's receiving context: ends on shutdown
+	outage *circuit                // steps waiting for a dependency (circuit.go)
+	slots  chan struct{}           // one per message handled at once (WithConcurrency)
+	held   atomic.Int64
+	wg     sync.WaitGroup // the holding goroutines, and those of set-aside deliveries
+	keys   *keyLimiter    // WithKeyLimit; nil without
 }
 
-func newRunner(d *Dispatcher, work context.Context, stop context.CancelCauseFunc) *runner {
-	return &runner{d: d, work: work, stop: stop, slots: make(chan struct{}, d.cfg.concurrency),
+func newRunner(d *Dispatcher, live, work context.Context, stop context.CancelCauseFunc) *runner {
+	return &runner{d: d, live: live, work: work, stop: stop, outage: d.outage, slots: make(chan struct{}, d.cfg.concurrency),
 		keys: newKeyLimiter(d.cfg.keyLimit, KeyLimitBacklog(d.cfg.concurrency, d.cfg.batch))}
 }
 
@@ -47,9 +49,19 @@ func (r *runner) handle(slots chan struct{}, del *transport.Delivery, h holdPlan
 		slots <- struct{}{}
 		defer func() { <-slots }()
 	}
-	wctx, cancel := context.WithTimeout(r.work, r.d.cfg.drain)
-	defer cancel()
-	r.d.handle(wctx, del, h)
+	for attempt := 1; ; attempt++ {
+		wctx, cancel := context.WithTimeout(r.work, r.d.cfg.drain)
+		res := r.d.handle(wctx, del, h)
+		cancel()
+		if res.Outcome != Waiting {
+			r.outage.worked()
+			return
+		}
+		if !r.outage.wait(r.live, del, res.Err, attempt) {
+			return
+		}
+		h.until = time.Time{} // held until due already
+	}
 }
 
 // receiver is a queue or a subscription.
@@ -66,11 +78,15 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 	backoff := 10 * time.Millisecond
 	failing := statelog.Failures{Logger: d.cfg.logger, What: "saga: receive", Attrs: []slog.Attr{slog.String("queue", d.queueName)}}
 	for ctx.Err() == nil {
+		batch, ok := r.outage.mayReceive(ctx, d.cfg.batch)
+		if !ok {
+			return
+		}
 		from, wake, ok := r.keys.waitRoom(ctx, parts)
 		if !ok {
 			return
 		}
-		ds, err := receiveFrom(ctx, q, d.cfg.batch, from, wake)
+		ds, err := receiveFrom(ctx, q, batch, from, wake)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -163,14 +179,14 @@ func (d *Dispatcher) Handle(ctx context.Context, del *transport.Delivery) {
 // handle is Handle for a delivery whose hold is planned (h.until is zero
 // once it has been held). It holds, resolves and steps the delivery, and
 // settles it (settle.go) by what the step made of it.
-func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, h holdPlan) {
+func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, h holdPlan) StepResult {
 	if !h.until.IsZero() && !d.holdInPlace(ctx, del, h.until) {
-		return
+		return StepResult{Outcome: Abandoned}
 	}
 	start := d.cfg.now()
 	if _, err := d.open(ctx); err != nil {
 		d.abandonUnopened(ctx, del, err)
-		return
+		return StepResult{Outcome: Abandoned, Err: err}
 	}
 	info := d.stepInfo(ctx, del, h, start)
 	var res StepResult
@@ -187,6 +203,7 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, h hold
 	if done := d.cfg.hooks.StepDone; done != nil {
 		done(ctx, info, res)
 	}
+	return res
 }
 
 // stepInfo describes del for the hooks; it logs a timeout whose due time

@@ -113,7 +113,8 @@ func (d *Dispatcher) stepTarget(ctx context.Context, del *transport.Delivery, t 
 			o, n, err = d.step(ctx, t, del, identity)
 			conflicts += n
 		}
-		if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || errors.Is(err, ErrDataVersionAhead) || tries > d.cfg.retry.Immediate {
+		if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || errors.Is(err, ErrDataVersionAhead) ||
+			unavailable(err) || tries > d.cfg.retry.Immediate {
 			break
 		}
 	}

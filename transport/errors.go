@@ -66,6 +66,15 @@ var (
 	ErrReceiveInterrupted = errors.New("transport: receive interrupted")
 	// ErrClosed is returned after the broker or its connection closed.
 	ErrClosed = errors.New("transport: closed")
+	// ErrUnavailable wraps a failure to reach the server or to get an
+	// answer from it — the connection away and reconnecting, a request
+	// that timed out or met no responders, a stream with no leader or no
+	// quorum — as opposed to a refusal: the same call may work later.
+	// saga.ErrUnavailable is the same value: stores and timeout engines
+	// wrap their own outages in it, and a saga dispatcher waits through
+	// them instead of counting them against a message's retries. A
+	// connection closed for good is ErrClosed, not ErrUnavailable.
+	ErrUnavailable = errors.New("transport: unavailable")
 	// ErrUnsupported matches errors.ErrUnsupported; it is returned for
 	// operations a queue does not offer, such as scheduling on a
 	// dead-letter queue.

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/jetsaga/jetsaga/internal/natserr"
 	"github.com/jetsaga/jetsaga/transport/internal/pull"
 	"github.com/jetsaga/jetsaga/transport/internal/tries"
 )
@@ -88,6 +89,8 @@ func (d *jsDriver) mapErr(err error) error {
 		// JetStream reports a full stream as a generic store failure
 		// (10077) whose text names the limit.
 		return fmt.Errorf("%w: %w", ErrQueueFull, err)
+	case natserr.Unavailable(err):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return fmt.Errorf("transport: %w", err)
 }

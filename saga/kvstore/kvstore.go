@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetsaga/jetsaga/internal/natserr"
 	"github.com/jetsaga/jetsaga/saga"
 )
 
@@ -103,7 +104,7 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, uint64, error) {
 		return nil, 0, fmt.Errorf("%w: %s: %w", saga.ErrNotFound, key, err)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("kvstore: load %s: %w", key, err)
+		return nil, 0, storeErr("load", key, err)
 	}
 	return e.Value(), e.Revision(), nil
 }
@@ -122,7 +123,7 @@ func (s *Store) loadFromLeader(ctx context.Context, key string) ([]byte, uint64,
 	}
 	resp, err := s.js.Conn().RequestWithContext(ctx, s.leaderGet, req)
 	if err != nil {
-		return nil, 0, fmt.Errorf("kvstore: load %s: %w", key, err)
+		return nil, 0, storeErr("load", key, err)
 	}
 	var r struct {
 		Message *struct {
@@ -133,20 +134,20 @@ func (s *Store) loadFromLeader(ctx context.Context, key string) ([]byte, uint64,
 		Error *jetstream.APIError `json:"error"`
 	}
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return nil, 0, fmt.Errorf("kvstore: load %s: %w", key, err)
+		return nil, 0, storeErr("load", key, err)
 	}
 	switch {
 	case r.Error != nil && r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
 		return nil, 0, fmt.Errorf("%w: %s: %w", saga.ErrNotFound, key, jetstream.ErrKeyNotFound)
 	case r.Error != nil:
-		return nil, 0, fmt.Errorf("kvstore: load %s: %w", key, r.Error)
+		return nil, 0, storeErr("load", key, r.Error)
 	case r.Message == nil:
 		return nil, 0, fmt.Errorf("kvstore: load %s: empty response", key)
 	}
 	if len(r.Message.Hdrs) > 0 {
 		h, err := nats.DecodeHeadersMsg(r.Message.Hdrs)
 		if err != nil {
-			return nil, 0, fmt.Errorf("kvstore: load %s: %w", key, err)
+			return nil, 0, storeErr("load", key, err)
 		}
 		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 			return nil, 0, fmt.Errorf("%w: %s: %w", saga.ErrNotFound, key, jetstream.ErrKeyDeleted)
@@ -200,7 +201,7 @@ func putErr(key string, value []byte, err error) error {
 		// Retrying cannot make the record smaller: the step fails for good.
 		return saga.Permanent(fmt.Errorf("kvstore: put %s: record of %d bytes: %w", key, len(value), err))
 	}
-	return fmt.Errorf("kvstore: put %s: %w", key, err)
+	return storeErr("put", key, err)
 }
 
 // Delete removes key if its revision is rev; a missing key is
@@ -218,9 +219,19 @@ func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
 		return fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)
 	}
 	if err != nil {
-		return fmt.Errorf("kvstore: delete %s: %w", key, err)
+		return storeErr("delete", key, err)
 	}
 	return nil
+}
+
+// storeErr describes a failed op on key; a failure to reach the server or
+// the bucket's stream (see natserr.Unavailable) matches
+// saga.ErrUnavailable, so that a dispatcher waits through the outage.
+func storeErr(op, key string, err error) error {
+	if natserr.Unavailable(err) {
+		return fmt.Errorf("%w: kvstore: %s %s: %w", saga.ErrUnavailable, op, key, err)
+	}
+	return fmt.Errorf("kvstore: %s %s: %w", op, key, err)
 }
 
 func isConflict(err error) bool {
