@@ -3,10 +3,11 @@ package cli
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -241,6 +242,21 @@ func largeGraph() saga.StateGraph {
 	return g
 }
 
+// wideGraph is a machine wider than a page: sixteen states side by side,
+// which the browser scales down to fit.
+func wideGraph() saga.StateGraph {
+	g := saga.StateGraph{Initial: "Initial", Final: "Final", States: []string{"Initial"}}
+	for i := range 16 {
+		s := fmt.Sprintf("Region%02dPending", i)
+		g.States = append(g.States, s)
+		g.Transitions = append(g.Transitions,
+			saga.GraphTransition{From: "Initial", To: s, Event: fmt.Sprintf("Region%02dOpened", i)},
+			saga.GraphTransition{From: s, To: "Final", Event: "Closed"})
+	}
+	g.States = append(g.States, "Final")
+	return g
+}
+
 // TestDiagramLayoutBrowser draws the examples' diagrams (the order
 // machine, with counts and with an instance's path; the plain sagas) and
 // a larger synthetic machine in chromium, 1,400 px wide, and fails on
@@ -264,6 +280,7 @@ func TestDiagramLayoutBrowser(t *testing.T) {
 		{"loanoffer", loanoffer.New(loanoffer.Config{}).SVG()},
 		{"renewal", renewal.New(renewal.Config{}).SVG()},
 		{"large", largeGraph().SVG("large", saga.DiagramHighlight{Counts: map[string]int{"Packing": 12}})},
+		{"wide", wideGraph().SVG("wide", saga.DiagramHighlight{})},
 	}
 	b := startBrowser(t)
 	b.resize(1400, 900)
