@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -257,6 +258,23 @@ func wideGraph() saga.StateGraph {
 	return g
 }
 
+// randomMachine is a machine of twelve states with thirty transitions
+// drawn at random (seeded): self ones, repeated pairs, back and skipping
+// arrows, labels of random lengths.
+func randomMachine(seed uint64) saga.StateGraph {
+	r := rand.New(rand.NewPCG(seed, 44))
+	g := saga.StateGraph{Initial: "Initial", Final: "Final", States: []string{"Initial"}}
+	for i := range 10 {
+		g.States = append(g.States, "State"+strconv.Itoa(i)+strings.Repeat("n", r.IntN(10)))
+	}
+	g.States = append(g.States, "Final")
+	for range 30 {
+		from, to := g.States[r.IntN(len(g.States))], g.States[r.IntN(len(g.States))]
+		g.Transitions = append(g.Transitions, saga.GraphTransition{From: from, To: to, Event: "Event" + strings.Repeat("v", r.IntN(25))})
+	}
+	return g
+}
+
 // TestDiagramLayoutBrowser draws the examples' diagrams (the order
 // machine, with counts and with an instance's path; the plain sagas) and
 // a larger synthetic machine in chromium, 1,400 px wide, and fails on
@@ -281,6 +299,12 @@ func TestDiagramLayoutBrowser(t *testing.T) {
 		{"renewal", renewal.New(renewal.Config{}).SVG()},
 		{"large", largeGraph().SVG("large", saga.DiagramHighlight{Counts: map[string]int{"Packing": 12}})},
 		{"wide", wideGraph().SVG("wide", saga.DiagramHighlight{})},
+	}
+	for seed := range uint64(4) {
+		cases = append(cases, struct {
+			name string
+			svg  string
+		}{fmt.Sprintf("random%d", seed), randomMachine(seed).SVG("random", saga.DiagramHighlight{})})
 	}
 	b := startBrowser(t)
 	b.resize(1400, 900)

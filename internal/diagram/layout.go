@@ -7,9 +7,9 @@ import (
 
 // The layout is layered, top to bottom, in the manner of Graphviz dot
 // (Sugiyama's method): each state gets a rank (cycles broken where a
-// depth-first walk from Initial meets a state on its path, then the
-// longest path from the top; the final state below every other), and
-// ranks are the even layers. An arrow spanning layers gets an element in
+// depth-first walk from Initial meets a state on its path, and at
+// Initial; then the longest path from the top; the final state below
+// every other), and ranks are the even layers. An arrow spanning layers gets an element in
 // each layer between its ends: its label in one odd layer, a thin
 // "dummy" in the others. Within a layer, elements never overlap (each
 // has a footprint: a state's box with its loops, a label beside its
@@ -115,6 +115,12 @@ func rank(g Graph, nodes map[string]*node, states []string, arrows []*arrow) {
 	for _, s := range states {
 		if mark[s] == unseen {
 			walk(s)
+		}
+	}
+	// Initial at the top: an arrow to it goes up, whatever the walk met.
+	for _, a := range arrows {
+		if a.to == g.Initial {
+			a.up = true
 		}
 	}
 	// Longest path from the top, in topological order.
