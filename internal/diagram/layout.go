@@ -1,6 +1,7 @@
 package diagram
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -48,6 +49,7 @@ type elem struct {
 	arrow *arrow // kDummy, kLabel
 	layer int
 	pos   int     // index in its layer
+	bary  float64 // mean position of its neighbours, while ordering
 	x     float64 // a state's centre; an arrow's line
 	// left and right: the footprint's reach either side of x.
 	left, right float64
@@ -252,30 +254,23 @@ func order(layers [][]*elem) {
 				l = len(layers) - 1 - k
 			}
 			layer := layers[l]
-			bary := make(map[*elem]float64, len(layer))
 			for _, e := range layer {
 				ns := e.up
 				if !down {
 					ns = e.down
 				}
 				if len(ns) == 0 {
-					bary[e] = float64(e.pos)
+					e.bary = float64(e.pos)
 					continue
 				}
 				sum := 0.0
 				for _, n := range ns {
 					sum += float64(n.pos)
 				}
-				bary[e] = sum / float64(len(ns))
+				e.bary = sum / float64(len(ns))
 			}
 			slices.SortStableFunc(layer, func(a, b *elem) int {
-				switch {
-				case bary[a] < bary[b]:
-					return -1
-				case bary[a] > bary[b]:
-					return 1
-				}
-				return 0
+				return cmp.Compare(a.bary, b.bary)
 			})
 			for p, e := range layer {
 				e.pos = p

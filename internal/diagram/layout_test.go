@@ -138,3 +138,16 @@ func TestLayoutEdgeCases(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDrawRandom draws random machines larger than the examples:
+// 15 states with 35 transitions, 50 with 150.
+func BenchmarkDrawRandom(b *testing.B) {
+	for _, size := range [][2]int{{15, 35}, {50, 150}} {
+		g := randomGraph(rand.New(rand.NewPCG(1, 2)), size[0], size[1])
+		b.Run(fmt.Sprintf("states=%d/transitions=%d", size[0], size[1]), func(b *testing.B) {
+			for b.Loop() {
+				_ = SVG("random", g, Highlight{})
+			}
+		})
+	}
+}
