@@ -108,6 +108,9 @@ func TestConsoleDiagramBrowser(t *testing.T) {
 	if got, want := path(), []string{"Initial>Submitted", "Submitted>Accepted"}; !slices.Equal(got, want) {
 		t.Errorf("o1: taken %q, want %q", got, want)
 	}
+	if o := overlaps(t, b, "#diagram svg"); len(o) > 0 {
+		t.Errorf("o1's page: the drawing overlaps:\n\t%s", strings.Join(o, "\n\t"))
+	}
 	// Highlighted as the eye sees it: the taken arrows' computed colour.
 	if got := b.evalString(`getComputedStyle(document.querySelector("#diagram svg g.edge.taken path")).stroke`); got != "rgb(214, 40, 40)" {
 		t.Errorf("taken arrow stroke %q", got)
