@@ -28,11 +28,14 @@ type DiagramHighlight struct {
 }
 
 // SVG draws g as a self-contained SVG titled title, with h marked. The
-// layout is layered: states in columns by their distance from Initial
-// (Final last), a transition to the next column a straight arrow, one to
-// the same state a loop above it, any other a polyline through a lane of
-// its own below the states; transitions between the same two states
-// share one arrow, their labels stacked. Every name is escaped: a
+// layout is layered, top to bottom, as Graphviz's dot draws a graph:
+// Initial at the top, Final at the bottom, each transition an arrow down
+// through the layers between its states with its label beside it (one
+// back up drawn the same way, its head at the top), one to the same
+// state a loop to its right; transitions between the same two states
+// share one arrow, their labels stacked. No arrow crosses a state or a
+// label; a drawing wider than its box is scaled down to fit (CSS
+// max-width: 100%). Every name is escaped: a
 // catalog entry read from the server cannot inject markup. Each state is
 // a <g class="state" data-state="NAME"> (class "current" for
 // h.Current), each arrow a <g class="edge" data-from data-to> (class

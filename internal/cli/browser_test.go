@@ -244,3 +244,9 @@ func (b *browser) screenshot() []byte {
 	}
 	return png
 }
+
+// resize sets the viewport's size in CSS pixels.
+func (b *browser) resize(width, height int) {
+	b.t.Helper()
+	b.call(b.session, "Emulation.setDeviceMetricsOverride", map[string]any{"width": width, "height": height, "deviceScaleFactor": 1, "mobile": false}, nil)
+}

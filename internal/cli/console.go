@@ -462,14 +462,36 @@ func (c *console) sagaPage(r *http.Request) (string, string, any, error) {
 	if err != nil {
 		return "saga " + name, "saga", nil, err
 	}
-	d, err := c.diagramOf(r.Context(), name)
+	d, ce, err := c.diagramOf(r.Context(), name)
 	if err != nil {
 		d = sagaDiagram{Note: "No diagram: " + err.Error()}
 	}
+	rows := make([]instanceRow, len(page.Instances))
+	for i, v := range page.Instances {
+		rows[i] = instanceRow{InstanceView: v, State: "running"}
+		if v.Completed {
+			rows[i].State = "completed"
+		}
+		// A machine's row says its state, as the diagram counts it.
+		if ce.Kind == "machine" {
+			if st, _ := recordState(ce.Kind, ce.Graph, v.Completed, v.Data); st != "" {
+				rows[i].State = st
+			}
+		}
+	}
 	return "saga " + name, "saga", struct {
 		InstancePage
+		Rows    []instanceRow
 		Diagram sagaDiagram
-	}{page, d}, nil
+	}{page, rows, d}, nil
+}
+
+// instanceRow is a row of the saga page's table: an instance and the
+// state to show, a machine's current state (its final state for a
+// completed one), else running or completed.
+type instanceRow struct {
+	InstanceView
+	State string
 }
 
 func (c *console) instancePage(r *http.Request) (string, string, any, error) {
@@ -675,21 +697,22 @@ func recordState(kind string, g saga.StateGraph, completed bool, data json.RawMe
 	return cmp.Or(d.Machine.State, g.Initial), path
 }
 
-// diagramOf returns the saga's diagram from its catalog entry, with the
-// instances per state counted from at most maxCounted of its records.
-func (c *console) diagramOf(ctx context.Context, sagaType string) (sagaDiagram, error) {
+// diagramOf returns the saga's diagram from its catalog entry (returned
+// too; zero if there is none), with the instances per state counted from
+// at most maxCounted of its records.
+func (c *console) diagramOf(ctx context.Context, sagaType string) (sagaDiagram, saga.CatalogEntry, error) {
 	sd := sagaDiagram{Max: maxCounted}
 	ce, err := c.env.catalogEntry(ctx, sagaType, "")
 	if errors.Is(err, saga.ErrNoCatalogEntry) {
 		sd.Note = "No dispatcher published a diagram of this saga: a dispatcher publishes its sagas as it starts."
-		return sd, nil
+		return sd, ce, nil
 	}
 	if err != nil {
-		return sd, err
+		return sd, ce, err
 	}
 	store, err := c.env.records(ctx)
 	if err != nil {
-		return sd, err
+		return sd, ce, err
 	}
 	counts := map[string]int{}
 	known := map[string]bool{}
@@ -698,7 +721,7 @@ func (c *console) diagramOf(ctx context.Context, sagaType string) (sagaDiagram, 
 	}
 	for k, err := range store.ListKeys(ctx, sagaType+".") {
 		if err != nil {
-			return sd, err
+			return sd, ce, err
 		}
 		sd.Total++
 		if sd.Counted >= maxCounted {
@@ -710,7 +733,7 @@ func (c *console) diagramOf(ctx context.Context, sagaType string) (sagaDiagram, 
 			continue // completed and expired meanwhile
 		}
 		if err != nil {
-			return sd, err
+			return sd, ce, err
 		}
 		sd.Counted++
 		var r storedRecord
@@ -727,7 +750,7 @@ func (c *console) diagramOf(ctx context.Context, sagaType string) (sagaDiagram, 
 	}
 	sd.Kind = ce.Kind
 	sd.SVG = template.HTML(ce.Graph.SVG(sagaType, saga.DiagramHighlight{Counts: counts}))
-	return sd, nil
+	return sd, ce, nil
 }
 
 // instanceDiagram returns the saga's diagram with v's current state and,

@@ -4,12 +4,11 @@
 // Content-Security-Policy. Package saga is its user (Definition.SVG,
 // StateGraph.SVG, which convert a saga.StateGraph into a Graph).
 //
-// The layout is layered: states in columns by their distance from the
-// initial state (breadth first; the final state in a column of its own,
-// last; states no transition reaches after it), in the graph's order
-// within a column. A transition to the next column is a straight arrow;
-// one to the same state a loop above it; any other (back, skipping
-// columns, within a column) a polyline through a lane of its own below
-// the states. Transitions between the same two states share one arrow,
-// its labels stacked. Every text is XML-escaped, whatever the names hold.
+// The layout is layered, top to bottom, in the manner of Graphviz dot
+// (layout.go says how): no arrow runs through a state's box or a label,
+// no label touches a box, and the drawing carries its size and a
+// viewBox with CSS max-width: 100%, so that a page narrower than it
+// scales it down. Transitions between the same two states share one
+// arrow, its labels stacked; transitions to the same state are a loop to
+// its right. Every text is XML-escaped, whatever the names hold.
 package diagram

@@ -33,24 +33,25 @@ type Highlight struct {
 	Counts map[string]int
 }
 
-// Layout constants, in pixels.
+// Drawing constants, in pixels.
 const (
-	charW     = 7.2 // average advance of the 13 px sans-serif text
-	nodeH     = 36
-	countH    = 16 // added to a node with a count line
-	nodePadX  = 14
-	nodeGapY  = 28
-	minGapX   = 70
-	loopLineH = 14
-	laneLineH = 14
-	margin    = 24
+	charW      = 7.2 // average advance of the 13 px sans-serif text
+	labelCharW = 6.6 // of the 11 px labels, generously
+	nodeH      = 36
+	countH     = 16 // added to a node with a count line
+	nodePadX   = 14
+	lineH      = 14 // a label's line
+	portInset  = 10 // arrows leave and enter a box this far from its corners
+	portStep   = 14 // at most this far apart
+	margin     = 24
 )
 
 type node struct {
-	name       string
-	rank       int
-	x, y, w, h float64
-	loops      []label // self transitions
+	name  string
+	rank  int
+	w, h  float64
+	loops []label // self transitions
+	loopW float64 // room right of the box for the loops and their labels
 }
 
 type label struct {
@@ -58,19 +59,41 @@ type label struct {
 	taken bool
 }
 
+// arrow is the transitions from one state to another, drawn as one.
 type arrow struct {
 	from, to string
 	labels   []label
+	labelW   float64
 	taken    bool
+	up       bool    // drawn from the target (above) down to the source
+	elems    []*elem // in the layers between its ends, top to bottom
+	top      *elem
+	bottom   *elem
 }
 
 func textW(s string) float64 { return float64(utf8.RuneCountInString(s)) * charW }
 
+func labelsW(ls []label) float64 {
+	w := 0.0
+	for _, l := range ls {
+		w = max(w, float64(utf8.RuneCountInString(l.text))*labelCharW)
+	}
+	return w
+}
+
 // SVG returns g drawn as an SVG document (an <svg> element, with its
 // namespace, ready to inline in HTML or save as a .svg file), titled
-// title.
+// title. Its width and height are the drawing's; in a narrower box a
+// browser scales it down to fit (max-width: 100%).
 func SVG(title string, g Graph, h Highlight) string {
-	nodes, order := layoutNodes(g)
+	nodes := map[string]*node{}
+	var states []string
+	for _, s := range g.States {
+		if nodes[s] == nil {
+			nodes[s] = &node{name: s}
+			states = append(states, s)
+		}
+	}
 	taken := func(t Transition) bool {
 		return slices.ContainsFunc(h.Path, func(p Transition) bool {
 			return p.From == t.From && p.To == t.To && (p.Event == "" || p.Event == t.Event)
@@ -102,99 +125,42 @@ func SVG(title string, g Graph, h Highlight) string {
 		a.labels = append(a.labels, l)
 		a.taken = a.taken || l.taken
 	}
-
-	// Columns: widths, and the gap after each (room for the labels of
-	// the straight arrows that cross it).
-	ranks := 0
-	for _, n := range nodes {
-		ranks = max(ranks, n.rank+1)
-	}
-	colW := make([]float64, ranks)
-	gap := make([]float64, ranks)
-	for i := range gap {
-		gap[i] = minGapX
-	}
 	for _, n := range nodes {
 		n.w = textW(n.name) + 2*nodePadX
-		if h.Counts != nil {
-			n.w = max(n.w, textW(countText(h.Counts[n.name]))+2*nodePadX)
-		}
-		for _, l := range n.loops {
-			n.w = max(n.w, textW(l.text)+8)
-		}
 		n.h = nodeH
 		if h.Counts != nil {
+			n.w = max(n.w, textW(countText(h.Counts[n.name]))+2*nodePadX)
 			n.h += countH
 		}
-		colW[n.rank] = max(colW[n.rank], n.w)
-	}
-	var lanes []*arrow
-	for _, a := range arrows {
-		f, t := nodes[a.from], nodes[a.to]
-		if t.rank == f.rank+1 {
-			for _, l := range a.labels {
-				gap[f.rank] = max(gap[f.rank], textW(l.text)+30)
-			}
-			continue
-		}
-		lanes = append(lanes, a)
-	}
-	// The vertical runs of lane arrows sit in the gaps: widen for them.
-	laneRoom := float64(4 * min(len(lanes), 12))
-	x := float64(margin) + laneRoom
-	colX := make([]float64, ranks)
-	for r := range ranks {
-		colX[r] = x
-		x += colW[r] + gap[r] + laneRoom
-	}
-	width := x - gap[ranks-1] + float64(margin)
-
-	// Rows: a grid, so that the n-th state of every column is on one
-	// line and arrows between them are level; a row is as high as its
-	// highest state, plus the labels of its loops above it.
-	row := map[string]int{}
-	inCol := make([]int, ranks)
-	var rowLoop, rowH []float64
-	for _, name := range order {
-		n := nodes[name]
-		r := inCol[n.rank]
-		inCol[n.rank]++
-		row[name] = r
-		if r == len(rowH) {
-			rowLoop, rowH = append(rowLoop, 0), append(rowH, 0)
-		}
 		if len(n.loops) > 0 {
-			rowLoop[r] = max(rowLoop[r], 22+float64(len(n.loops))*loopLineH)
+			n.loopW = loopReach + labelPad + labelsW(n.loops)
 		}
-		rowH[r] = max(rowH[r], n.h)
 	}
-	top := float64(margin) + 10
-	rowY := make([]float64, len(rowH))
-	y := top
-	for r := range rowH {
-		rowY[r] = y + rowLoop[r]
-		y = rowY[r] + rowH[r] + nodeGapY
+	for _, a := range arrows {
+		a.labelW = labelsW(a.labels)
 	}
-	for name, n := range nodes {
-		n.x = colX[n.rank] + (colW[n.rank]-n.w)/2
-		n.y = rowY[row[name]] + (rowH[row[name]]-n.h)/2
+
+	rank(g, nodes, states, arrows)
+	lay := &layout{layers: build(states, nodes, arrows)}
+	order(lay.layers)
+	place(lay.layers)
+	lay.heights(lineH)
+	for _, layer := range lay.layers {
+		for _, e := range layer {
+			e.x += margin
+		}
 	}
-	bottom := y
 
 	var b strings.Builder
-	laneY := bottom
-	for _, a := range lanes {
-		laneY += 8 + float64(len(a.labels))*laneLineH
-	}
-	height := laneY + float64(margin)
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="jetsaga-diagram" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img">`+"\n",
-		width, height, width, height)
+		lay.width, lay.height, lay.width, lay.height)
 	fmt.Fprintf(&b, "<title>%s</title>\n", esc(title))
 	b.WriteString(`<defs>` +
 		`<marker id="jsd-arrow" viewBox="0 0 10 10" refX="10" refY="5" markerUnits="userSpaceOnUse" markerWidth="9" markerHeight="9" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#52607a"/></marker>` +
 		`<marker id="jsd-arrow-taken" viewBox="0 0 10 10" refX="10" refY="5" markerUnits="userSpaceOnUse" markerWidth="9" markerHeight="9" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#d62828"/></marker>` +
 		"</defs>\n")
 	b.WriteString("<style>" +
+		".jetsaga-diagram{max-width:100%;height:auto}" +
 		".jetsaga-diagram text{font:13px system-ui,sans-serif;fill:#1d2330}" +
 		".jetsaga-diagram .state rect{fill:#fff;stroke:#52607a;stroke-width:1.5}" +
 		".jetsaga-diagram .state.initial rect{fill:#e9eef6}" +
@@ -207,134 +173,134 @@ func SVG(title string, g Graph, h Highlight) string {
 		".jetsaga-diagram .edge text.taken{fill:#d62828;font-weight:700}" +
 		"</style>\n")
 
-	// Straight arrows and lanes first, the states over them.
-	straight := 0
-	laneY = bottom
+	// Arrows first, the states over them.
+	box := func(e *elem) (x, y float64) {
+		return e.x - e.node.w/2, lay.bandY[e.layer] + (lay.bandH[e.layer]-e.node.h)/2
+	}
+	ports := portsOf(lay.layers)
 	for _, a := range arrows {
-		f, t := nodes[a.from], nodes[a.to]
-		cls := edgeClass(a.taken)
-		if t.rank == f.rank+1 {
-			x1, y1 := f.x+f.w, f.y+f.h/2
-			x2, y2 := t.x, t.y+t.h/2
-			fmt.Fprintf(&b, `<g class="%s" data-from="%s" data-to="%s"><path d="M%.1f,%.1f L%.1f,%.1f" marker-end="url(#%s)"/>`,
-				cls, esc(a.from), esc(a.to), x1, y1, x2, y2, marker(a.taken))
-			// Labels along the arrow, at a fraction that differs from
-			// one arrow to the next so that crossing ones part.
-			frac := 0.5 + 0.15*float64(straight%3-1)
-			straight++
-			lx, ly := x1+(x2-x1)*frac, y1+(y2-y1)*frac-4-float64(len(a.labels)-1)*laneLineH
-			writeLabels(&b, lx, ly, a.labels)
-			b.WriteString("</g>\n")
-			continue
+		var d strings.Builder
+		top, bottom := a.top, a.bottom
+		_, ty := box(top)
+		_, by := box(bottom)
+		x, y := ports[[2]*elem{top, a.first()}], ty+top.node.h
+		fmt.Fprintf(&d, "M%.1f,%.1f", x, y)
+		bandEnd := lay.bandY[top.layer] + lay.bandH[top.layer]
+		if bandEnd > y {
+			fmt.Fprintf(&d, " V%.1f", bandEnd)
 		}
-		// A lane of its own below the states: out of the source's right
-		// side, down its gap, across, up the gap before the target, into
-		// its left side.
-		i := slices.Index(lanes, a)
-		laneY += 8 + float64(len(a.labels))*laneLineH
-		off := float64(4 * (i%12 + 1))
-		gx1 := colX[f.rank] + colW[f.rank] + off
-		gx2 := colX[t.rank] - off
-		y1, y2 := f.y+f.h/2, t.y+t.h/2
-		fmt.Fprintf(&b, `<g class="%s" data-from="%s" data-to="%s"><path d="M%.1f,%.1f H%.1f V%.1f H%.1f V%.1f H%.1f" marker-end="url(#%s)"/>`,
-			cls, esc(a.from), esc(a.to), f.x+f.w, y1, gx1, laneY, gx2, y2, t.x, marker(a.taken))
-		writeLabels(&b, (gx1+gx2)/2, laneY-4-float64(len(a.labels)-1)*laneLineH, a.labels)
+		y = bandEnd
+		curve := func(x2, y2 float64) {
+			m := (y + y2) / 2
+			fmt.Fprintf(&d, " C%.1f,%.1f %.1f,%.1f %.1f,%.1f", x, m, x2, m, x2, y2)
+		}
+		for _, e := range a.elems {
+			curve(e.x, lay.bandY[e.layer])
+			x, y = e.x, lay.bandY[e.layer]+lay.bandH[e.layer]
+			fmt.Fprintf(&d, " V%.1f", y)
+		}
+		px := ports[[2]*elem{bottom, a.last()}]
+		curve(px, lay.bandY[bottom.layer])
+		if by > lay.bandY[bottom.layer] {
+			fmt.Fprintf(&d, " V%.1f", by)
+		}
+		end := "marker-end"
+		if a.up {
+			end = "marker-start"
+		}
+		fmt.Fprintf(&b, `<g class="%s" data-from="%s" data-to="%s"><path d="%s" %s="url(#%s)"/>`,
+			edgeClass(a.taken), esc(a.from), esc(a.to), d.String(), end, marker(a.taken))
+		for _, e := range a.elems {
+			if e.kind == kLabel {
+				writeLabels(&b, e.x+labelPad, lay.bandY[e.layer]+lay.bandH[e.layer]/2, a.labels)
+			}
+		}
 		b.WriteString("</g>\n")
 	}
-	for _, name := range order {
-		n := nodes[name]
-		cls := "state"
-		switch name {
-		case g.Initial:
-			cls += " initial"
-		case g.Final:
-			cls += " final"
-		}
-		if name == h.Current {
-			cls += " current"
-		}
-		fmt.Fprintf(&b, `<g class="%s" data-state="%s"`, cls, esc(name))
-		if h.Counts != nil {
-			fmt.Fprintf(&b, ` data-count="%d"`, h.Counts[name])
-		}
-		fmt.Fprintf(&b, `><rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" rx="8"/>`, n.x, n.y, n.w, n.h)
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, n.x+n.w/2, n.y+23, esc(name))
-		if h.Counts != nil {
-			fmt.Fprintf(&b, `<text class="count" x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, n.x+n.w/2, n.y+39, countText(h.Counts[name]))
-		}
-		b.WriteString("</g>\n")
-		if len(n.loops) > 0 {
-			loopTaken := slices.ContainsFunc(n.loops, func(l label) bool { return l.taken })
-			cx := n.x + n.w/2
-			fmt.Fprintf(&b, `<g class="%s" data-from="%s" data-to="%s"><path d="M%.1f,%.1f C%.1f,%.1f %.1f,%.1f %.1f,%.1f" marker-end="url(#%s)"/>`,
-				edgeClass(loopTaken), esc(name), esc(name), cx-14, n.y, cx-34, n.y-24, cx+34, n.y-24, cx+14, n.y, marker(loopTaken))
-			writeLabels(&b, cx, n.y-22-float64(len(n.loops)-1)*loopLineH, n.loops)
+	for _, layer := range lay.layers {
+		for _, e := range layer {
+			if e.kind != kNode {
+				continue
+			}
+			n := e.node
+			x, y := box(e)
+			cls := "state"
+			switch n.name {
+			case g.Initial:
+				cls += " initial"
+			case g.Final:
+				cls += " final"
+			}
+			if n.name == h.Current {
+				cls += " current"
+			}
+			fmt.Fprintf(&b, `<g class="%s" data-state="%s"`, cls, esc(n.name))
+			if h.Counts != nil {
+				fmt.Fprintf(&b, ` data-count="%d"`, h.Counts[n.name])
+			}
+			fmt.Fprintf(&b, `><rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" rx="8"/>`, x, y, n.w, n.h)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, e.x, y+23, esc(n.name))
+			if h.Counts != nil {
+				fmt.Fprintf(&b, `<text class="count" x="%.1f" y="%.1f" text-anchor="middle">%s</text>`, e.x, y+39, countText(h.Counts[n.name]))
+			}
 			b.WriteString("</g>\n")
+			if len(n.loops) > 0 {
+				// A loop out of the box's right side and back, its labels
+				// beside it.
+				loopTaken := slices.ContainsFunc(n.loops, func(l label) bool { return l.taken })
+				r, cy := x+n.w, y+n.h/2
+				c := float64(loopReach) * 4 / 3 // a cubic reaches 3/4 of its control points
+				fmt.Fprintf(&b, `<g class="%s" data-from="%s" data-to="%s"><path d="M%.1f,%.1f C%.1f,%.1f %.1f,%.1f %.1f,%.1f" marker-end="url(#%s)"/>`,
+					edgeClass(loopTaken), esc(n.name), esc(n.name), r, cy-9, r+c, cy-26, r+c, cy+26, r, cy+9, marker(loopTaken))
+				writeLabels(&b, r+loopReach+labelPad, cy, n.loops)
+				b.WriteString("</g>\n")
+			}
 		}
 	}
 	b.WriteString("</svg>\n")
 	return b.String()
 }
 
-// layoutNodes places every state in a column (rank) and returns them
-// with the drawing order: by column, then by the graph's order.
-func layoutNodes(g Graph) (map[string]*node, []string) {
-	nodes := map[string]*node{}
-	var states []string
-	for _, s := range g.States {
-		if nodes[s] == nil {
-			nodes[s] = &node{name: s, rank: -1}
-			states = append(states, s)
-		}
-	}
-	if nodes[g.Initial] == nil {
-		return nodes, states
-	}
-	next := map[string][]string{}
-	for _, t := range g.Transitions {
-		if t.From != t.To && nodes[t.From] != nil && nodes[t.To] != nil {
-			next[t.From] = append(next[t.From], t.To)
-		}
-	}
-	final := nodes[g.Final]
-	if g.Final == g.Initial {
-		final = nil
-	}
-	nodes[g.Initial].rank = 0
-	queue := []string{g.Initial}
-	last := 0
-	for len(queue) > 0 {
-		s := queue[0]
-		queue = queue[1:]
-		for _, t := range next[s] {
-			if n := nodes[t]; n.rank < 0 && n != final {
-				n.rank = nodes[s].rank + 1
-				last = max(last, n.rank)
-				queue = append(queue, t)
+// first and last are the arrow's elements next to its upper and lower
+// states.
+func (a *arrow) first() *elem { return a.elems[0] }
+func (a *arrow) last() *elem  { return a.elems[len(a.elems)-1] }
+
+// portsOf spreads the arrows leaving a state's box at the bottom, and
+// those entering it at the top, along that side in the order of the
+// elements they lead to: ports[{state, element}] is the x.
+func portsOf(layers [][]*elem) map[[2]*elem]float64 {
+	ports := map[[2]*elem]float64{}
+	for _, layer := range layers {
+		for _, e := range layer {
+			if e.kind != kNode {
+				continue
+			}
+			for _, ns := range [2][]*elem{e.up, e.down} {
+				ns = slices.Clone(ns)
+				slices.SortFunc(ns, func(a, b *elem) int { return a.pos - b.pos })
+				step := 0.0
+				if len(ns) > 1 {
+					step = min(portStep, (e.node.w-2*portInset)/float64(len(ns)-1))
+				}
+				for i, n := range ns {
+					ports[[2]*elem{e, n}] = e.x + (float64(i)-float64(len(ns)-1)/2)*step
+				}
 			}
 		}
 	}
-	if final != nil {
-		last++
-		final.rank = last
-	}
-	for _, s := range states {
-		if nodes[s].rank < 0 {
-			last++
-			nodes[s].rank = last
-		}
-	}
-	order := slices.Clone(states)
-	slices.SortStableFunc(order, func(a, b string) int { return nodes[a].rank - nodes[b].rank })
-	return nodes, order
+	return ports
 }
 
+// writeLabels writes ls, one a line, from x, the block's vertical centre
+// at y.
 func writeLabels(b *strings.Builder, x, y float64, ls []label) {
-	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">`, x, y)
+	y += 11 - float64(len(ls))*lineH/2 // the first line's baseline
+	fmt.Fprintf(b, `<text x="%.1f" y="%.1f">`, x, y)
 	for i, l := range ls {
 		dy := 0
 		if i > 0 {
-			dy = laneLineH
+			dy = lineH
 		}
 		cls := ""
 		if l.taken {
