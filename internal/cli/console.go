@@ -640,6 +640,11 @@ func cmdConsole(c *call) error {
 	select {
 	case err := <-errc:
 		return err
+	case <-c.env.closed:
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		return errClosed(c.env.nc)
 	case <-c.ctx.Done():
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), 5*time.Second)
 		defer cancel()
