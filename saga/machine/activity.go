@@ -195,9 +195,9 @@ func (a *Activity[S, M]) Unschedule(s Schedulable[S]) *Activity[S, M] {
 	})
 }
 
-// Request sends r's request (see NewRequest) and starts its timeout.
-// Exactly one of r.Completed, r.Faulted and r.TimeoutExpired is then
-// raised for it. A request of the same name still pending is replaced:
+// Request sends r's request (see NewRequest) and starts its timeout, if
+// it has one. Exactly one of r.Completed, r.Faulted and r.TimeoutExpired
+// is then raised for it. A request of the same name still pending is replaced:
 // its timeout is cancelled, and its response, if one comes, is late.
 func (a *Activity[S, M]) Request(r Requestable[S]) *Activity[S, M] {
 	rq := r.requestOf()

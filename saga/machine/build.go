@@ -17,9 +17,11 @@ import (
 // saga.ErrInvalidDefinition, and the sentinel of the first problem: the
 // data type does not embed Instance (ErrNoInstance); a state no
 // transition from Initial reaches (ErrUnreachableState); a state other
-// than Final that accepts no event (ErrNoWayOut); an event bound twice in
-// a state, or a message type bound to two events (ErrDuplicateEvent); a
-// state that is not the machine's (ErrInvalidState).
+// than Final that accepts no event and leaves by no WhenEnter activity
+// (ErrNoWayOut); an event declared twice, or a message type bound to two
+// events (ErrDuplicateEvent); a state that is not the machine's, or
+// WhenLeave(Final) (ErrInvalidState); a WhenLeave activity that
+// transitions, or a composite with unknown options (ErrInvalidMachine).
 func (m *Machine[S]) Build() (*saga.Definition[S], error) {
 	if m.def != nil || m.err != nil {
 		return m.def, m.err

@@ -40,8 +40,9 @@ func (l stateList) states() []State { return l }
 func States(s ...State) StateSet { return stateList(s) }
 
 // UnhandledPolicy says what happens to an event that arrives in a state
-// that does not accept it (no When or Ignore for it there, nor in
-// DuringAny).
+// that does not accept it: no When for it there (During, DuringAny), no
+// composite that records it there, no Ignore whose filters hold. A
+// composite raised in a state that does not accept it follows it too.
 type UnhandledPolicy int
 
 const (

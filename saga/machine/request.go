@@ -45,7 +45,7 @@ type Request[S, Req, Resp any] struct {
 	// Faulted is raised for a Fault in answer to the request.
 	Faulted Event[S, Fault]
 	// TimeoutExpired is raised when the timeout expires before a
-	// response or a fault.
+	// response or a fault; never for a request whose timeout is zero.
 	TimeoutExpired Event[S, Expired]
 	// Late is raised for a response that arrives when its request is no
 	// longer pending: after its timeout or fault, or after the request
