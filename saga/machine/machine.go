@@ -236,7 +236,9 @@ func (m *Machine[S]) DuringAny(b ...Binding[S]) {
 // whenever a transition enters s from another state (TransitionTo,
 // Finalize), within the step, after the WhenLeave activities of the
 // state left, with the message that caused the transition. It may
-// transition again. Its error is the TransitionTo's (see Catch).
+// transition again; more than 100 transitions in one step fail it with
+// an error matching ErrInvalidMachine and saga.ErrPermanent (enter
+// activities in a circle). Its error is the TransitionTo's (see Catch).
 func (m *Machine[S]) WhenEnter(s State, then func(a *Activity[S, any])) {
 	m.onTransition(m.enter, "enter/", s, then)
 }

@@ -369,3 +369,27 @@ func TestMassTransit_Schedule_DelayPerCall(t *testing.T) {
 		env.AssertSent(t, "done", "00:05:00", "00:05:00")
 	})
 }
+
+// Enter activities that transition in a circle fail the step, with the
+// states named, instead of looping for ever.
+func TestEnterActivitiesInACircleFailTheStep(t *testing.T) {
+	m := machine.New[mtInstance]("circle")
+	a, b := m.State("A"), m.State("B")
+	start := machine.NewEvent(m, saga.By(func(e MTStart) string { return e.ID }))
+	stop := machine.NewEvent(m, saga.By(func(e MTStop) string { return e.ID }))
+	m.Initially(machine.When(start).TransitionTo(a))
+	m.During(machine.States(a, b), machine.When(stop).Finalize())
+	m.WhenEnter(a, func(x *machine.Activity[mtInstance, any]) { x.TransitionTo(b) })
+	m.WhenEnter(b, func(x *machine.Activity[mtInstance, any]) { x.TransitionTo(a) })
+	d := m.MustBuild()
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		env.Send(MTStart{ID: "c1"})
+		dl := env.DeadLetters()
+		if len(dl) != 1 || !strings.Contains(dl[0].DeadLetterDescription, "more than 100 transitions in one step") {
+			t.Fatalf("dead letters %v, want the Start, failed for its transitions in a circle", dl)
+		}
+		if env.Exists(d, "c1") {
+			t.Errorf("the failed step created the instance")
+		}
+	})
+}
