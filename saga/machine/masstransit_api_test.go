@@ -313,28 +313,9 @@ func TestMassTransit_CompositeEventsInInitialState(t *testing.T) {
 // CompositeEventOptions.RaiseOnce: a later arrival does not raise the
 // composite again.
 func TestMassTransit_CompositeEvent_RaiseOnce(t *testing.T) {
-	m := machine.New[mtInstance]("once")
-	waiting := m.State("Waiting")
-	start, first, second := mtEvents(m)
-	stop := machine.NewEvent(m, saga.By(func(e MTStop) string { return e.ID }))
-	third := machine.CompositeWith(m, "Third", machine.RaiseOnce, first, second)
-	m.Initially(machine.When(start).TransitionTo(waiting))
-	m.During(waiting,
-		machine.When(third).Then(func(ctx context.Context, c *saga.Context[mtInstance], _ machine.CompositeRaised) error {
-			c.Data.Counter++
-			return nil
-		}),
-		machine.When(stop).Finalize())
-	d := m.MustBuild()
-	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
-		env.Send(MTStart{ID: "a1"})
-		env.Send(MTFirst{ID: "a1"})
-		env.Send(MTSecond{ID: "a1"})
-		env.Send(MTFirst{ID: "a1"}, saga.WithMessageID("again"))
-		if got := sagatest.State(t, env, d, "a1").Counter; got != 1 {
-			t.Errorf("composite raised %d times, want 1", got)
-		}
-	})
+	if got := laterArrival(t, machine.RaiseOnce); got != 1 {
+		t.Errorf("composite raised %d times, want 1", got)
+	}
 }
 
 // A schedule's delay per call (MassTransit's Schedule with a delay

@@ -51,22 +51,36 @@ func mtState(t *testing.T, env *sagatest.Env, d *saga.Definition[mtInstance], id
 	return sagatest.State(t, env, d, id).CurrentState()
 }
 
-// CompositeEvent_Specs, When_combining_events_into_a_single_event: First
-// arrives in Waiting (which does not bind the composite) and is recorded
-// there; Second in WaitingForSecond completes Third.
-func TestMassTransit_CompositeEvent_CombinedEventAcrossStates(t *testing.T) {
+// waitingForSecond is the machine of CompositeEvent_Specs and
+// CompositeEventMultipleStates_Specs: Start goes to Waiting, First to
+// WaitingForSecond, where Third (First and Second) finalizes; the
+// composite is declared before the bindings or between them.
+func waitingForSecond(before bool) *saga.Definition[mtInstance] {
 	m := machine.New[mtInstance]("composite")
 	waiting, waitingForSecond := m.State("Waiting"), m.State("WaitingForSecond")
 	start, first, second := mtEvents(m)
+	var third machine.Event[mtInstance, machine.CompositeRaised]
+	if before {
+		third = machine.Composite(m, "Third", first, second)
+	}
 	m.Initially(machine.When(start).TransitionTo(waiting))
 	m.During(waiting, machine.When(first).TransitionTo(waitingForSecond))
-	third := machine.Composite(m, "Third", first, second)
+	if !before {
+		third = machine.Composite(m, "Third", first, second)
+	}
 	m.During(waitingForSecond, machine.When(third).
 		Then(func(ctx context.Context, c *saga.Context[mtInstance], _ machine.CompositeRaised) error {
 			return c.Send("done", MTComplete{ID: c.ID()})
 		}).
 		Finalize())
-	d := m.MustBuild()
+	return m.MustBuild()
+}
+
+// CompositeEvent_Specs, When_combining_events_into_a_single_event: First
+// arrives in Waiting (which does not bind the composite) and is recorded
+// there; Second in WaitingForSecond completes Third.
+func TestMassTransit_CompositeEvent_CombinedEventAcrossStates(t *testing.T) {
+	d := waitingForSecond(false)
 	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
 		env.Send(MTStart{ID: "c1"})
 		if got := mtState(t, env, d, "c1"); got != "Waiting" {
@@ -88,24 +102,7 @@ func TestMassTransit_CompositeEventMultipleStates(t *testing.T) {
 	for _, before := range []bool{true, false} {
 		name := map[bool]string{true: "DefinedBefore", false: "DefinedDuring"}[before]
 		t.Run(name, func(t *testing.T) {
-			m := machine.New[mtInstance]("composite")
-			waiting, waitingForSecond := m.State("Waiting"), m.State("WaitingForSecond")
-			start, first, second := mtEvents(m)
-			var third machine.Event[mtInstance, machine.CompositeRaised]
-			if before {
-				third = machine.Composite(m, "Third", first, second)
-			}
-			m.Initially(machine.When(start).TransitionTo(waiting))
-			m.During(waiting, machine.When(first).TransitionTo(waitingForSecond))
-			if !before {
-				third = machine.Composite(m, "Third", first, second)
-			}
-			m.During(waitingForSecond, machine.When(third).
-				Then(func(ctx context.Context, c *saga.Context[mtInstance], _ machine.CompositeRaised) error {
-					return c.Send("done", MTComplete{ID: c.ID()})
-				}).
-				Finalize())
-			d := m.MustBuild()
+			d := waitingForSecond(before)
 			sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
 				env.Send(MTStart{ID: "c1"})
 				env.Send(MTFirst{ID: "c1"})
@@ -166,14 +163,14 @@ func TestMassTransit_CompositeOrder(t *testing.T) {
 	})
 }
 
-// MassTransit keeps a composite's status once complete: each later
-// arrival of a constituent raises it again.
-func TestMassTransit_CompositeEvent_RaisedAgainByALaterArrival(t *testing.T) {
+// laterArrival: Third (First and Second) counts its raises in Waiting;
+// Start, First, Second, then First again.
+func laterArrival(t *testing.T, opts machine.CompositeOptions) int {
 	m := machine.New[mtInstance]("again")
 	waiting := m.State("Waiting")
 	start, first, second := mtEvents(m)
 	stop := machine.NewEvent(m, saga.By(func(e MTStop) string { return e.ID }))
-	third := machine.Composite(m, "Third", first, second)
+	third := machine.CompositeWith(m, "Third", opts, first, second)
 	m.Initially(machine.When(start).TransitionTo(waiting))
 	m.During(waiting,
 		machine.When(third).Then(func(ctx context.Context, c *saga.Context[mtInstance], _ machine.CompositeRaised) error {
@@ -182,15 +179,23 @@ func TestMassTransit_CompositeEvent_RaisedAgainByALaterArrival(t *testing.T) {
 		}),
 		machine.When(stop).Finalize())
 	d := m.MustBuild()
+	var n int
 	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
 		env.Send(MTStart{ID: "a1"})
 		env.Send(MTFirst{ID: "a1"})
 		env.Send(MTSecond{ID: "a1"})
 		env.Send(MTFirst{ID: "a1"}, saga.WithMessageID("again"))
-		if got := sagatest.State(t, env, d, "a1").Counter; got != 2 {
-			t.Errorf("composite raised %d times, want 2 (complete, then again by the later First)", got)
-		}
+		n = sagatest.State(t, env, d, "a1").Counter
 	})
+	return n
+}
+
+// MassTransit keeps a composite's status once complete: each later
+// arrival of a constituent raises it again.
+func TestMassTransit_CompositeEvent_RaisedAgainByALaterArrival(t *testing.T) {
+	if got := laterArrival(t, 0); got != 2 {
+		t.Errorf("composite raised %d times, want 2 (complete, then again by the later First)", got)
+	}
 }
 
 // Anytime_Specs: DuringAny events are handled in any state but Initial;
