@@ -316,3 +316,100 @@ func TestMassTransit_Request_ZeroTimeoutMeansNone(t *testing.T) {
 		}
 	})
 }
+
+// UnobservedEvent_Specs: an event the current state does not handle is
+// an error (MassTransit's UnhandledEventException): dead-lettered, the
+// instance unchanged.
+func TestMassTransit_UnobservedEvent(t *testing.T) {
+	m := machine.New[mtInstance]("unobserved")
+	running := m.State("Running")
+	start := machine.NewEvent(m, saga.By(func(e MTStart) string { return e.ID }))
+	machine.NewEvent(m, saga.By(func(e MTHello) string { return e.ID })) // bound nowhere
+	stop := machine.NewEvent(m, saga.By(func(e MTStop) string { return e.ID }))
+	m.Initially(machine.When(start).TransitionTo(running))
+	m.During(running, machine.When(stop).Finalize())
+	d := m.MustBuild()
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		env.Send(MTStart{ID: "u1"})
+		env.Send(MTHello{ID: "u1"})
+		if dl := env.DeadLetters(); len(dl) != 1 {
+			t.Fatalf("%d dead letters, want the unobserved Hello", len(dl))
+		}
+		if got := mtState(t, env, d, "u1"); got != "Running" {
+			t.Errorf("state %s, want Running", got)
+		}
+	})
+}
+
+// Finalize_Specs: Finalize enters Final, the Finally activity runs, and
+// the instance is complete (SetCompletedWhenFinalized).
+func TestMassTransit_Finalize(t *testing.T) {
+	m := machine.New[mtInstance]("finalize")
+	start := machine.NewEvent(m, saga.By(func(e MTStart) string { return e.ID }))
+	m.Initially(machine.When(start).Finalize())
+	m.Finally(func(ctx context.Context, c *saga.Context[mtInstance]) error {
+		return c.Send("done", MTComplete{ID: c.ID()})
+	})
+	d := m.MustBuild()
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		env.Send(MTStart{ID: "f1"})
+		env.AssertCompleted(t, d, "f1")
+		env.AssertSent(t, "done", MTComplete{ID: "f1"})
+	})
+}
+
+// Condition_Specs: If and IfElse choose the activity's steps by the
+// instance and the message.
+func TestMassTransit_Condition(t *testing.T) {
+	m := machine.New[mtInstance]("condition")
+	yes, no := m.State("True"), m.State("False")
+	thing := machine.NewEvent(m, saga.By(func(e MTThing) string { return e.ID }))
+	stop := machine.NewEvent(m, saga.By(func(e MTStop) string { return e.ID }))
+	m.Initially(machine.When(thing).
+		If(func(_ *saga.Context[mtInstance], e MTThing) bool { return e.Condition },
+			func(a *machine.Activity[mtInstance, MTThing]) {
+				a.Then(func(ctx context.Context, c *saga.Context[mtInstance], _ MTThing) error {
+					c.Data.Called = true
+					return nil
+				})
+			}).
+		IfElse(func(_ *saga.Context[mtInstance], e MTThing) bool { return e.Condition },
+			func(a *machine.Activity[mtInstance, MTThing]) { a.TransitionTo(yes) },
+			func(a *machine.Activity[mtInstance, MTThing]) { a.TransitionTo(no) }))
+	m.During(machine.States(yes, no), machine.When(stop).Finalize())
+	d := m.MustBuild()
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		env.Send(MTThing{ID: "t", Condition: true})
+		env.Send(MTThing{ID: "f"})
+		if s := sagatest.State(t, env, d, "t"); s.CurrentState() != "True" || !s.Called {
+			t.Errorf("true: state %s, called %v; want True, called", s.CurrentState(), s.Called)
+		}
+		if s := sagatest.State(t, env, d, "f"); s.CurrentState() != "False" || s.Called {
+			t.Errorf("false: state %s, called %v; want False, not called", s.CurrentState(), s.Called)
+		}
+	})
+}
+
+// MissingInstance_Specs: OnMissingInstance answers a request for an
+// instance that does not exist; in jetsaga the saga's NotFoundPolicy
+// (machine.WithDefinitionOptions(saga.WhenNotFound(...))).
+func TestMassTransit_MissingInstance(t *testing.T) {
+	m := machine.New[mtInstance]("missing", machine.WithDefinitionOptions(saga.WhenNotFound(saga.NotFoundPolicy{
+		Handler: func(ctx context.Context, c *saga.NotFoundContext, msg any) error {
+			return c.Reply(MTComplete{ID: c.ID()})
+		},
+	})))
+	running := m.State("Running")
+	start := machine.NewEvent(m, saga.By(func(e MTStart) string { return e.ID }))
+	hello := machine.NewEvent(m, saga.By(func(e MTHello) string { return e.ID }))
+	m.Initially(machine.When(start).TransitionTo(running))
+	m.During(running, machine.When(hello).Finalize())
+	d := m.MustBuild()
+	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
+		env.Send(MTHello{ID: "nobody"}, saga.WithReplyTo("client"))
+		env.AssertSent(t, "client", MTComplete{ID: "nobody"})
+		if env.Exists(d, "nobody") {
+			t.Errorf("a status request created an instance")
+		}
+	})
+}
