@@ -94,9 +94,10 @@ func (Expired) MessageName() string { return "jetsaga.machine.Expired" }
 // after timeout, or never for a timeout of zero (MassTransit's
 // TimeSpan.Zero: TimeoutExpired is not raised, and the request is pending
 // until its response or fault). Its responses, of type Resp, find their
-// instance by the request's CorrelationID they carry (find nil), or with
-// find, which reads the body. Resp is one event of the machine (its
-// message type bound once).
+// instance by the request's CorrelationID they carry (find nil: one
+// without a machine request's CorrelationID is dead-lettered, matching
+// saga.ErrCorrelation), or with find, which reads the body. Resp is one
+// event of the machine (its message type bound once).
 func NewRequest[S, Req, Resp any](m *Machine[S], name, queue string, timeout time.Duration, build func(c *saga.Context[S]) Req, find saga.Finder[Resp]) *Request[S, Req, Resp] {
 	if !namePattern.MatchString(name) {
 		m.fail(fmt.Errorf("%w: request name %q: 1-64 characters of [A-Za-z0-9_-]", ErrInvalidMachine, name))
