@@ -3,6 +3,7 @@ package machine_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -280,6 +281,10 @@ func TestMassTransit_Request_RespondedByRequestID(t *testing.T) {
 		env.Send(MTAnswer{Text: "42"}, saga.WithCorrelationID(req[0].CorrelationID))
 		env.AssertCompleted(t, d, "r/1")
 		env.AssertSent(t, "done", MTAnswer{Text: "42"})
+		env.Send(MTAnswer{Text: "stray"}) // no request's CorrelationID: cannot be correlated
+		if dl := env.DeadLetters(); len(dl) != 1 || !strings.Contains(dl[0].DeadLetterDescription, saga.ErrCorrelation.Error()) {
+			t.Errorf("dead letters %v, want the stray answer, uncorrelated", dl)
+		}
 	})
 }
 
