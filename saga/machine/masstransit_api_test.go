@@ -144,7 +144,10 @@ func TestMassTransit_Exception_CaughtByType(t *testing.T) {
 		Catch(nil, func(x *machine.Activity[mtInstance, MTStart]) { x.Then(log("should not")) }).
 		Then(log("after the catch")))
 	m.During(failed, machine.When(stop).Finalize())
-	d := m.MustBuild()
+	d := m.MustBuild() // Failed is reached by the Catch alone
+	if !strings.Contains(m.Mermaid(), "Initial --> Failed : MTStart [catch]") {
+		t.Errorf("the diagram lacks the Catch's transition:\n%s", m.Mermaid())
+	}
 	sagatest.Run(t, []saga.Saga{d}, func(t *testing.T, env *sagatest.Env) {
 		env.Send(MTStart{ID: "e1"})
 		if n := len(env.DeadLetters()); n != 0 {
