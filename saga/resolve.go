@@ -77,7 +77,7 @@ func (d *Dispatcher) correlate(ctx context.Context, del *transport.Delivery, t *
 	if err != nil {
 		t.err = Permanent(fmt.Errorf("%w: %s: %w", ErrMalformed, typ, err))
 	} else if t.kind != routeTimeout {
-		id, t.err = t.rt.find(ctx, typ, m)
+		id, t.err = t.rt.find(context.WithValue(ctx, incomingKey{}, del.Message), typ, m)
 	}
 	if verr := validateID(id); verr != nil {
 		if t.err == nil {
@@ -86,6 +86,19 @@ func (d *Dispatcher) correlate(ctx context.Context, del *transport.Delivery, t *
 		return
 	}
 	t.m, t.id = m, id
+}
+
+type incomingKey struct{}
+
+// IncomingMessage returns, in a Finder, the message being correlated,
+// with its transport fields (CorrelationID, ReplyTo, Properties), for a
+// Finder that takes the instance ID from them rather than from the body:
+// a reply correlated by the CorrelationID of its request, as package
+// saga/machine's requests are. It returns nil outside a Finder. Read it;
+// do not change it.
+func IncomingMessage(ctx context.Context) *transport.Message {
+	m, _ := ctx.Value(incomingKey{}).(*transport.Message)
+	return m
 }
 
 const maxIDLen = 512

@@ -17,13 +17,16 @@ import (
 // saga.ErrInvalidDefinition, and the sentinel of the first problem: the
 // data type does not embed Instance (ErrNoInstance); a state no
 // transition from Initial reaches (ErrUnreachableState); a state other
-// than Final that accepts no event (ErrNoWayOut); an event bound twice in
-// a state, or a message type bound to two events (ErrDuplicateEvent); a
-// state that is not the machine's (ErrInvalidState).
+// than Final that accepts no event and leaves by no WhenEnter activity
+// (ErrNoWayOut); an event declared twice, or a message type bound to two
+// events (ErrDuplicateEvent); a state that is not the machine's, or
+// WhenLeave(Final) (ErrInvalidState); a WhenLeave activity that
+// transitions, or a composite with unknown options (ErrInvalidMachine).
 func (m *Machine[S]) Build() (*saga.Definition[S], error) {
 	if m.def != nil || m.err != nil {
 		return m.def, m.err
 	}
+	m.buildTable()
 	if err := m.check(); err != nil {
 		m.fail(err)
 		return nil, m.err
@@ -61,14 +64,11 @@ func (m *Machine[S]) MustBuild() *saga.Definition[S] {
 }
 
 // starters returns the message events that start instances: bound in
-// Initial, or constituents of a composite bound there.
+// Initial (When, Ignore), or recorded there for a composite.
 func (m *Machine[S]) starters() map[string]bool {
 	s := make(map[string]bool)
-	for k := range m.bound[Initial.name] {
+	for k := range m.table[Initial.name] {
 		s[k] = true
-		for _, c := range m.composites[k] {
-			s[c] = true
-		}
 	}
 	return s
 }
@@ -92,22 +92,33 @@ func (m *Machine[S]) waitsFor(st string) []string {
 	return names
 }
 
-// edgesFrom lists the transitions out of st: each accepted event's
-// edges, or a self-loop for one that changes no state.
+// edgesFrom lists the transitions out of st: those of each accepted
+// event's bindings (a self-loop for one that changes no state), then
+// those of st's WhenEnter activities, each once.
 func (m *Machine[S]) edgesFrom(st string) []edgeOf {
 	var out []edgeOf
-	for _, k := range m.accepts(st) {
-		b := m.lookup(st, k)
-		if len(b.edges) == 0 {
-			out = append(out, edgeOf{event: k, edge: edge{to: st}})
-		}
-		for _, e := range b.edges {
-			if e.to == "" {
-				e.to = st
+	add := func(key string, bs []*binding[S], loops bool) {
+		for _, b := range bs {
+			if b.ignore || b.recorder {
+				continue
 			}
-			out = append(out, edgeOf{event: k, edge: e})
+			for _, e := range b.edges {
+				if e.to == "" {
+					if !loops {
+						continue
+					}
+					e.to = st
+				}
+				if eo := (edgeOf{event: key, edge: e}); !slices.Contains(out, eo) {
+					out = append(out, eo)
+				}
+			}
 		}
 	}
+	for _, k := range m.accepts(st) {
+		add(k, m.lookup(st, k).acts, true)
+	}
+	add("enter/"+st, m.enter[st], false)
 	return out
 }
 
@@ -124,7 +135,7 @@ func (m *Machine[S]) check() error {
 			}
 		}
 	}
-	if len(m.accepts(Initial.name)) == 0 {
+	if len(m.accepts(Initial.name)) == 0 && len(m.table[Initial.name]) == 0 {
 		return fmt.Errorf("%w: Initial accepts no event (Initially)", ErrNoWayOut)
 	}
 	reached := map[string]bool{Initial.name: true}
@@ -143,7 +154,7 @@ func (m *Machine[S]) check() error {
 		if !reached[st] {
 			return fmt.Errorf("%w: %s: no transition from Initial leads to it", ErrUnreachableState, st)
 		}
-		if len(m.accepts(st)) == 0 {
+		if len(m.accepts(st)) == 0 && !slices.ContainsFunc(m.edgesFrom(st), func(e edgeOf) bool { return e.to != st }) {
 			return fmt.Errorf("%w: %s accepts no event (During, DuringAny)", ErrNoWayOut, st)
 		}
 	}
@@ -154,6 +165,10 @@ func instanceOf[S any](c *saga.Context[S]) *Instance {
 	return any(&c.Data).(instancer).machineInstance()
 }
 
+// maxMoves bounds the transitions of one step: WhenEnter activities that
+// transition in a circle would not end.
+const maxMoves = 100
+
 // handle raises event key with msg on the instance, then ends the step.
 func (m *Machine[S]) handle(ctx context.Context, c *saga.Context[S], key string, msg any) error {
 	in := instanceOf(c)
@@ -161,13 +176,8 @@ func (m *Machine[S]) handle(ctx context.Context, c *saga.Context[S], key string,
 	if !m.known[st] {
 		return saga.Permanent(fmt.Errorf("%w: machine %s, instance %.64q: state %q (removed or renamed? see saga.DataVersion)", ErrUnknownState, m.name, c.ID(), st))
 	}
-	r := &run{in: in, event: m.label(key), history: m.cfg.history}
-	accepted, err := m.raise(ctx, c, r, st, key, msg)
-	if err != nil {
+	if err := m.raiseStrict(ctx, c, &run[S]{m: m, in: in}, key, msg); err != nil {
 		return err
-	}
-	if !accepted && m.cfg.unhandled == UnhandledDeadLetter {
-		return saga.Permanent(fmt.Errorf("%w: machine %s, instance %.64q: %s in state %s", ErrUnhandledEvent, m.name, c.ID(), m.label(key), st))
 	}
 	return m.finish(ctx, c, in)
 }
@@ -175,51 +185,81 @@ func (m *Machine[S]) handle(ctx context.Context, c *saga.Context[S], key string,
 // late raises a request's Late event where it is bound; elsewhere the
 // response is dropped.
 func (m *Machine[S]) late(ctx context.Context, c *saga.Context[S], in *Instance, key string, msg any) error {
-	st := in.CurrentState()
-	if b := m.lookup(st, key); m.known[st] && b != nil && !b.ignore {
-		if err := b.run(ctx, c, &run{in: in, event: m.label(key), history: m.cfg.history}, msg); err != nil {
+	if m.known[in.CurrentState()] {
+		if _, err := m.raise(ctx, c, &run[S]{m: m, in: in}, key, msg); err != nil {
 			return err
 		}
 	}
 	return m.finish(ctx, c, in)
 }
 
-// raise runs the activity of event key in state st, and records it for
-// the composites st accepts; it reports whether st accepts it.
-func (m *Machine[S]) raise(ctx context.Context, c *saga.Context[S], r *run, st, key string, msg any) (bool, error) {
-	b := m.lookup(st, key)
-	accepted := b != nil
-	if b != nil && !b.ignore {
+// raiseStrict raises event key, and applies the unhandled policy where
+// the current state does not accept it.
+func (m *Machine[S]) raiseStrict(ctx context.Context, c *saga.Context[S], r *run[S], key string, msg any) error {
+	accepted, err := m.raise(ctx, c, r, key, msg)
+	if err == nil && !accepted && m.cfg.unhandled == UnhandledDeadLetter {
+		return saga.Permanent(fmt.Errorf("%w: machine %s, instance %.64q: %s in state %s", ErrUnhandledEvent, m.name, c.ID(), m.label(key), r.in.CurrentState()))
+	}
+	return err
+}
+
+// raise runs the bindings of event key in the instance's current state,
+// in order, under r (whose event it names meanwhile); it reports whether
+// the state accepts the event: a binding runs, or an Ignore's filter
+// holds.
+func (m *Machine[S]) raise(ctx context.Context, c *saga.Context[S], r *run[S], key string, msg any) (bool, error) {
+	sl := m.lookup(r.in.CurrentState(), key)
+	if sl == nil {
+		return false, nil
+	}
+	if len(sl.acts) == 0 {
+		for _, b := range sl.ignores {
+			if b.match == nil || b.match(c, msg) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	outer := r.event
+	r.event = m.label(key)
+	defer func() { r.event = outer }()
+	for _, b := range sl.acts {
 		if err := b.run(ctx, c, r, msg); err != nil {
 			return true, err
 		}
 	}
-	for _, ck := range m.compositeOf[key] {
-		cb := m.lookup(st, ck)
-		if cb == nil {
-			continue
-		}
-		accepted = true
-		arrived := r.in.Machine.Arrived[ck]
-		if !slices.Contains(arrived, key) {
-			arrived = append(arrived, key)
-		}
-		if len(arrived) < len(m.composites[ck]) {
-			if r.in.Machine.Arrived == nil {
-				r.in.Machine.Arrived = make(map[string][]string)
-			}
-			r.in.Machine.Arrived[ck] = arrived
-			continue
-		}
-		delete(r.in.Machine.Arrived, ck)
-		if !cb.ignore {
-			cr := &run{in: r.in, event: m.label(ck), history: r.history}
-			if err := cb.run(ctx, c, cr, CompositeRaised{Name: m.label(ck)}); err != nil {
-				return true, err
-			}
+	return true, nil
+}
+
+// transition moves the instance to state to, with the leave and enter
+// activities; a transition to the current state does nothing.
+func (m *Machine[S]) transition(ctx context.Context, c *saga.Context[S], r *run[S], to string, msg any) error {
+	from := r.in.CurrentState()
+	if from == to {
+		return nil
+	}
+	if r.moves++; r.moves > maxMoves {
+		return saga.Permanent(fmt.Errorf("%w: machine %s, instance %.64q: more than %d transitions in one step (%s to %s): WhenEnter activities in a circle?", ErrInvalidMachine, m.name, c.ID(), maxMoves, from, to))
+	}
+	for _, b := range m.leave[from] {
+		if err := b.run(ctx, c, r, msg); err != nil {
+			return err
 		}
 	}
-	return accepted, nil
+	r.in.Machine.State = to
+	if n := m.cfg.history; n > 0 {
+		h := append(r.in.Machine.History, Transition{From: from, To: to, Event: r.event, At: c.Now()})
+		if len(h) > n {
+			h = append(h[:0:0], h[len(h)-n:]...)
+		}
+		r.in.Machine.History = h
+	}
+	for _, b := range m.enter[to] {
+		if err := b.run(ctx, c, r, msg); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // finish ends a step: the Finally actions and completion in Final, else

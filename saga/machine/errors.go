@@ -16,8 +16,10 @@ var (
 	// ErrNoWayOut: a state other than Final that accepts no event, so an
 	// instance that enters it stays there for good.
 	ErrNoWayOut = errors.New("machine: state with no way out")
-	// ErrDuplicateEvent: an event bound twice in one state, or a message
-	// type bound to two events (events, schedules, requests).
+	// ErrDuplicateEvent: an event (a composite, say) declared twice, or a
+	// message type bound to two events (events, schedules, requests). An
+	// event bound several times in a state is not an error: every binding
+	// runs, as in MassTransit.
 	ErrDuplicateEvent = errors.New("machine: event bound twice")
 	// ErrInvalidState: a state name that is not 1–64 characters of
 	// [A-Za-z0-9_-], reserved (Initial, Final) or declared twice, or a

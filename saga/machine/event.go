@@ -3,6 +3,7 @@ package machine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jetsaga/jetsaga/saga"
@@ -89,16 +90,55 @@ type CompositeRaised struct {
 	Name string
 }
 
+// CompositeOptions change how a composite event records and raises
+// (CompositeWith), as MassTransit's CompositeEventOptions do.
+type CompositeOptions int
+
+const (
+	// IncludeInitial records the constituents' arrivals in Initial too.
+	// A composite bound in Initial (Initially(When(composite))) records
+	// there without it.
+	IncludeInitial CompositeOptions = 1 << iota
+	// IncludeFinal records the constituents' arrivals in Final too. An
+	// instance that enters Final completes, so no message of it arrives
+	// there: the option is accepted for machines ported from MassTransit
+	// and changes nothing.
+	IncludeFinal
+	// RaiseOnce raises the composite at most once per instance: an
+	// arrival of a constituent already recorded does nothing.
+	RaiseOnce
+)
+
+type compositeInfo struct {
+	opts CompositeOptions
+	seq  int // declaration order of its records
+}
+
 // Composite declares an event raised once each of events has arrived, in
-// any order, while the instance is in a state that accepts the composite
-// (When(composite) in During or DuringAny): each arrival in such a state
-// is recorded in the data (Status.Arrived), even where the constituent
-// itself is not bound, and the arrival that completes the set raises the
-// composite, after the constituent's own activity, with the binding of
-// the state the constituent arrived in. The record of arrivals is then
-// cleared. A constituent that arrives in a state that accepts neither it
-// nor the composite follows the unhandled policy.
+// any order, as MassTransit's CompositeEvent: each constituent's arrival
+// is recorded in the data (Status.Arrived) in every state but Initial
+// and Final — whether or not the state binds the constituent or the
+// composite — and the arrival that completes the set raises the
+// composite in the state the instance is then in, where it runs the
+// composite's bindings or, if the state has none, follows the unhandled
+// policy. The record is kept: each later arrival of a constituent raises
+// the composite again (see RaiseOnce).
+//
+// The record is a binding of each constituent in each of those states,
+// run in declaration order with the state's own bindings of it: declared
+// before them (the usual place, with the events), it runs first, so the
+// composite is raised before the completing constituent's own activity,
+// in the state it arrived in; declared after a During that transitions
+// on a constituent, after that transition. A constituent recorded in a
+// state is accepted there, never unhandled. A composite bound in Initial
+// records there too (see IncludeInitial).
 func Composite[S any](m *Machine[S], name string, events ...AnyEvent) Event[S, CompositeRaised] {
+	return CompositeWith(m, name, 0, events...)
+}
+
+// CompositeWith is Composite with options (IncludeInitial, IncludeFinal,
+// RaiseOnce, or-ed together).
+func CompositeWith[S any](m *Machine[S], name string, opts CompositeOptions, events ...AnyEvent) Event[S, CompositeRaised] {
 	key := "composite/" + name
 	if !namePattern.MatchString(name) {
 		m.fail(fmt.Errorf("%w: composite event name %q: 1-64 characters of [A-Za-z0-9_-]", ErrInvalidMachine, name))
@@ -106,17 +146,51 @@ func Composite[S any](m *Machine[S], name string, events ...AnyEvent) Event[S, C
 	if len(events) < 2 {
 		m.fail(fmt.Errorf("%w: composite event %s needs two events or more", ErrInvalidMachine, name))
 	}
+	if opts&^(IncludeInitial|IncludeFinal|RaiseOnce) != 0 {
+		m.fail(fmt.Errorf("%w: composite event %s: unknown options %#x", ErrInvalidMachine, name, int(opts)))
+	}
 	m.addEvent(&eventInfo[S]{key: key, label: name, kind: kindComposite})
+	m.seq++
+	m.compOpts[key] = compositeInfo{opts: opts, seq: m.seq}
 	for _, e := range events {
 		k := e.eventKey()
 		if _, ok := m.events[k]; !ok {
 			m.fail(fmt.Errorf("%w: composite event %s: %s is not one of this machine's events", ErrInvalidMachine, name, k))
 			continue
 		}
+		if slices.Contains(m.composites[key], k) {
+			continue
+		}
 		m.composites[key] = append(m.composites[key], k)
 		m.compositeOf[k] = append(m.compositeOf[k], key)
 	}
 	return Event[S, CompositeRaised]{key: key}
+}
+
+// recorder is composite ck's binding of its constituent k: it records
+// k's arrival and, once all have arrived, raises ck.
+func (m *Machine[S]) recorder(ck, k string) *binding[S] {
+	info := m.compOpts[ck]
+	return &binding[S]{event: k, seq: info.seq, recorder: true,
+		run: func(ctx context.Context, c *saga.Context[S], r *run[S], _ any) error {
+			st := &r.in.Machine
+			arrived := st.Arrived[ck]
+			if slices.Contains(arrived, k) {
+				if info.opts&RaiseOnce != 0 {
+					return nil
+				}
+			} else {
+				if st.Arrived == nil {
+					st.Arrived = make(map[string][]string)
+				}
+				arrived = append(arrived, k)
+				st.Arrived[ck] = arrived
+			}
+			if len(arrived) < len(m.composites[ck]) {
+				return nil
+			}
+			return m.raiseStrict(ctx, c, r, ck, CompositeRaised{Name: m.label(ck)})
+		}}
 }
 
 func shortName(name string) string {

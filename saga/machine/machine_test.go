@@ -420,13 +420,27 @@ func TestBuildErrors(t *testing.T) {
 			_, err := m.Build()
 			return err
 		}, machine.ErrNoWayOut},
-		{"event bound twice in a state", func() error {
+		{"composite declared twice", func() error {
 			m := machine.New[order]("p")
 			e := machine.NewEvent(m, saga.By(func(e Submit) string { return e.Order }))
-			m.Initially(machine.When(e).Finalize(), machine.When(e).Finalize())
+			f := machine.NewEvent(m, saga.By(func(e Cancel) string { return e.Order }))
+			machine.Composite(m, "Both", e, f)
+			machine.Composite(m, "Both", e, f)
+			m.Initially(machine.When(e).Finalize())
 			_, err := m.Build()
 			return err
 		}, machine.ErrDuplicateEvent},
+		{"leave activity that transitions", func() error {
+			m := machine.New[order]("p")
+			a, b := m.State("A"), m.State("B")
+			e := machine.NewEvent(m, saga.By(func(e Submit) string { return e.Order }))
+			f := machine.NewEvent(m, saga.By(func(e Cancel) string { return e.Order }))
+			m.Initially(machine.When(e).TransitionTo(a))
+			m.During(machine.States(a, b), machine.When(f).Finalize())
+			m.WhenLeave(a, func(x *machine.Activity[order, any]) { x.TransitionTo(b) })
+			_, err := m.Build()
+			return err
+		}, machine.ErrInvalidMachine},
 		{"message type bound to two events", func() error {
 			m := machine.New[order]("p")
 			e := machine.NewEvent(m, saga.By(func(e Submit) string { return e.Order }))

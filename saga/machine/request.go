@@ -34,7 +34,10 @@ type request[S any] struct {
 // The request travels with a CorrelationID that names it and the
 // instance's ReplyTo queue (the dispatcher's own); a responder answers
 // to ReplyTo with that CorrelationID — saga.Context.Reply does both — and
-// a Fault for a failure (NewFault).
+// a Fault for a failure (NewFault). The CorrelationID carries the
+// instance's ID, so a responder that knows nothing of the saga, and
+// echoes only the request's CorrelationID, is answered: as MassTransit
+// correlates a response by its RequestId header.
 type Request[S, Req, Resp any] struct {
 	r *request[S]
 	// Completed is raised for the request's response.
@@ -42,7 +45,7 @@ type Request[S, Req, Resp any] struct {
 	// Faulted is raised for a Fault in answer to the request.
 	Faulted Event[S, Fault]
 	// TimeoutExpired is raised when the timeout expires before a
-	// response or a fault.
+	// response or a fault; never for a request whose timeout is zero.
 	TimeoutExpired Event[S, Expired]
 	// Late is raised for a response that arrives when its request is no
 	// longer pending: after its timeout or fault, or after the request
@@ -60,7 +63,8 @@ func (r *Request[S, Req, Resp]) requestOf() *request[S] { return r.r }
 // the request's ReplyTo with its CorrelationID, it raises the request's
 // Faulted event. NewFault makes one.
 type Fault struct {
-	// Request is the request's CorrelationID.
+	// Request is the request's CorrelationID; empty, the CorrelationID
+	// the Fault carries is read instead.
 	Request string `json:"request"`
 	Reason  string `json:"reason"`
 }
@@ -87,14 +91,22 @@ func (Expired) MessageName() string { return "jetsaga.machine.Expired" }
 
 // NewRequest declares the request name (1–64 characters of
 // [A-Za-z0-9_-]): build makes its message, sent to queue; it expires
-// after timeout; its responses, of type Resp, find their instance with
-// find. Resp is one event of the machine (its message type bound once).
+// after timeout, or never for a timeout of zero (MassTransit's
+// TimeSpan.Zero: TimeoutExpired is not raised, and the request is pending
+// until its response or fault). Its responses, of type Resp, find their
+// instance by the request's CorrelationID they carry (find nil: one
+// without a machine request's CorrelationID is dead-lettered, matching
+// saga.ErrCorrelation), or with find, which reads the body. Resp is one
+// event of the machine (its message type bound once).
 func NewRequest[S, Req, Resp any](m *Machine[S], name, queue string, timeout time.Duration, build func(c *saga.Context[S]) Req, find saga.Finder[Resp]) *Request[S, Req, Resp] {
 	if !namePattern.MatchString(name) {
 		m.fail(fmt.Errorf("%w: request name %q: 1-64 characters of [A-Za-z0-9_-]", ErrInvalidMachine, name))
 	}
-	if timeout <= 0 || build == nil || find == nil {
-		m.fail(fmt.Errorf("%w: request %s: needs a positive timeout, a build function and a finder", ErrInvalidMachine, name))
+	if timeout < 0 || build == nil {
+		m.fail(fmt.Errorf("%w: request %s: needs a timeout of zero (none) or more and a build function", ErrInvalidMachine, name))
+	}
+	if find == nil {
+		find = byRequestID[Resp]
 	}
 	if err := transport.ValidateQueueName(queue); err != nil {
 		m.fail(fmt.Errorf("%w: request %s: queue: %w", ErrInvalidMachine, name, err))
@@ -133,6 +145,20 @@ func NewRequest[S, Req, Resp any](m *Machine[S], name, queue string, timeout tim
 	}
 }
 
+// byRequestID finds the instance of a response by the CorrelationID it
+// carries, its request's.
+func byRequestID[Resp any](ctx context.Context, _ Resp) (string, error) {
+	var corr string
+	if in := saga.IncomingMessage(ctx); in != nil {
+		corr = in.CorrelationID
+	}
+	_, id, ok := parseToken(corr)
+	if !ok {
+		return "", saga.Permanent(fmt.Errorf("%w: response with CorrelationID %.64q, not a machine request's", saga.ErrCorrelation, corr))
+	}
+	return id, nil
+}
+
 // token is a request's CorrelationID: machine/request/seq/instance.
 func (r *request[S]) token(seq uint64, id string) string {
 	return r.machine + "/" + r.name + "/" + strconv.FormatUint(seq, 10) + "/" + id
@@ -156,9 +182,12 @@ func (r *request[S]) send(c *saga.Context[S], in *Instance) error {
 	if err := c.Send(r.queue, r.build(c), saga.WithCorrelationID(tok), saga.WithReplyTo(c.Queue())); err != nil {
 		return err
 	}
-	h, err := c.RequestTimeout(r.timeout, Expired{Request: r.name, ID: tok})
-	if err != nil {
-		return err
+	var h saga.TimeoutHandle
+	if r.timeout > 0 {
+		var err error
+		if h, err = c.RequestTimeout(r.timeout, Expired{Request: r.name, ID: tok}); err != nil {
+			return err
+		}
 	}
 	if in.Machine.Requests == nil {
 		in.Machine.Requests = make(map[string]Pending)
@@ -174,7 +203,10 @@ func (m *Machine[S]) registerRequestRoutes(d *saga.Definition[S]) {
 	for _, r := range m.requests {
 		byName[r.name] = r
 	}
-	findFault := func(_ context.Context, f Fault) (string, error) {
+	findFault := func(ctx context.Context, f Fault) (string, error) {
+		if f.Request == "" {
+			return byRequestID(ctx, f)
+		}
 		_, id, ok := parseToken(f.Request)
 		if !ok {
 			return "", fmt.Errorf("%w: fault for request %.64q, not a machine request's CorrelationID", saga.ErrCorrelation, f.Request)
@@ -183,6 +215,9 @@ func (m *Machine[S]) registerRequestRoutes(d *saga.Definition[S]) {
 	}
 	saga.Handles(d, findFault, func(ctx context.Context, c *saga.Context[S], f Fault) error {
 		in := instanceOf(c)
+		if f.Request == "" {
+			f.Request = c.Incoming().CorrelationID
+		}
 		name, _, _ := parseToken(f.Request)
 		r, known := byName[name]
 		p, ok := in.Machine.Requests[name]

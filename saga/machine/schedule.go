@@ -35,7 +35,8 @@ type Schedule[S, T any] struct {
 func (s *Schedule[S, T]) scheduleOf() *schedule[S] { return s.s }
 
 // NewSchedule declares the schedule name (1–64 characters of
-// [A-Za-z0-9_-]) whose timeout comes delay after it is scheduled, with
+// [A-Za-z0-9_-]) whose timeout comes delay after it is scheduled
+// (Activity.Schedule; Activity.ScheduleAfter chooses the delay per call), with
 // the payload payload returns (nil: T's zero value). T is the timeout's
 // message type (see saga.Named): one schedule per type.
 func NewSchedule[S, T any](m *Machine[S], name string, delay time.Duration, payload func(c *saga.Context[S]) T) *Schedule[S, T] {
@@ -69,9 +70,9 @@ func NewSchedule[S, T any](m *Machine[S], name string, delay time.Duration, payl
 	return &Schedule[S, T]{s: s, Received: Event[S, T]{key: key}}
 }
 
-func (s *schedule[S]) start(c *saga.Context[S], in *Instance) error {
+func (s *schedule[S]) start(c *saga.Context[S], in *Instance, delay time.Duration) error {
 	s.stop(c, in)
-	h, err := c.RequestTimeout(s.delay, s.payload(c))
+	h, err := c.RequestTimeout(delay, s.payload(c))
 	if err != nil {
 		return err
 	}
