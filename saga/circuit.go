@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jetsaga/jetsaga/transport"
@@ -39,6 +40,8 @@ func unavailable(err error) bool {
 type circuit struct {
 	d *Dispatcher
 
+	isOpen atomic.Bool // open, for the hot path's look without mu
+
 	mu      sync.Mutex
 	open    bool
 	since   time.Time // when it opened
@@ -60,6 +63,9 @@ func (c *circuit) signal() {
 // messages: batch while the circuit is closed, one while it is open and
 // no step is waiting. It returns false when ctx ends.
 func (c *circuit) mayReceive(ctx context.Context, batch int) (int, bool) {
+	if !c.isOpen.Load() {
+		return batch, true
+	}
 	for {
 		c.mu.Lock()
 		open, waiters, changed := c.open, c.waiters, c.changed
@@ -78,8 +84,51 @@ func (c *circuit) mayReceive(ctx context.Context, batch int) (int, bool) {
 	}
 }
 
+// holdBatch holds the deliveries of a received batch that have not
+// started (ds) while the circuit is open and steps are waiting — no slot
+// would take them — renewing their locks, until it closes or no step is
+// waiting any more. It reports whether it held them, and false when ctx
+// ends.
+func (c *circuit) holdBatch(ctx context.Context, ds []*transport.Delivery) (held, ok bool) {
+	if !c.isOpen.Load() {
+		return false, true // the hot path: no lock, no allocation
+	}
+	var lockLens []time.Duration
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c.mu.Lock()
+		open, waiters, changed := c.open, c.waiters, c.changed
+		c.mu.Unlock()
+		if !open || waiters == 0 {
+			return held, true
+		}
+		if !held {
+			held = true
+			lockLens = make([]time.Duration, len(ds))
+			for i, del := range ds {
+				lockLens[i] = c.renew(ctx, del, 0)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return held, false
+		case <-changed:
+		case <-tick.C:
+			for i, del := range ds {
+				if lockLens[i] >= 0 {
+					lockLens[i] = c.renew(ctx, del, lockLens[i])
+				}
+			}
+		}
+	}
+}
+
 // worked records a step that did not wait: it closes the circuit.
 func (c *circuit) worked() {
+	if !c.isOpen.Load() {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.open {
@@ -88,19 +137,22 @@ func (c *circuit) worked() {
 	c.d.cfg.logger.LogAttrs(context.Background(), slog.LevelInfo, "saga: dependency back; receiving again",
 		slog.String("queue", c.d.queueName), slog.Duration("waited", time.Since(c.since)), slog.Int("attempts", c.waits))
 	c.open, c.cause, c.waits = false, nil, 0
+	c.isOpen.Store(false)
 	c.signal()
 }
 
 // wait keeps del, whose step failed with err (unavailable) on its
 // attempt-th try (from 1), until its step should run again: after a
 // backoff, or at once when another step closes the circuit. It renews
-// del's lock meanwhile. It returns false when del is no longer to be run:
+// del's lock meanwhile, and those of rest (the deliveries of del's batch
+// that wait behind it). It returns false when del is no longer to be run:
 // live ended (Run stops; del is abandoned for redelivery) or del's lock
 // was lost (the server redelivers it).
-func (c *circuit) wait(live context.Context, del *transport.Delivery, err error, attempt int) bool {
+func (c *circuit) wait(live context.Context, del *transport.Delivery, rest []*transport.Delivery, err error, attempt int) bool {
 	c.mu.Lock()
 	if !c.open {
 		c.open, c.since, c.waits = true, time.Now(), 0
+		c.isOpen.Store(true)
 		c.d.cfg.logger.LogAttrs(live, slog.LevelWarn, "saga: a dependency is unavailable; waiting for it, receiving nothing new meanwhile",
 			slog.String("queue", c.d.queueName), slog.Any("error", err))
 		c.signal()
@@ -120,12 +172,12 @@ func (c *circuit) wait(live context.Context, del *transport.Delivery, err error,
 	delay := min(probeFirst<<min(attempt-1, 16), probeMax)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
-	tick := time.NewTicker(time.Second) // looks at the lock
-	defer tick.Stop()
 	lockLen := c.renew(live, del, 0)
 	if lockLen < 0 {
 		return false
 	}
+	tick := time.NewTicker(renewEvery(lockLen)) // looks at the lock
+	defer tick.Stop()
 	for {
 		select {
 		case <-live.Done():
@@ -144,6 +196,9 @@ func (c *circuit) wait(live context.Context, del *transport.Delivery, err error,
 		case <-timer.C:
 			return true
 		case <-tick.C:
+			for _, next := range rest {
+				c.renew(live, next, lockLen)
+			}
 			if c.renew(live, del, lockLen) < 0 {
 				return false
 			}

@@ -162,7 +162,8 @@ func (r *runner) holdAside(del *transport.Delivery, h holdPlan) bool {
 		if !r.d.holdInPlace(r.work, del, due) {
 			return
 		}
-		r.dispatch(r.slots, del, h)
+		r.take(r.slots)
+		r.dispatch(r.slots, del, h, nil)
 	})
 	return true
 }

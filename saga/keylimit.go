@@ -241,21 +241,26 @@ func renewEvery(lock time.Duration) time.Duration {
 	return min(max(lock/4, 10*time.Millisecond), time.Second)
 }
 
-// dispatch runs del through the dispatcher, as runner.handle does, within
-// its key's limit: a delivery over it is set aside, and each step that
-// ends hands the next one set aside for its key to a goroutine.
-func (r *runner) dispatch(slots chan struct{}, del *transport.Delivery, h holdPlan) {
+// dispatch runs del through the dispatcher in the slot taken for it, as
+// runner.handle does, within its key's limit: a delivery over it is set
+// aside (and its slot given back), and each step that ends hands the next
+// one set aside for its key to a goroutine.
+func (r *runner) dispatch(slots chan struct{}, del *transport.Delivery, h holdPlan, rest []*transport.Delivery) {
 	if r.keys == nil {
-		r.handle(slots, del, h)
+		r.handle(slots, del, h, rest)
 		return
 	}
 	ok, abandon := r.keys.admit(del, h)
 	switch {
+	case ok:
+		r.handle(slots, del, h, rest)
+		r.next(slots, del.PartitionKey)
+		return
 	case abandon:
 		r.d.abandonUnstarted(r.work, del)
-	case ok:
-		r.handle(slots, del, h)
-		r.next(slots, del.PartitionKey)
+	}
+	if slots != nil {
+		<-slots
 	}
 }
 
@@ -267,7 +272,8 @@ func (r *runner) next(slots chan struct{}, key string) {
 				// A step starts with most of a lock, as it would from a batch.
 				_ = a.del.RenewLock(r.work)
 			}
-			r.handle(slots, a.del, a.h)
+			r.take(slots)
+			r.handle(slots, a.del, a.h, nil)
 			r.next(slots, key)
 		})
 	}

@@ -41,12 +41,56 @@ func newRunner(d *Dispatcher, live, work context.Context, stop context.CancelCau
 		keys: newKeyLimiter(d.cfg.keyLimit, KeyLimitBacklog(d.cfg.concurrency, d.cfg.batch))}
 }
 
-// handle runs del, whose hold is planned (h), through the dispatcher in
-// a concurrency slot, if slots (nil for a subscription's workers, which
-// have their own).
-func (r *runner) handle(slots chan struct{}, del *transport.Delivery, h holdPlan) {
+// take takes a concurrency slot of slots (none if slots is nil: a
+// subscription's workers have their own), waiting for one.
+func (r *runner) take(slots chan struct{}) {
 	if slots != nil {
 		slots <- struct{}{}
+	}
+}
+
+// takeRenewing takes a slot for the first of ds, the deliveries of a
+// batch not started yet, as take does; while it waits (slow steps, or
+// steps waiting out an outage) it renews their locks that are half gone,
+// so that none expires — and is redelivered, spending a delivery — while
+// it waits. It returns false, having taken none, when ctx ends.
+func (r *runner) takeRenewing(ctx context.Context, slots chan struct{}, ds []*transport.Delivery, lock time.Duration) bool {
+	if slots == nil {
+		return true
+	}
+	select {
+	case slots <- struct{}{}:
+		return true
+	default:
+	}
+	var tick <-chan time.Time
+	if lock > 0 {
+		t := time.NewTicker(renewEvery(lock))
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case slots <- struct{}{}:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-tick:
+			for _, del := range ds {
+				if time.Until(del.LockedUntil()) < lock/2 {
+					_ = del.RenewLock(r.work)
+				}
+			}
+		}
+	}
+}
+
+// handle runs del, whose hold is planned (h), through the dispatcher in
+// the concurrency slot taken for it (see take), which it gives back. rest
+// are the deliveries of del's batch that wait behind it in the worker:
+// should del's step wait out an outage, their locks are renewed too.
+func (r *runner) handle(slots chan struct{}, del *transport.Delivery, h holdPlan, rest []*transport.Delivery) {
+	if slots != nil {
 		defer func() { <-slots }()
 	}
 	for attempt := 1; ; attempt++ {
@@ -57,7 +101,7 @@ func (r *runner) handle(slots chan struct{}, del *transport.Delivery, h holdPlan
 			r.outage.worked()
 			return
 		}
-		if !r.outage.wait(r.live, del, res.Err, attempt) {
+		if !r.outage.wait(r.live, del, rest, res.Err, attempt) {
 			return
 		}
 		h.until = time.Time{} // held until due already
@@ -114,6 +158,12 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 				d.abandonUnstarted(work, del)
 				continue
 			}
+			if held, ok := r.outage.holdBatch(ctx, ds[i:]); !ok {
+				d.abandonUnstarted(work, del) // Run stops; the rest of the batch too (above)
+				continue
+			} else if held && !time.Now().Before(del.LockedUntil()) {
+				continue // its lock ran out during the outage: the server redelivers it
+			}
 			h := d.planHold(del)
 			if r.holdAside(del, h) {
 				continue
@@ -128,7 +178,11 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 					}
 				}
 			}
-			r.dispatch(slots, del, h)
+			if !r.takeRenewing(ctx, slots, ds[i:], lock) {
+				d.abandonUnstarted(work, del) // Run stops; the rest of the batch too (above)
+				continue
+			}
+			r.dispatch(slots, del, h, ds[i+1:])
 		}
 	}
 }
