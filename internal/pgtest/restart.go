@@ -42,6 +42,15 @@ var ErrNotRestartable = errors.New("pgtest: the server was not started by this p
 // accepts connections. Clients see their connections broken and must
 // reconnect. Do not call it concurrently with Stop or itself.
 func (s *Server) Restart(ctx context.Context, mode Shutdown) error {
+	return s.RestartAfter(ctx, mode, nil)
+}
+
+// RestartAfter is Restart that calls whileDown, if not nil, once the
+// server has exited and before it starts again: an outage that lasts as
+// long as whileDown (which awaits what the test wants to see happen
+// during it). Its error stops nothing: the server starts again, and the
+// error is returned.
+func (s *Server) RestartAfter(ctx context.Context, mode Shutdown, whileDown func() error) (err error) {
 	if s.dir == "" || s.cmd == nil {
 		return ErrNotRestartable
 	}
@@ -61,6 +70,15 @@ func (s *Server) Restart(ctx context.Context, mode Shutdown) error {
 	case <-time.After(time.Minute):
 		return fmt.Errorf("pgtest: restart: postgres did not exit within a minute of a %v shutdown", mode)
 	}
+	var downErr error
+	if whileDown != nil {
+		downErr = whileDown()
+	}
+	defer func() {
+		if err == nil {
+			err = downErr
+		}
+	}()
 	old := s.cmd
 	cmd := exec.Command(old.Path, old.Args[1:]...)
 	cmd.SysProcAttr, cmd.Dir = old.SysProcAttr, old.Dir

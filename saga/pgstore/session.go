@@ -89,7 +89,7 @@ func (ss *session) Commit(ctx context.Context) error {
 	riders := ss.store.rides.take(own)
 	if w == nil && len(riders) == 0 {
 		if err := ss.tx.Commit(ctx); err != nil {
-			return fmt.Errorf("pgstore: commit: %w", err)
+			return storeErr("commit", "", err)
 		}
 		return nil
 	}
@@ -124,7 +124,7 @@ func (ss *session) Commit(ctx context.Context) error {
 	}
 	if err != nil {
 		_ = ss.tx.Rollback(ctx) // the transaction failed: its end
-		return fmt.Errorf("pgstore: commit: %w", err)
+		return storeErr("commit", "", err)
 	}
 	if tag.String() == "ROLLBACK" {
 		return fmt.Errorf("pgstore: commit: %w", pgx.ErrTxCommitRollback)
@@ -171,7 +171,7 @@ func (ss *session) Rollback(ctx context.Context) error {
 	}
 	defer ss.release()
 	if err := ss.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
-		return fmt.Errorf("pgstore: rollback: %w", err)
+		return storeErr("rollback", "", err)
 	}
 	return nil
 }
@@ -261,7 +261,7 @@ func (ss *session) load(ctx context.Context, stmt, key string, value *[]byte, re
 // for Commit to send (deferred), at the revision drawn with the load.
 func (ss *session) put(ctx context.Context, key string, value []byte, rev uint64, ttlMicros *int64) (n uint64, deferred bool, err error) {
 	if err := ss.ready(ctx); err != nil {
-		return 0, false, fmt.Errorf("pgstore: put %s: %w", key, err)
+		return 0, false, storeErr("put", key, err)
 	}
 	if ss.next == 0 {
 		return 0, false, nil

@@ -149,7 +149,7 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, uint64, error) {
 		return nil, 0, fmt.Errorf("%w: %s", saga.ErrNotFound, key)
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("pgstore: load %s: %w", key, err)
+		return nil, 0, storeErr("load", key, err)
 	}
 	return value, uint64(rev), nil
 }
@@ -215,7 +215,7 @@ func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64, t
 		return 0, fmt.Errorf("%w: %s is not at revision %d", saga.ErrConflict, key, rev)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("pgstore: put %s: %w", key, err)
+		return 0, storeErr("put", key, err)
 	}
 	return uint64(n), nil
 }
@@ -230,12 +230,12 @@ func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
 	q := querier(s.pool)
 	if ss, ok := s.session(ctx); ok {
 		if err := ss.ready(ctx); err != nil {
-			return fmt.Errorf("pgstore: delete %s: %w", key, err)
+			return storeErr("delete", key, err)
 		}
 		q = ss.tx
 	}
 	if err := q.QueryRow(ctx, s.sql.delete, key, int64(rev)).Scan(&deleted, &existed); err != nil {
-		return fmt.Errorf("pgstore: delete %s: %w", key, err)
+		return storeErr("delete", key, err)
 	}
 	switch {
 	case deleted:
