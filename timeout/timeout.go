@@ -23,6 +23,12 @@ var (
 	ErrInvalidTimeout = errors.New("timeout: invalid timeout")
 	// ErrInvalidRef is returned by Cancel for a ref no engine issued.
 	ErrInvalidRef = errors.New("timeout: invalid ref")
+	// ErrUnavailable wraps an engine's failure to reach its server (the
+	// NATS server, Temporal's frontend) or to get an answer: the same call
+	// may work later. It is the same value as transport.ErrUnavailable
+	// and saga.ErrUnavailable: a saga dispatcher waits through it instead
+	// of counting it against a message's retries.
+	ErrUnavailable = transport.ErrUnavailable
 )
 
 // Timeout is a message to deliver to a queue at or after a due time.

@@ -243,7 +243,7 @@ func (e *Engine) Schedule(ctx context.Context, t timeout.Timeout) (timeout.Ref, 
 	}
 	in := input{ID: t.ID, Queue: t.Queue, At: t.At.UTC(), Saga: t.Saga, Instance: t.Instance, Message: toMessage(m)}
 	if _, err := e.c.ExecuteWorkflow(ctx, opts, WorkflowType, in); err != nil {
-		return "", fmt.Errorf("temporal: scheduling timeout %.64q: %w", t.ID, err)
+		return "", engineErr(fmt.Sprintf("scheduling timeout %.64q", t.ID), err)
 	}
 	return e.ref(wid), nil
 }
@@ -312,7 +312,21 @@ func (e *Engine) noAnswer(ctx context.Context, ref timeout.Ref, err error) error
 	if cause == nil {
 		cause = context.DeadlineExceeded // past the deadline, ctx's timer not yet run
 	}
-	return fmt.Errorf("temporal: cancelling %s: no answer (is a worker running on task queue %s?): %w (%w)", ref, e.cfg.taskQueue, cause, err)
+	return fmt.Errorf("%w: temporal: cancelling %s: no answer (is a worker running on task queue %s?): %w (%w)", timeout.ErrUnavailable, ref, e.cfg.taskQueue, cause, err)
+}
+
+// engineErr describes a failed call (what); a failure to reach Temporal
+// or to get its answer in time (serviceerror.Unavailable,
+// DeadlineExceeded, ResourceExhausted, or the context's deadline) matches
+// timeout.ErrUnavailable as well.
+func engineErr(what string, err error) error {
+	var unavailable *serviceerror.Unavailable
+	var deadline *serviceerror.DeadlineExceeded
+	var exhausted *serviceerror.ResourceExhausted
+	if errors.As(err, &unavailable) || errors.As(err, &deadline) || errors.As(err, &exhausted) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: temporal: %s: %w", timeout.ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("temporal: %s: %w", what, err)
 }
 
 // expired reports whether ctx is done or past its deadline. An RPC can
@@ -364,10 +378,10 @@ func (e *Engine) closedOutcome(ctx context.Context, ref timeout.Ref, wid string,
 		return false, fmt.Errorf("%w: %s", timeout.ErrNotFound, ref)
 	}
 	if err != nil {
-		return false, fmt.Errorf("temporal: cancelling %s: %w (then describing it: %w)", ref, updateErr, err)
+		return false, engineErr(fmt.Sprintf("cancelling %s", ref), fmt.Errorf("%w (then describing it: %w)", updateErr, err))
 	}
 	if st := desc.GetWorkflowExecutionInfo().GetStatus(); st == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return true, fmt.Errorf("temporal: cancelling %s: %w", ref, updateErr)
+		return true, engineErr(fmt.Sprintf("cancelling %s", ref), updateErr)
 	}
 	var r result
 	if err := e.c.GetWorkflow(ctx, wid, "").Get(ctx, &r); err != nil {
