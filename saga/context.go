@@ -95,7 +95,9 @@ func (c *Context[S]) ReplyToOriginator(m any, opts ...SendOption) error {
 type TimeoutHandle string
 
 // RequestTimeout asks for payload to come back to this instance after d,
-// to the OnTimeout handler for its type. A payload type the saga has no
+// to the OnTimeout handler for its type. d counts from the step's start
+// (Now), not from the call: the timeout is due at c.Now().Add(d), the
+// same on every run of the step, so compare with c.Now(), not time.Now(). A payload type the saga has no
 // OnTimeout for is refused with an error matching ErrNoTimeoutHandler
 // and ErrPermanent.
 func (c *Context[S]) RequestTimeout(d time.Duration, payload any) (TimeoutHandle, error) {
