@@ -55,7 +55,8 @@ func ExamplePartitionKeyBy() {
 	d, err := saga.NewDispatcher(broker, memstore.New(), "invoices", saga.WithSagas(AccountInvoices),
 		saga.WithQueueConfig(transport.QueueConfig{Partitions: 4}),
 		saga.WithKeyLimit(2), // at most two steps of one account at once
-		saga.WithHooks(saga.Hooks{StepDone: func(context.Context, saga.StepInfo, saga.StepResult) { steps <- struct{}{} }}))
+		saga.WithHooks(saga.Hooks{StepDone: func(context.Context, saga.StepInfo, saga.StepResult) { steps <- struct{}{} }}),
+	)
 	if err != nil {
 		fmt.Println(err)
 		return
