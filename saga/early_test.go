@@ -482,7 +482,7 @@ func TestEarlyTimeoutCrashWhileHolding(t *testing.T) {
 	if _, err := da.Send(ctxFor(t), EarlyStart{ID: "c-1", Due: time.Now().Add(2 * time.Second)}); err != nil {
 		t.Fatal(err)
 	}
-	run(t, da)
+	runCrashing(t, da)
 	select {
 	case <-c.done:
 	case <-time.After(10 * time.Second):

@@ -105,14 +105,25 @@ type running struct {
 
 // run starts d.Run; the test's cleanup stops it and checks that Run
 // returns nil.
-func run(t *testing.T, d *saga.Dispatcher) *running {
+func run(t *testing.T, d *saga.Dispatcher) *running { return runExpecting(t, d, nil) }
+
+// runCrashing is run for a dispatcher whose connection the test closes
+// (see crasher): Run may then return an error matching
+// transport.ErrClosed, and must return nothing else.
+func runCrashing(t *testing.T, d *saga.Dispatcher) *running {
+	return runExpecting(t, d, transport.ErrClosed)
+}
+
+// runExpecting is run, where Run may also return an error matching
+// closed, if not nil.
+func runExpecting(t *testing.T, d *saga.Dispatcher, closed error) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	r := &running{name: t.Name() + " " + d.Queue(), cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- d.Run(ctx) }()
 	t.Cleanup(func() {
 		start := time.Now()
-		if err := r.wait(15 * time.Second); err != nil {
+		if err := r.wait(15 * time.Second); err != nil && (closed == nil || !errors.Is(err, closed)) {
 			t.Errorf("Run: %v", err)
 		}
 		if took := time.Since(start); took > time.Second {

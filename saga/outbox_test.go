@@ -108,7 +108,7 @@ func TestCrashPoints(t *testing.T) {
 			if _, err := da.Send(t.Context(), CrashStart{ID: "c-1"}); err != nil {
 				t.Fatal(err)
 			}
-			ra := run(t, da)
+			ra := runCrashing(t, da)
 			select {
 			case <-c.done:
 			case <-time.After(20 * time.Second):

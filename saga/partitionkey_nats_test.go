@@ -143,7 +143,7 @@ func TestHostilePartitionKeyBy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer b.Close()
+		t.Cleanup(func() { b.Close() }) // after run's cleanup has stopped the dispatcher
 		d := keyedSaga("keyed-hostile", "keyed-out", func(m keyedStart) string { return m.ID }, saga.PartitionKeyBy(func(string) string { return key }))
 		res := make(chan saga.StepResult, 1)
 		disp, err := saga.NewDispatcher(b, memstore.New(), "keyed-hostile", saga.WithSagas(d), saga.WithLogger(testutil.Logger()),

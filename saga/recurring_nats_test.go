@@ -155,7 +155,7 @@ func TestRecurringTimeoutCrashInItsStep(t *testing.T) {
 			if _, err := da.Send(t.Context(), everyBegin{ID: "c"}); err != nil {
 				t.Fatal(err)
 			}
-			ra := run(t, da)
+			ra := runCrashing(t, da)
 			select {
 			case <-c.done:
 			case <-time.After(20 * time.Second):
