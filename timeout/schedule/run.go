@@ -96,6 +96,7 @@ func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
 		}
 	}
 	wait := 10 * time.Millisecond
+	outageWait := 100 * time.Millisecond
 	for start := time.Now(); ; {
 		err := s.fire(ctx, name, tickID, gen)
 		if errors.Is(err, transport.ErrStateConflict) {
@@ -122,6 +123,17 @@ func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
 			_ = d.Abandon(context.WithoutCancel(ctx))
 			return
 		}
+		if errors.Is(err, transport.ErrUnavailable) {
+			// An outage (the server, the queue's state, a timeout engine):
+			// keep the tick, its lock renewed, and try again — giving it
+			// back would spend its deliveries until it is dead-lettered.
+			s.outageFailed(ctx, err)
+			if !holdTick(ctx, d, &outageWait) {
+				return
+			}
+			continue
+		}
+		s.outageWorked(ctx)
 		if err != nil {
 			// A failure that may last (a calendar this process lacks, a
 			// target that refuses): try again later with a new tick, rather
@@ -136,6 +148,58 @@ func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
 		_ = d.Complete(ctx)
 		return
 	}
+}
+
+// holdTick keeps the tick d through *wait (which it doubles, up to 5 s),
+// renewing its lock when half of it is gone. It returns false when d is
+// no longer to be handled: ctx ended (d is abandoned for another Run) or
+// its lock was lost.
+func holdTick(ctx context.Context, d *transport.Delivery, wait *time.Duration) bool {
+	deadline := time.Now().Add(*wait)
+	*wait = min(2**wait, 5*time.Second)
+	lock := max(time.Until(d.LockedUntil()), 0)
+	for {
+		step := min(time.Until(deadline), max(time.Until(d.LockedUntil())-lock/2, 50*time.Millisecond))
+		if step <= 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			_ = d.Abandon(context.WithoutCancel(ctx))
+			return false
+		case <-time.After(step):
+		}
+		if time.Until(d.LockedUntil()) < lock/2 {
+			err := d.RenewLock(ctx)
+			if errors.Is(err, transport.ErrLockLost) || errors.Is(err, transport.ErrAlreadySettled) || time.Until(d.LockedUntil()) <= 0 {
+				return false // redelivered: another Run (or this one) has it
+			}
+			if err == nil {
+				lock = time.Until(d.LockedUntil())
+			}
+		}
+	}
+}
+
+// outageFailed and outageWorked log the ticks' outages once per change of
+// state (statelog).
+func (s *Scheduler) outageFailed(ctx context.Context, err error) {
+	s.outageOn.Store(true)
+	s.outageMu.Lock()
+	defer s.outageMu.Unlock()
+	s.outage.Logger = s.log
+	s.outage.Failed(ctx, err)
+}
+
+func (s *Scheduler) outageWorked(ctx context.Context) {
+	if !s.outageOn.Load() {
+		return
+	}
+	s.outageMu.Lock()
+	defer s.outageMu.Unlock()
+	s.outageOn.Store(false)
+	s.outage.Logger = s.log
+	s.outage.Worked(ctx)
 }
 
 // readAhead is how long before an occurrence's time Run reads its record:

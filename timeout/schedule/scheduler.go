@@ -10,9 +10,11 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jetsaga/jetsaga/calendar"
+	"github.com/jetsaga/jetsaga/internal/statelog"
 	"github.com/jetsaga/jetsaga/timeout"
 	"github.com/jetsaga/jetsaga/transport"
 )
@@ -32,6 +34,10 @@ type Scheduler struct {
 	mu      sync.Mutex
 	home    *transport.Queue
 	targets map[string]sender
+
+	outageOn atomic.Bool // outage has failures: the hot path looks here only
+	outageMu sync.Mutex
+	outage   statelog.Failures // ticks waiting out an outage (run.go)
 }
 
 // sender is where an action sends: a queue or a topic.
@@ -47,6 +53,7 @@ func New(b *transport.Broker, opts ...Option) (*Scheduler, error) {
 		return nil, fmt.Errorf("%w: nil broker", ErrInvalidOption)
 	}
 	s := &Scheduler{b: b, queueName: DefaultQueue, log: slog.Default(), targets: map[string]sender{}}
+	s.outage.What = "schedule: sending an occurrence"
 	for _, o := range opts {
 		if err := o.apply(s); err != nil {
 			return nil, err
