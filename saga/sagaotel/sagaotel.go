@@ -58,7 +58,13 @@
 //     the pending timeouts of a dispatcher by saga, read at each
 //     collection from Dispatcher.ScheduledTimeouts (which browses the
 //     dispatcher's queue: one read per scheduled message, so collect it
-//     at a modest interval on queues with very many timeouts).
+//     at a modest interval on queues with very many timeouts);
+//   - jetsaga.dispatcher.waiting ({dispatcher}) and
+//     jetsaga.dispatcher.waiting_for (s): with ObserveHealth, 1 while the
+//     dispatcher waits out an outage (saga.ErrUnavailable, see
+//     Dispatcher.Health), else 0, and for how long it has waited. Each
+//     step attempt that waited counts in jetsaga.steps with outcome
+//     "waiting", and its span carries the event jetsaga.waiting.
 //
 // # Recurring schedules
 //
@@ -340,8 +346,11 @@ func (t *Telemetry) stepDone(ctx context.Context, info saga.StepInfo, res saga.S
 	if res.Err != nil {
 		span.RecordError(res.Err)
 	}
+	if res.Outcome == saga.Waiting {
+		span.AddEvent("jetsaga.waiting", trace.WithAttributes(attribute.String("jetsaga.waiting.reason", errString(res.Err))))
+	}
 	switch res.Outcome {
-	case saga.Retried, saga.DeadLettered, saga.Abandoned:
+	case saga.Retried, saga.DeadLettered, saga.Abandoned, saga.Waiting:
 		span.SetStatus(codes.Error, string(res.Outcome))
 	default:
 		span.SetStatus(codes.Ok, "")
@@ -379,4 +388,41 @@ func (t *Telemetry) ObservePendingTimeouts(d *saga.Dispatcher) (metric.Registrat
 		}
 		return errors.Join(errs...)
 	}, g)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// ObserveHealth reports whether d waits out an outage (Dispatcher.Health)
+// as the gauges jetsaga.dispatcher.waiting (1 or 0) and
+// jetsaga.dispatcher.waiting_for (seconds since the wait began, 0 when
+// not waiting), by messaging.destination.name. Unregister the returned
+// registration to stop.
+func (t *Telemetry) ObserveHealth(d *saga.Dispatcher) (metric.Registration, error) {
+	waiting, err := t.meter.Int64ObservableGauge("jetsaga.dispatcher.waiting", metric.WithUnit("{dispatcher}"),
+		metric.WithDescription("1 while the dispatcher waits for an unavailable dependency, else 0."))
+	if err != nil {
+		return nil, err
+	}
+	since, err := t.meter.Float64ObservableGauge("jetsaga.dispatcher.waiting_for", metric.WithUnit("s"),
+		metric.WithDescription("How long the dispatcher has waited for an unavailable dependency."))
+	if err != nil {
+		return nil, err
+	}
+	return t.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		h := d.Health()
+		attrs := metric.WithAttributes(attribute.String("messaging.destination.name", d.Queue()))
+		var w int64
+		var s float64
+		if h.Waiting {
+			w, s = 1, time.Since(h.Since).Seconds()
+		}
+		o.ObserveInt64(waiting, w, attrs)
+		o.ObserveFloat64(since, s, attrs)
+		return nil
+	}, waiting, since)
 }
