@@ -74,9 +74,11 @@ func (d *Dispatcher) settle(ctx context.Context, del *transport.Delivery, st ste
 	switch {
 	case st.deadLetter != "":
 		res = d.deadLetter(ctx, del, st.deadLetter, st.err, nil)
-	case st.outcome != EffectsPending && len(st.pending) == 0 && unavailable(st.err):
+	case st.outcome != EffectsPending && len(st.pending) == 0 && unavailable(st.err) && ctx.Err() == nil:
 		// An outage: the message stays with the runner, which runs the
-		// step again when the dependency is back (circuit.go).
+		// step again when the dependency is back (circuit.go). A step
+		// that ran out of its own time (the drain timeout) failed by
+		// itself: its policy applies.
 		res = StepResult{Outcome: Waiting, Err: st.err}
 	case st.err != nil && st.outcome != EffectsPending:
 		res = d.settleFailed(ctx, del, st, info)
