@@ -47,7 +47,8 @@ type Dispatcher struct {
 
 	onHold func(*transport.Delivery) // tests: called as a hold begins
 
-	outage *circuit // steps waiting for a dependency (circuit.go)
+	outage *circuit    // steps waiting for a dependency (circuit.go)
+	kill   *killSwitch // WithKillSwitch; nil: off
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga
@@ -94,6 +95,7 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 		records: storeRecords{store: store, retention: c.retention},
 	}
 	d.outage = newCircuit(d)
+	d.kill = newKillSwitch(c.killSwitch, c.now)
 	if ss, ok := store.(SchedulingStore); ok {
 		sb, sq := ss.Queue()
 		if eng, ok := c.timeouts.(*timeout.Queue); ok && eng.Broker() == b && sb == b && sq == queue {

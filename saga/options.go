@@ -27,6 +27,7 @@ type config struct {
 	hooks       Hooks
 	concurrency int
 	retry       RetryPolicy
+	killSwitch  *KillSwitch // WithKillSwitch; nil: off
 	conflicts   int
 	drain       time.Duration
 	subscribers map[string][]string

@@ -80,13 +80,29 @@ func (d *Dispatcher) settle(ctx context.Context, del *transport.Delivery, st ste
 		// that ran out of its own time (the drain timeout) failed by
 		// itself: its policy applies.
 		res = StepResult{Outcome: Waiting, Err: st.err}
+	case st.err != nil && st.outcome != EffectsPending && d.killSwitched(ctx, st):
+		res = StepResult{Outcome: Waiting, Err: fmt.Errorf("%w: kill switch tripped: %w", ErrUnavailable, st.err)}
 	case st.err != nil && st.outcome != EffectsPending:
 		res = d.settleFailed(ctx, del, st, info)
 	default:
+		d.kill.settled()
 		res = d.settleCommitted(ctx, del, st, info)
 	}
 	res.Conflicts = st.conflicts
 	return res
+}
+
+// killSwitched counts a failed step with the kill switch (WithKillSwitch)
+// and reports whether it is tripped, making the step wait as in an
+// outage. Failures that are the message's own for certain (permanent,
+// malformed, no instance, a newer record) and steps that ran out of their
+// own time go by the policy.
+func (d *Dispatcher) killSwitched(ctx context.Context, st stepped) bool {
+	if d.kill == nil || len(st.pending) > 0 || ctx.Err() != nil || errors.Is(st.err, ErrPermanent) ||
+		errors.Is(st.err, ErrMalformed) || errors.Is(st.err, ErrSagaNotFound) || errors.Is(st.err, ErrDataVersionAhead) {
+		return false
+	}
+	return d.kill.failed()
 }
 
 // settleFailed settles a message whose step failed on an instance, after
