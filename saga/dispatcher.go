@@ -245,6 +245,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	r := newRunner(d, rctx, work, stop)
 	var wg sync.WaitGroup
 	wg.Go(func() { d.publishCatalog(rctx, q) }) // catalog.go
+	wg.Go(func() { d.reportHealth(rctx, q) })   // health.go
 	for range d.cfg.concurrency {
 		wg.Go(func() { d.worker(rctx, r, r.slots, q, q.Config().Partitions, q.Config().LockDuration) })
 	}

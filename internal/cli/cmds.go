@@ -410,12 +410,19 @@ func cmdQueuesShow(c *call) error {
 			all = "not all: raise --max"
 		}
 		fmt.Fprintf(c.stdout, "\nread %d of the queue's messages (%s): %d distinct keys, %d without a key\n", v.Read, all, v.Keys, v.WithoutKey)
-		if len(v.TopKeys) == 0 {
-			return
+		if len(v.TopKeys) > 0 {
+			fmt.Fprintln(w, "KEY\tACTIVE\tSCHEDULED\tTOTAL")
+			for _, k := range v.TopKeys {
+				fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", k.Key, k.Active, k.Scheduled, k.Active+k.Scheduled)
+			}
+			w.Flush()
 		}
-		fmt.Fprintln(w, "KEY\tACTIVE\tSCHEDULED\tTOTAL")
-		for _, k := range v.TopKeys {
-			fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", k.Key, k.Active, k.Scheduled, k.Active+k.Scheduled)
+		fmt.Fprintf(c.stdout, "\n%d dispatchers running on the queue\n", len(v.Dispatchers))
+		if len(v.Dispatchers) > 0 {
+			fmt.Fprintln(w, "HOST\tPID\tSTARTED\tSTATE")
+			for _, h := range v.Dispatchers {
+				fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", h.Host, h.PID, h.Started.Format(time.RFC3339), healthLine(h))
+			}
 		}
 	})
 }

@@ -332,15 +332,47 @@ func (c *console) overview(r *http.Request) (string, string, any, error) {
 	if err != nil {
 		return "jetsaga", "overview", nil, err
 	}
+	disp, err := c.dispatcherSummaries(ctx, qs)
+	if err != nil {
+		return "jetsaga", "overview", nil, err
+	}
 	late, err := c.lateness(ctx, qs)
 	return "jetsaga", "overview", struct {
-		Queues   []QueueInfo
-		Topics   []TopicInfo
-		Sagas    []SagaType
-		Lateness Lateness
-		Prefix   string
-		Store    string
-	}{qs, ts, types, late, c.env.prefix, c.env.storeName()}, err
+		Queues      []QueueInfo
+		Topics      []TopicInfo
+		Sagas       []SagaType
+		Lateness    Lateness
+		Prefix      string
+		Store       string
+		Dispatchers map[string]string
+	}{qs, ts, types, late, c.env.prefix, c.env.storeName(), disp}, err
+}
+
+// dispatcherSummaries says, per queue, what its dispatchers report of
+// themselves (saga.HealthRecord): how many run, and the longest wait for
+// an unavailable dependency, if any — "orders: waiting for a dependency
+// since ..., 41 attempts".
+func (c *console) dispatcherSummaries(ctx context.Context, qs []QueueInfo) (map[string]string, error) {
+	out := map[string]string{}
+	for _, qi := range qs {
+		q, err := c.env.broker.Queue(ctx, qi.Name)
+		if err != nil {
+			return nil, err
+		}
+		ds, err := dispatchers(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case len(ds) == 0:
+			out[qi.Name] = "none"
+		case ds[0].Waiting:
+			out[qi.Name] = fmt.Sprintf("%d running; %s", len(ds), healthLine(ds[0]))
+		default:
+			out[qi.Name] = fmt.Sprintf("%d running", len(ds))
+		}
+	}
+	return out, nil
 }
 
 // messagesPage is the data of the messages page of a queue, a topic or a

@@ -576,6 +576,10 @@ type QueueShow struct {
 	// topKeys of them with the most messages.
 	Keys    int       `json:"keys"`
 	TopKeys []KeyWork `json:"top_keys"`
+	// Dispatchers are the saga dispatchers running on the queue, as they
+	// report themselves (saga.HealthRecord): whether each waits out an
+	// outage, since when, after how many attempts.
+	Dispatchers []saga.HealthRecord `json:"dispatchers"`
 }
 
 // KeyWork is how many of the messages read carry one PartitionKey.
@@ -632,5 +636,36 @@ func showQueue(ctx context.Context, q *transport.Queue, from uint64, max int) (Q
 		return cmp.Or(cmp.Compare(b.Active+b.Scheduled, a.Active+a.Scheduled), strings.Compare(a.Key, b.Key))
 	})
 	v.TopKeys = v.TopKeys[:min(len(v.TopKeys), topKeys)]
-	return v, nil
+	v.Dispatchers, err = dispatchers(ctx, q)
+	return v, err
+}
+
+// dispatchers lists the health records of the dispatchers running on q,
+// the longest waiting first, then by host and process.
+func dispatchers(ctx context.Context, q *transport.Queue) ([]saga.HealthRecord, error) {
+	out := []saga.HealthRecord{}
+	for h, err := range saga.ReadHealth(ctx, q) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	slices.SortFunc(out, func(a, b saga.HealthRecord) int {
+		if a.Waiting != b.Waiting {
+			if a.Waiting {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Or(a.Since.Compare(b.Since), strings.Compare(a.Host, b.Host), cmp.Compare(a.PID, b.PID))
+	})
+	return out, nil
+}
+
+// healthLine says in a few words what a dispatcher's health record says.
+func healthLine(h saga.HealthRecord) string {
+	if !h.Waiting {
+		return "running"
+	}
+	return fmt.Sprintf("waiting for a dependency since %s, %d attempts: %s", h.Since.Format(time.RFC3339), h.Attempts, h.Error)
 }

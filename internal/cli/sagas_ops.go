@@ -111,9 +111,10 @@ func (e *env) sagaTypes(ctx context.Context) ([]SagaType, error) {
 		if err != nil {
 			return nil, err
 		}
-		// The catalog (saga.CatalogKeyPrefix) may share a queue's state
-		// with the records; no saga's name has its "=".
-		if t, _, ok := strings.Cut(k, "."); ok && !strings.HasPrefix(k, saga.CatalogKeyPrefix) {
+		// The catalog (saga.CatalogKeyPrefix) and the dispatchers' health
+		// (saga.HealthKeyPrefix) may share a queue's state with the
+		// records; no saga's name has their "=".
+		if t, _, ok := strings.Cut(k, "."); ok && !strings.HasPrefix(k, "=") {
 			n[t]++
 		}
 	}
