@@ -162,8 +162,7 @@ func (r *runner) holdAside(del *transport.Delivery, h holdPlan) bool {
 		if !r.d.holdInPlace(r.work, del, due) {
 			return
 		}
-		r.take(r.slots)
-		r.dispatch(r.slots, del, h, nil)
+		r.dispatch(r.work, r.slots, del, h, nil, 0)
 	})
 	return true
 }

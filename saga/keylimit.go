@@ -241,26 +241,32 @@ func renewEvery(lock time.Duration) time.Duration {
 	return min(max(lock/4, 10*time.Millisecond), time.Second)
 }
 
-// dispatch runs del through the dispatcher in the slot taken for it, as
+// dispatch runs del through the dispatcher in a concurrency slot, as
 // runner.handle does, within its key's limit: a delivery over it is set
-// aside (and its slot given back), and each step that ends hands the next
-// one set aside for its key to a goroutine.
-func (r *runner) dispatch(slots chan struct{}, del *transport.Delivery, h holdPlan, rest []*transport.Delivery) {
-	if r.keys == nil {
-		r.handle(slots, del, h, rest)
+// aside, and each step that ends hands the next one set aside for its key
+// to a goroutine. The slot is taken once del is admitted (takeRenewing,
+// renewing the locks of del and rest, the rest of its batch, while it
+// waits); if ctx ends first, del is abandoned.
+func (r *runner) dispatch(ctx context.Context, slots chan struct{}, del *transport.Delivery, h holdPlan, rest []*transport.Delivery, lock time.Duration) {
+	if r.keys != nil {
+		ok, abandon := r.keys.admit(del, h)
+		if abandon {
+			r.d.abandonUnstarted(r.work, del)
+		}
+		if !ok {
+			return
+		}
+	}
+	if !r.takeRenewing(ctx, slots, del, rest, lock) {
+		r.d.abandonUnstarted(r.work, del) // Run stops
+		if r.keys != nil {
+			r.next(slots, del.PartitionKey)
+		}
 		return
 	}
-	ok, abandon := r.keys.admit(del, h)
-	switch {
-	case ok:
-		r.handle(slots, del, h, rest)
+	r.handle(slots, del, h, rest)
+	if r.keys != nil {
 		r.next(slots, del.PartitionKey)
-		return
-	case abandon:
-		r.d.abandonUnstarted(r.work, del)
-	}
-	if slots != nil {
-		<-slots
 	}
 }
 

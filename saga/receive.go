@@ -49,12 +49,13 @@ func (r *runner) take(slots chan struct{}) {
 	}
 }
 
-// takeRenewing takes a slot for the first of ds, the deliveries of a
-// batch not started yet, as take does; while it waits (slow steps, or
-// steps waiting out an outage) it renews their locks that are half gone,
-// so that none expires — and is redelivered, spending a delivery — while
-// it waits. It returns false, having taken none, when ctx ends.
-func (r *runner) takeRenewing(ctx context.Context, slots chan struct{}, ds []*transport.Delivery, lock time.Duration) bool {
+// takeRenewing takes a slot for del as take does; while it waits (slow
+// steps, or steps waiting out an outage) it renews the locks of del and
+// rest (the rest of its batch, waiting behind it) that are half gone, so
+// that none expires — and is redelivered, spending a delivery — while it
+// waits (none with lock 0). It returns false, having taken none, when ctx
+// ends.
+func (r *runner) takeRenewing(ctx context.Context, slots chan struct{}, del *transport.Delivery, rest []*transport.Delivery, lock time.Duration) bool {
 	if slots == nil {
 		return true
 	}
@@ -76,12 +77,18 @@ func (r *runner) takeRenewing(ctx context.Context, slots chan struct{}, ds []*tr
 		case <-ctx.Done():
 			return false
 		case <-tick:
-			for _, del := range ds {
-				if time.Until(del.LockedUntil()) < lock/2 {
-					_ = del.RenewLock(r.work)
-				}
+			renewHalfGone(r.work, del, lock)
+			for _, next := range rest {
+				renewHalfGone(r.work, next, lock)
 			}
 		}
+	}
+}
+
+// renewHalfGone renews del's lock if less than half of lock is left.
+func renewHalfGone(ctx context.Context, del *transport.Delivery, lock time.Duration) {
+	if time.Until(del.LockedUntil()) < lock/2 {
+		_ = del.RenewLock(ctx)
 	}
 }
 
@@ -178,11 +185,7 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 					}
 				}
 			}
-			if !r.takeRenewing(ctx, slots, ds[i:], lock) {
-				d.abandonUnstarted(work, del) // Run stops; the rest of the batch too (above)
-				continue
-			}
-			r.dispatch(slots, del, h, ds[i+1:])
+			r.dispatch(ctx, slots, del, h, ds[i+1:], lock)
 		}
 	}
 }
