@@ -163,9 +163,12 @@ func WithPrefix(p string) Option {
 }
 
 // WithAPITimeout bounds each JetStream API call made without a context
-// deadline of its own; opening a queue, topic or subscription, each
-// partition's calls (and the dead-letter queue's) together, so that a
-// queue of many partitions opens however long all of them take.
+// deadline of its own. Opening or attaching a queue, topic or
+// subscription is different: it bounds each attempt of each partition's
+// calls (and the dead-letter queue's), and an attempt it ends unanswered
+// is made again until the caller's context ends (see the package
+// documentation), so that a queue of many partitions, or an open on a
+// busy cluster, ends with a definite answer however long it takes.
 // Default: 5s.
 func WithAPITimeout(d time.Duration) Option {
 	return optionFunc(func(o *options) error {

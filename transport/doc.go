@@ -427,6 +427,23 @@
 // could read it back (it was due within a second or two) is reported
 // with Seq 0: it is delivered, and there is nothing left to cancel.
 //
+// Opening and attaching (OpenQueue, Queue, OpenTopic, Topic,
+// OpenSubscription, Subscription) ask again too, until the
+// caller's context ends, and so end with a definite answer: opened, or an
+// error that says why (ErrInvalidConfig for another shape or filter,
+// ErrQueueNotFound, ErrTopicNotFound, ...), however long a busy cluster
+// takes. Each partition's calls are one attempt of at most the API
+// timeout (WithAPITimeout); every call is idempotent (a lookup, or a
+// create or update that asks for the same config), so an attempt that
+// went unanswered, perhaps having taken effect, is simply made again (on
+// a cluster under load the meta leader answers a new stream or consumer
+// only once its group elected a leader, and of concurrent requests for
+// one, only the last; processes that open one subscription at once wait
+// on that). An answer saying JetStream is temporarily unavailable is asked
+// again too. Each retry is logged at Warn level. With a context without a
+// deadline an open waits as long as the cluster does not answer: give it
+// a deadline to bound the wait, and it then returns the context's error.
+//
 // Limits of the guarantees: a message is safe once Send or Schedule
 // returned; with nats-server's default sync policy it has reached the
 // operating system, so it survives a crash of the server process, and is

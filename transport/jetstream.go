@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,13 +109,57 @@ func (d *jsDriver) apiContext(ctx context.Context) (context.Context, context.Can
 	return context.WithTimeout(ctx, d.o.apiTimeout)
 }
 
-// apiCall runs f, a step of a few API calls, within d's API timeout unless
-// ctx has a deadline of its own (see apiContext).
-func apiCall[T any](ctx context.Context, d *jsDriver, f func(context.Context) (T, error)) (T, error) {
-	ctx, cancel := d.apiContext(ctx)
-	defer cancel()
-	return f(ctx)
+// openStep runs step, one step of opening or attaching a queue, topic or
+// subscription (a few API calls that look up, create or update streams
+// and consumers, each idempotent), until it gives an answer other than a
+// timeout or ctx ends. Each attempt is bounded by the API timeout, or by
+// ctx's deadline if that comes first. On a cluster under load an attempt
+// can go unanswered although it took effect: the meta leader assigns a new
+// stream or consumer and its answer waits for the new group's election,
+// and nats-server (2.15) answers only the last of concurrent requests for
+// one assignment; a lookup meanwhile can wait on a leader that is not
+// elected yet, or be answered "temporarily unavailable". The next attempt
+// finds what the lost one made. So processes that open one subscription at
+// once each get a definite answer (opened, or ErrInvalidConfig for another
+// filter), however long the cluster takes; a context deadline bounds it.
+func openStep[T any](ctx context.Context, d *jsDriver, what string, step func(context.Context) (T, error)) (T, error) {
+	backoff := openBackoff
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, d.o.apiTimeout)
+		v, err := step(actx)
+		unanswered := actx.Err() != nil
+		cancel()
+		if err == nil || ctx.Err() != nil || d.check() != nil || !(unanswered || retryable(err)) {
+			return v, err
+		}
+		d.o.logger.LogAttrs(ctx, slog.LevelWarn, "transport: opening: unanswered or not available yet; asking again",
+			slog.String("step", what), slog.Int("attempt", attempt), slogErr(err))
+		select {
+		case <-ctx.Done():
+			return v, d.mapErr(context.Cause(ctx))
+		case <-d.life.Done():
+			return v, ErrClosed
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
 }
+
+// openBackoff is the first pause between attempts of an open's step.
+const openBackoff = 50 * time.Millisecond
+
+// retryable reports whether err, the answer to an API request, says that
+// the request may succeed if asked again: it timed out, or JetStream is
+// temporarily unavailable (a group without a leader).
+func retryable(err error) bool {
+	var api *jetstream.APIError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.As(err, &api) && api.ErrorCode == jsClusterNotAvailable
+}
+
+// jsClusterNotAvailable is JetStream's error code for "JetStream system
+// temporarily unavailable".
+const jsClusterNotAvailable jetstream.ErrorCode = 10008
 
 // serverAckWait is the ack wait the server enforces for a lock of d: d
 // plus a grace of d/4 (0.5–5 s). A receiver counts its lock from the

@@ -21,9 +21,9 @@ func (d *jsDriver) openQueue(ctx context.Context, cfg QueueConfig) (queueDriver,
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	actx, cancel := d.apiContext(ctx)
-	defer cancel()
-	if err := d.checkExisting(actx, cfg); err != nil {
+	if _, err := openStep(ctx, d, "queue "+cfg.Name, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, d.checkExisting(ctx, cfg)
+	}); err != nil {
 		return nil, err
 	}
 	return d.newQueue(ctx, cfg, d.provision)
@@ -35,9 +35,9 @@ func (d *jsDriver) attachQueue(ctx context.Context, name string) (queueDriver, Q
 	if err := d.check(); err != nil {
 		return nil, QueueConfig{}, err
 	}
-	actx, cancel := d.apiContext(ctx)
-	defer cancel()
-	s, err := d.js.Stream(actx, d.names(name, 0).queue)
+	s, err := openStep(ctx, d, "queue "+name, func(ctx context.Context) (jetstream.Stream, error) {
+		return d.js.Stream(ctx, d.names(name, 0).queue)
+	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, QueueConfig{}, fmt.Errorf("%w: %s", ErrQueueNotFound, name)
 	}
@@ -53,19 +53,23 @@ func (d *jsDriver) attachQueue(ctx context.Context, name string) (queueDriver, Q
 }
 
 // newQueue assembles a queue from its partitions and dead-letter queue,
-// each made (provisioned or looked up) by part, each within the API
-// timeout unless ctx has a deadline (a queue of many partitions on a busy
-// cluster takes longer than one partition's calls may).
+// each made (provisioned or looked up) by part, each a step of its own
+// (see openStep): a queue of many partitions on a busy cluster takes
+// longer than one partition's calls may.
 func (d *jsDriver) newQueue(ctx context.Context, cfg QueueConfig, part func(context.Context, QueueConfig, jsNames, int) (*jsPartition, error)) (*jsQueue, error) {
 	q := &jsQueue{d: d, cfg: cfg, sessions: make(map[string]jetstream.Consumer)}
 	for p := range cfg.Partitions {
-		pt, err := apiCall(ctx, d, func(ctx context.Context) (*jsPartition, error) { return part(ctx, cfg, d.names(cfg.Name, p), p) })
+		pt, err := openStep(ctx, d, fmt.Sprintf("queue %s partition %d", cfg.Name, p), func(ctx context.Context) (*jsPartition, error) {
+			return part(ctx, cfg, d.names(cfg.Name, p), p)
+		})
 		if err != nil {
 			return nil, err
 		}
 		q.parts = append(q.parts, pt)
 	}
-	dl, err := apiCall(ctx, d, func(ctx context.Context) (*jsPartition, error) { return part(ctx, cfg, d.deadLetterNames(cfg.Name), 0) })
+	dl, err := openStep(ctx, d, "dead-letter queue of "+cfg.Name, func(ctx context.Context) (*jsPartition, error) {
+		return part(ctx, cfg, d.deadLetterNames(cfg.Name), 0)
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -85,9 +85,7 @@ func (d *jsDriver) openTopic(ctx context.Context, cfg TopicConfig, qc QueueConfi
 	if err := d.check(); err != nil {
 		return nil, err
 	}
-	actx, cancel := d.apiContext(ctx)
-	defer cancel()
-	_, old, err := d.attachTopic(actx, cfg.Name)
+	_, old, err := d.attachTopic(ctx, cfg.Name)
 	switch {
 	case errors.Is(err, ErrTopicNotFound):
 	case err != nil:
@@ -102,8 +100,8 @@ func (d *jsDriver) openTopic(ctx context.Context, cfg TopicConfig, qc QueueConfi
 	}
 	t := d.newTopic(cfg, qc)
 	for p := range cfg.Partitions {
-		// Each partition within the API timeout (see newQueue).
-		part, err := apiCall(ctx, d, func(ctx context.Context) (*jsPartition, error) {
+		// Each partition a step of its own (see newQueue).
+		part, err := openStep(ctx, d, fmt.Sprintf("topic %s partition %d", cfg.Name, p), func(ctx context.Context) (*jsPartition, error) {
 			n := d.topicNames(cfg.Name, len(cfg.FilterProperties), p)
 			for _, name := range []string{n.sched, n.queue} {
 				s, err := d.js.Stream(ctx, name)
@@ -137,9 +135,9 @@ func (d *jsDriver) attachTopic(ctx context.Context, name string) (topicDriver, T
 	if err := d.check(); err != nil {
 		return nil, TopicConfig{}, err
 	}
-	ctx, cancel := d.apiContext(ctx)
-	defer cancel()
-	s, err := d.js.Stream(ctx, d.topicNames(name, 0, 0).queue)
+	s, err := openStep(ctx, d, "topic "+name, func(ctx context.Context) (jetstream.Stream, error) {
+		return d.js.Stream(ctx, d.topicNames(name, 0, 0).queue)
+	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return nil, TopicConfig{}, fmt.Errorf("%w: topic %s", ErrTopicNotFound, name)
 	}
@@ -156,7 +154,9 @@ func (d *jsDriver) attachTopic(ctx context.Context, name string) (topicDriver, T
 	}
 	t := d.newTopic(cfg, qc)
 	for p := range cfg.Partitions {
-		part, err := d.lookup(ctx, qc, d.topicNames(name, len(cfg.FilterProperties), p), p)
+		part, err := openStep(ctx, d, fmt.Sprintf("topic %s partition %d", name, p), func(ctx context.Context) (*jsPartition, error) {
+			return d.lookup(ctx, qc, d.topicNames(name, len(cfg.FilterProperties), p), p)
+		})
 		if err != nil {
 			return nil, TopicConfig{}, err
 		}
@@ -254,10 +254,9 @@ func (t *jsTopic) openSubscription(ctx context.Context, name string, cfg Subscri
 			cc.Description = "jetsaga session subscription " + name + ": hands messages over to session consumers"
 			cc.AckWait = handoverAckWait
 		}
-		// Each partition's calls, and the dead-letter queue's, within the
-		// API timeout (unless ctx has a deadline): a subscription of many
-		// partitions on a busy cluster takes longer than one's calls may.
-		c, err := apiCall(ctx, d, func(ctx context.Context) (jetstream.Consumer, error) {
+		// Each partition a step of its own, and the dead-letter queue (see
+		// newQueue).
+		c, err := openStep(ctx, d, fmt.Sprintf("subscription %s partition %d", name, tp.idx), func(ctx context.Context) (jetstream.Consumer, error) {
 			return t.createSubConsumer(ctx, tp, cc, name, cfg)
 		})
 		if err != nil {
@@ -265,7 +264,7 @@ func (t *jsTopic) openSubscription(ctx context.Context, name string, cfg Subscri
 		}
 		s.parts = append(s.parts, t.subPartition(tp, name, c))
 	}
-	if _, err := apiCall(ctx, d, func(ctx context.Context) (struct{}, error) {
+	if _, err := openStep(ctx, d, "dead-letter queue of subscription "+name, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, t.subDeadLetter(ctx, s, name, qc, d.provision)
 	}); err != nil {
 		return nil, err
@@ -275,30 +274,37 @@ func (t *jsTopic) openSubscription(ctx context.Context, name string, cfg Subscri
 
 // createSubConsumer creates the consumer of subscription name on tp, or
 // updates it if it exists with the same Filter and RequiresSession (else
-// ErrInvalidConfig). An existing consumer keeps its start; a new one
-// starts after the topic stream's last message as the stream's leader
+// ErrInvalidConfig); one that already has the config asked for is left
+// alone, as ensureStream leaves a stream (processes that open a
+// subscription at once would each send an update, each a proposal of the
+// meta leader on a cluster). An existing consumer keeps its start; a new
+// one starts after the topic stream's last message as the stream's leader
 // (which answers stream info) has it. Not DeliverNew: the server starts
 // such a consumer after the last message of its own replica of the
 // stream, and on a replicated stream the consumer's leader may be a
 // follower that has not stored the latest messages yet, so the
 // subscription would get messages that entered the topic before it was
 // opened. Processes that open the subscription at once agree: creating
-// fails for all but one, which then find its consumer.
+// fails for all but one, which then find its consumer (on a cluster
+// perhaps only after a while: it asks again after a pause).
 func (t *jsTopic) createSubConsumer(ctx context.Context, tp *jsPartition, cc jetstream.ConsumerConfig, name string, cfg SubscriptionConfig) (jetstream.Consumer, error) {
 	d := t.d
-	for {
+	for pause := openBackoff; ; pause = min(2*pause, time.Second) {
 		old, err := tp.queue.Consumer(ctx, cc.Durable)
 		if err == nil {
-			var oc SubscriptionConfig
-			if json.Unmarshal([]byte(old.CachedInfo().Config.Metadata[metaSubscription]), &oc) == nil &&
-				(!oc.Filter.equal(cfg.Filter) || oc.RequiresSession != cfg.RequiresSession) {
+			oc := old.CachedInfo().Config
+			var osc SubscriptionConfig
+			if json.Unmarshal([]byte(oc.Metadata[metaSubscription]), &osc) == nil &&
+				(!osc.Filter.equal(cfg.Filter) || osc.RequiresSession != cfg.RequiresSession) {
 				return nil, fmt.Errorf("%w: subscription %q of topic %q exists with Filter %+v and RequiresSession %t",
-					ErrInvalidConfig, name, t.tcfg.Name, oc.Filter, oc.RequiresSession)
+					ErrInvalidConfig, name, t.tcfg.Name, osc.Filter, osc.RequiresSession)
 			}
 			// The start cannot change (subscriptions made by older
 			// versions are DeliverNew).
-			cc.DeliverPolicy = old.CachedInfo().Config.DeliverPolicy
-			cc.OptStartSeq = old.CachedInfo().Config.OptStartSeq
+			cc.DeliverPolicy, cc.OptStartSeq = oc.DeliverPolicy, oc.OptStartSeq
+			if sameSubConsumer(oc, cc) {
+				return old, nil
+			}
 			c, err := tp.queue.UpdateConsumer(ctx, cc)
 			return c, d.mapErr(err)
 		}
@@ -314,7 +320,32 @@ func (t *jsTopic) createSubConsumer(ctx context.Context, tp *jsPartition, cc jet
 		if !errors.Is(err, jetstream.ErrConsumerExists) {
 			return c, d.mapErr(err)
 		}
+		select {
+		case <-ctx.Done():
+			return nil, d.mapErr(context.Cause(ctx))
+		case <-time.After(pause):
+		}
 	}
+}
+
+// consumerFilters returns c's subject filters, in FilterSubject or
+// FilterSubjects (the server may move a single one from one to the other).
+func consumerFilters(c jetstream.ConsumerConfig) []string {
+	if c.FilterSubject != "" {
+		return append([]string{c.FilterSubject}, c.FilterSubjects...)
+	}
+	return c.FilterSubjects
+}
+
+// sameSubConsumer reports whether the existing consumer config old has
+// everything a subscription's consumer config cc sets.
+func sameSubConsumer(old, cc jetstream.ConsumerConfig) bool {
+	return old.Durable == cc.Durable && old.Description == cc.Description &&
+		slices.Equal(consumerFilters(old), consumerFilters(cc)) &&
+		old.AckPolicy == cc.AckPolicy && old.AckWait == cc.AckWait &&
+		old.MaxDeliver == cc.MaxDeliver && old.MaxAckPending == cc.MaxAckPending &&
+		old.DeliverPolicy == cc.DeliverPolicy && old.OptStartSeq == cc.OptStartSeq &&
+		old.Metadata[metaSubscription] == cc.Metadata[metaSubscription]
 }
 
 // subPartition is a subscription's view of topic partition tp: the same
@@ -346,12 +377,12 @@ func (t *jsTopic) attachSubscription(ctx context.Context, name string) (queueDri
 	if err := d.check(); err != nil {
 		return nil, SubscriptionConfig{}, err
 	}
-	ctx, cancel := d.apiContext(ctx)
-	defer cancel()
 	var cfg SubscriptionConfig
 	var s *jsSubscription
 	for _, tp := range t.parts {
-		c, err := tp.queue.Consumer(ctx, subConsumerName(name))
+		c, err := openStep(ctx, d, fmt.Sprintf("subscription %s partition %d", name, tp.idx), func(ctx context.Context) (jetstream.Consumer, error) {
+			return tp.queue.Consumer(ctx, subConsumerName(name))
+		})
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, cfg, fmt.Errorf("%w: subscription %s of topic %s", ErrTopicNotFound, name, t.tcfg.Name)
 		}
@@ -371,7 +402,9 @@ func (t *jsTopic) attachSubscription(ctx context.Context, name string) (queueDri
 		}
 		s.parts = append(s.parts, t.subPartition(tp, name, c))
 	}
-	if err := t.subDeadLetter(ctx, s, name, s.cfg, d.lookup); err != nil {
+	if _, err := openStep(ctx, d, "dead-letter queue of subscription "+name, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, t.subDeadLetter(ctx, s, name, s.cfg, d.lookup)
+	}); err != nil {
 		return nil, cfg, err
 	}
 	return s, cfg, nil

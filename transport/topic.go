@@ -370,7 +370,11 @@ func (t *Topic) Counts(ctx context.Context) (Counts, error) { return t.q.Counts(
 // Filter and RequiresSession (LockDuration and MaxDeliveryCount are
 // updated to cfg's). A different Filter or RequiresSession is refused
 // with ErrInvalidConfig; a filter on a property the topic does not
-// declare with ErrFilterNotDeclared.
+// declare with ErrFilterNotDeclared. Processes that open one subscription
+// at once each get one of these answers: all open it, or, with different
+// filters, one opens it and the others get ErrInvalidConfig (on a busy
+// cluster that can take a while, see the package documentation; a
+// context deadline bounds it).
 //
 // A new subscription gets every message that enters the topic after
 // OpenSubscription returns (a scheduled message enters when it

@@ -32,6 +32,10 @@ func (s *suite) testSlowLink(t *testing.T) {
 	parallel(t, "SubscriptionBatch", s.testSlowLinkSubscriptionBatch)
 	parallel(t, "CompetingOrder", s.testSlowLinkCompetingOrder)
 	parallel(t, "CompetingOrderPartitioned", s.testSlowLinkCompetingOrderPartitioned)
+	parallel(t, "QueueOpen", s.testSlowLinkQueueOpen)
+	parallel(t, "SubscriptionOpen", s.testSlowLinkSubscriptionOpen)
+	parallel(t, "SessionOpen", s.testSlowLinkSessionOpen)
+	parallel(t, "SubscriptionSessionOpen", s.testSlowLinkSubscriptionSessionOpen)
 }
 
 // slowLinkConfig: short locks and few deliveries, so that a message lost
