@@ -75,13 +75,18 @@ func TestUnavailableDependencyWaitsInsteadOfDeadLettering(t *testing.T) {
 	}
 	run(t, d)
 
-	// The outage lasts several lock durations and many attempts.
+	// The outage lasts several lock durations and many attempts — and
+	// less than the 10 s for which the transport keeps, renewing their
+	// locks, the messages a pull brought after its Receive returned
+	// (docs/guarantees.md, "Slow links lose nothing"): those come back
+	// once with their delivery count one higher after a longer outage
+	// (docs/guarantees.md, "Outages").
 	testutil.Await(t, 30*time.Second, func() string {
 		h := d.Health()
 		if !h.Waiting || !errors.Is(h.Err, saga.ErrUnavailable) || h.Since.IsZero() {
 			return fmt.Sprintf("Health %+v: not waiting for the dependency", h)
 		}
-		if h.Attempts < 20 || time.Since(h.Since) < 3*qcfg.LockDuration {
+		if h.Attempts < 8 || time.Since(h.Since) < 3*qcfg.LockDuration {
 			return fmt.Sprintf("%d attempts over %v", h.Attempts, time.Since(h.Since))
 		}
 		return ""
