@@ -39,8 +39,7 @@ var (
 	// in it; a handler may wrap its own dependency's (a database, an HTTP
 	// API it cannot reach, shared by the queue's messages: while a step
 	// waits the dispatcher takes no new work) to opt its message into
-	// the same treatment. A step that ran out of its own time (the drain
-	// timeout) is not an outage, whatever its error. A
+	// the same treatment. A
 	// step that fails with it (and not with ErrPermanent) is an outage,
 	// not the message's failure: it counts against no retry policy and
 	// is never dead-lettered; the dispatcher keeps the message, pauses

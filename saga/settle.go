@@ -74,11 +74,11 @@ func (d *Dispatcher) settle(ctx context.Context, del *transport.Delivery, st ste
 	switch {
 	case st.deadLetter != "":
 		res = d.deadLetter(ctx, del, st.deadLetter, st.err, nil)
-	case st.outcome != EffectsPending && len(st.pending) == 0 && unavailable(st.err) && ctx.Err() == nil:
+	case st.outcome != EffectsPending && len(st.pending) == 0 && unavailable(st.err):
 		// An outage: the message stays with the runner, which runs the
-		// step again when the dependency is back (circuit.go). A step
-		// that ran out of its own time (the drain timeout) failed by
-		// itself: its policy applies.
+		// step again when the dependency is back (circuit.go). That the
+		// step's own time ran out (its calls waited for a server that
+		// does not answer) does not make it the message's failure.
 		res = StepResult{Outcome: Waiting, Err: st.err}
 	case st.err != nil && st.outcome != EffectsPending && d.killSwitched(ctx, st):
 		res = StepResult{Outcome: Waiting, Err: fmt.Errorf("%w: kill switch tripped: %w", ErrUnavailable, st.err)}
