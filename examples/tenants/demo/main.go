@@ -239,14 +239,3 @@ func report(out io.Writer, r outcome, o options) {
 		fmt.Fprintf(out, "  %d e-mails arrived twice\n", r.Twice)
 	}
 }
-
-// lastPosition is the position (from 0) of tenant's last e-mail in order.
-func lastPosition(order []string, tenant string) int {
-	last := -1
-	for i, t := range order {
-		if t == tenant {
-			last = i
-		}
-	}
-	return last
-}
