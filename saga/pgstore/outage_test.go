@@ -57,16 +57,7 @@ func testPostgresOutage(t *testing.T, mode pgtest.Shutdown) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := testutil.StartServer(t, embedded.Options{})
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	broker, err := transport.NewJetStream(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	broker := natsBroker(t, testutil.StartServer(t, embedded.Options{}).ClientURL())
 
 	var mu sync.Mutex
 	applied := map[string]int{} // "account/n" → commits seen by StepDone
