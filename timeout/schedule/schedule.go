@@ -280,6 +280,22 @@ func WithTimeouts(ts timeout.Scheduler) Option {
 	})
 }
 
+// WithHorizon sets how far ahead the scheduler plans each schedule's
+// occurrences, as messages scheduled on the target for their times (at
+// most MaxPlanned of a schedule): a Run writes them once half of the
+// horizon is left, so that occurrences keep coming on time while no Run
+// runs for up to half of it. It must be at least MinHorizon; every
+// Scheduler of a queue should have the same. Default: DefaultHorizon.
+func WithHorizon(d time.Duration) Option {
+	return optionFunc(func(s *Scheduler) error {
+		if d < MinHorizon {
+			return fmt.Errorf("%w: horizon %s below %s", ErrInvalidOption, d, MinHorizon)
+		}
+		s.horizon = d
+		return nil
+	})
+}
+
 // WithCalendars gives the registry in which specs find their calendars.
 func WithCalendars(reg *calendar.Registry) Option {
 	return optionFunc(func(s *Scheduler) error {
