@@ -26,6 +26,9 @@ const MinHorizon = 30 * time.Second
 // MaxPlanned occurrences ahead, and again when half of them are due.
 const MaxPlanned = 128
 
+// maxWithdrawn bounds the withdrawn occurrences a record keeps.
+const maxWithdrawn = 256
+
 // maxReplans bounds the fresh message IDs tried for one occurrence whose
 // earlier planned messages were cancelled (see planOne).
 const maxReplans = 16
@@ -180,9 +183,9 @@ func (s *Scheduler) planOne(ctx context.Context, r *record, o planned) (planned,
 		return o, err
 	}
 	base := OccurrenceID(r.Name, o.At)
-	n := 1
+	n := r.freeID(o.At)
 	if o.ID != "" {
-		if k, ok := cutReplan(o.ID, base); ok {
+		if k, ok := cutReplan(o.ID, base); ok && k > n {
 			n = k
 		}
 	}
@@ -225,6 +228,36 @@ func replanID(base string, n int) string {
 		return base
 	}
 	return base + "~" + strconv.Itoa(n)
+}
+
+// freeID returns n for the first ID of the occurrence at t (replanID)
+// that no cancelled message of this record took: 1 unless the record
+// withdrew it.
+func (r *record) freeID(t time.Time) int {
+	for _, w := range r.Withdrawn {
+		if w.At.Equal(t) {
+			if w.ID == "" {
+				return 2
+			}
+			k, _ := cutReplan(w.ID, OccurrenceID(r.Name, t))
+			return k + 1
+		}
+	}
+	return 1
+}
+
+// withdrew notes that the message of the occurrence o was cancelled.
+func (r *record) withdrew(o planned) {
+	for i, w := range r.Withdrawn {
+		if w.At.Equal(o.At) {
+			r.Withdrawn[i].ID = o.ID
+			return
+		}
+	}
+	r.Withdrawn = append(r.Withdrawn, planned{At: o.At, ID: o.ID})
+	if len(r.Withdrawn) > maxWithdrawn {
+		r.Withdrawn = r.Withdrawn[len(r.Withdrawn)-maxWithdrawn:]
+	}
 }
 
 func cutReplan(id, base string) (int, bool) {
@@ -277,6 +310,7 @@ func (s *Scheduler) withdraw(ctx context.Context, r *record, p *planner) error {
 		j++
 		switch {
 		case err == nil || errors.Is(err, transport.ErrNotFound):
+			r.withdrew(plan[i])
 		case errors.Is(err, transport.ErrAlreadyActivated):
 			activated[i] = true
 		default:

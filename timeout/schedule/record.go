@@ -52,6 +52,10 @@ type record struct {
 	// Plan is the occurrences planned ahead, from Next on, in order: each
 	// a message scheduled on the target for its time (see plan.go).
 	Plan []planned `json:"plan,omitempty"`
+	// Withdrawn are the latest occurrences whose planned messages were
+	// cancelled, each with the last ID cancelled: the target keeps that
+	// ID taken, so the occurrence is sent again under the next one.
+	Withdrawn []planned `json:"withdrawn,omitempty"`
 	// Wake is when the record's tick is due (its planning time).
 	Wake time.Time `json:"wake,omitzero"`
 	// Skips are the latest ranges of nominal times skipped (by a pause or

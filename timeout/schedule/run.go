@@ -270,12 +270,21 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) e
 	if err != nil {
 		return err
 	}
+	now := time.Now()
 	// Occurrences intended by a write whose writer did not schedule them
-	// (it died, or the target refused): schedule them now.
+	// (it died, or the target refused): those due by now were not
+	// planned, and go to the catch-up policy (their message, should it
+	// exist after all, activated, and the target drops the send as a
+	// duplicate); the others are scheduled now.
+	for i, o := range r.Plan {
+		if o.Seq == 0 && o.ID != activatedID && !r.fireAt(o.At).After(now) {
+			r.Plan = r.Plan[:i]
+			break
+		}
+	}
 	if err := s.resolve(ctx, r); err != nil {
 		return err
 	}
-	now := time.Now()
 	if _, err := r.settle(p, now, func(o planned) {
 		s.call(ctx, OccurrenceParams{Schedule: r.Name, ID: OccurrenceID(r.Name, o.At), Nominal: o.At},
 			func(h Hooks) func(context.Context, OccurrenceParams) { return h.Sent })

@@ -344,7 +344,9 @@ func (s *Scheduler) commitOnce(ctx context.Context, q *transport.Queue, r *recor
 			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID, propTickGen: strconv.FormatUint(r.Gen, 10),
 				propTickFireAt: at.UTC().Format(time.RFC3339Nano)}}
 	}
-	if tick != nil && s.timeouts != nil {
+	if tick != nil && s.timeouts != nil && storeSeq {
+		// (A tick that only guards a plan being written, replaced at
+		// once, stays on the queue.)
 		if r.TickRef = s.scheduleTick(ctx, r, tick); r.TickRef != "" {
 			tick = nil
 		}
@@ -479,7 +481,7 @@ func (s *Scheduler) Get(ctx context.Context, name string) (Info, error) {
 func (s *Scheduler) view(r *record, now time.Time) {
 	if p, err := s.planner(r); err == nil {
 		_, _ = r.settle(p, now, nil)
-		if !r.Ended && !r.Next.IsZero() {
+		if !r.Paused && !r.Ended && !r.Next.IsZero() {
 			r.FireAt = r.fireAt(r.Next)
 		}
 	}
@@ -700,7 +702,9 @@ func (s *Scheduler) Backfill(ctx context.Context, name string, from, to time.Tim
 	for _, t := range ts {
 		o := Occurrence{ID: OccurrenceID(r.Name, t), Nominal: t}
 		if !r.sentBySchedule(t) {
-			dup, err := s.send(ctx, r, s.occurrenceMessage(r.Message, r.Name, t, CauseBackfill))
+			m := s.occurrenceMessage(r.Message, r.Name, t, CauseBackfill)
+			m.MessageID = replanID(m.MessageID, r.freeID(t)) // its planned message, if any, was cancelled
+			dup, err := s.send(ctx, r, m)
 			if err != nil {
 				return out, err
 			}
