@@ -268,24 +268,27 @@ func cutReplan(id, base string) (int, bool) {
 	return n, err == nil
 }
 
-// withdraw cancels the messages of the plan, definitely, before a Pause,
+// withdraw cancels the messages of the plan from its k-th occurrence on
+// (see withdrawAll for the whole plan), definitely, before a Pause,
 // Delete or Replan writes the record: a message that activated already
 // (transport.ErrAlreadyActivated: due within the broker's cancel margin)
 // counts as sent. An intended occurrence (Seq 0: its message may exist)
 // is scheduled first to learn its number, then cancelled. Any outcome
 // that is not definite returns an error and leaves the plan as it was:
 // the caller writes nothing, and trying again is safe (a message
-// cancelled before answers transport.ErrNotFound). On return the plan is
-// empty and Next is the first occurrence that was not sent.
-func (s *Scheduler) withdraw(ctx context.Context, r *record, p *planner) error {
-	if len(r.Plan) == 0 {
+// cancelled before answers transport.ErrNotFound). On return the plan
+// holds its first k occurrences and those after them that activated, and
+// with k 0 it is empty and Next is the first occurrence not sent.
+func (s *Scheduler) withdraw(ctx context.Context, r *record, p *planner, k int) error {
+	if len(r.Plan) <= k {
 		return nil
 	}
 	tg, err := s.target(ctx, r)
 	if err != nil {
 		return err
 	}
-	plan := slices.Clone(r.Plan)
+	kept := slices.Clone(r.Plan[:k])
+	plan := slices.Clone(r.Plan[k:])
 	for i, o := range plan {
 		if o.Seq == 0 && o.ID != activatedID {
 			if plan[i], err = s.planOne(ctx, r, o); err != nil {
@@ -316,6 +319,23 @@ func (s *Scheduler) withdraw(ctx context.Context, r *record, p *planner) error {
 		default:
 			return fmt.Errorf("schedule %s: cancel the occurrence planned at %s: %w", r.Name, plan[i].At.UTC().Format(time.RFC3339Nano), err)
 		}
+	}
+	if k > 0 {
+		// The kept part goes on with those that activated after it; one
+		// that activated after a cancelled one is counted, not planned.
+		cancelled := false
+		for i, o := range plan {
+			switch {
+			case activated[i] && !cancelled:
+				kept = append(kept, o)
+			case activated[i]:
+				r.Sent++
+			default:
+				cancelled = true
+			}
+		}
+		r.Plan = kept
+		return nil
 	}
 	// Those that activated count as sent; Next stays at the first that
 	// did not (an activated one after it is counted, not passed).

@@ -496,7 +496,7 @@ func (s *Scheduler) withdrawAll(ctx context.Context, r *record) error {
 	if err != nil {
 		return err
 	}
-	return s.withdraw(ctx, r, p)
+	return s.withdraw(ctx, r, p, 0)
 }
 
 // List yields every schedule on the scheduler's queue, in no particular
@@ -749,7 +749,9 @@ func (s *Scheduler) Delete(ctx context.Context, name string) error {
 // version ref of its calendar (which must be in the registry and have the
 // spec's calendar's name): counted from the last occurrence (or Start), as
 // if the new version had always been in force. An occurrence already sent
-// is not taken back.
+// is not taken back. The planned occurrences that the new version keeps
+// (the same times, from the first on) stay planned; the others are
+// cancelled and the new ones planned.
 func (s *Scheduler) Replan(ctx context.Context, name string, ref calendar.Ref) error {
 	_, err := s.update(ctx, name, func(r *record) (bool, error) {
 		if r.Spec.Calendar.Name != ref.Name {
@@ -761,34 +763,56 @@ func (s *Scheduler) Replan(ctx context.Context, name string, ref calendar.Ref) e
 		if err != nil {
 			return false, err
 		}
-		if err := s.withdrawAll(ctx, r); err != nil {
+		old, err := s.planner(r)
+		if err != nil {
+			return false, err
+		}
+		next, err := s.replanned(r, p)
+		if err != nil {
+			return false, err
+		}
+		// Keep the plan's prefix that the new version has too.
+		k := 0
+		for t := next; k < len(r.Plan) && r.Plan[k].At.Equal(t); k++ {
+			if t, err = p.next(t); err != nil {
+				t = time.Time{}
+			}
+		}
+		if err := s.withdraw(ctx, r, old, k); err != nil {
 			return false, err
 		}
 		r.Spec.Calendar = ref
 		if r.Paused || r.Ended {
 			return true, nil
 		}
-		var next time.Time
-		if r.Last.IsZero() {
-			next, err = first(p, r.Start)
-			if err == nil && next.Before(r.Created) {
-				// As Create: nothing before the schedule was created.
-				r.Next = time.Time{}
-				next, err = s.firstAfter(p, r, r.Created.Add(-time.Nanosecond))
+		if k == 0 {
+			if next, err = s.replanned(r, p); err != nil {
+				return false, err
 			}
-		} else {
-			next, err = p.next(r.Last)
-		}
-		if err != nil {
-			return false, err
-		}
-		r.Next = next
-		if !r.End.IsZero() && next.After(r.End) {
-			r.Ended, r.Next = true, time.Time{}
+			r.Next = next
+			if !r.End.IsZero() && next.After(r.End) {
+				r.Ended, r.Next = true, time.Time{}
+			}
 		}
 		return true, s.extend(r, p, time.Now())
 	})
 	return err
+}
+
+// replanned returns the pending occurrence of r on the planner p: the
+// first after the last one handled (or from Start, as Create).
+func (s *Scheduler) replanned(r *record, p *planner) (time.Time, error) {
+	if !r.Last.IsZero() {
+		return p.next(r.Last)
+	}
+	next, err := first(p, r.Start)
+	if err == nil && next.Before(r.Created) {
+		// As Create: nothing before the schedule was created.
+		nr := *r
+		nr.Next = time.Time{}
+		next, err = s.firstAfter(p, &nr, r.Created.Add(-time.Nanosecond))
+	}
+	return next, err
 }
 
 func (s *Scheduler) send(ctx context.Context, r *record, m *transport.Message) (dup bool, err error) {
