@@ -252,11 +252,12 @@ func TestRunnerKilledEveryFiveSeconds(t *testing.T) {
 		runner = startRunner(t, srv.ClientURL(), horizon)
 	}
 	testutil.Await(t, 40*time.Second, func() string {
-		info, err := s.Get(ctx, "every-second")
-		if err != nil {
-			return err.Error()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(got) < n {
+			return "occurrences received: " + strconv.Itoa(len(got)) + " of " + strconv.Itoa(n)
 		}
-		if !info.Ended {
+		if info, err := s.Get(ctx, "every-second"); err != nil || !info.Ended {
 			return "schedule not ended"
 		}
 		return ""
