@@ -190,8 +190,8 @@ func TestTicksOnATimeoutEngine(t *testing.T) {
 	})
 }
 
-// A Pause while Run holds a tick that came early (the engine's lead)
-// stops its occurrence: Run reads the record again after the hold.
+// A Pause at 5.5 s on a schedule every second whose ticks wait on an
+// engine stops the occurrences after it: those planned are cancelled.
 func TestPauseWhileATickIsHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, _ := newEngineHarness(t)
@@ -253,10 +253,10 @@ func TestTicksFallBackToTheQueue(t *testing.T) {
 	})
 }
 
-// A tick due at once (a schedule every second: its ticks are due 1.3 s
-// early) that the engine delivers before the scheduler has written the
-// record naming it is not taken for a stale one: Run waits for the record,
-// and every occurrence is sent.
+// A tick due at once that the engine delivers before the scheduler has
+// written the record naming it (the engine is slow to answer) is not
+// taken for a stale one: Run waits for the record, and every occurrence
+// is sent.
 func TestTickBeforeItsRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t)

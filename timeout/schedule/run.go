@@ -18,8 +18,9 @@ import (
 // is resumed, not restarted, after a crash.
 const maxPerTick = 256
 
-// runConcurrency is how many ticks a Run handles at once: most of them
-// wait for their time (ticks activate a lead early on JetStream).
+// runConcurrency is how many ticks a Run handles at once: a burst of
+// schedules planned together, or ticks that came early from a timeout
+// engine and wait for their time.
 const runConcurrency = 256
 
 // Run receives the scheduler's pending occurrences as they fall due and
@@ -83,10 +84,10 @@ func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
 		return
 	}
 	gen, _ := strconv.ParseUint(d.Properties[propTickGen], 10, 64) // 0 (as stale) if absent
-	// A tick activates up to the scheduler's lead before its occurrence:
-	// hold it until readAhead before then, and only then read the record,
-	// so that a Pause during the hold stops it. (fire holds the rest of
-	// the way, and holds a tick that does not carry its time.)
+	// A tick may come before its time (a timeout engine's): hold it until
+	// readAhead before then, and only then read the record, so that a
+	// Pause during the hold stops it. (fire holds the rest of the way,
+	// and holds a tick that does not carry its time.)
 	if at, err := time.Parse(time.RFC3339Nano, d.Properties[propTickFireAt]); err == nil && time.Until(at) > readAhead {
 		select {
 		case <-ctx.Done():
@@ -202,10 +203,8 @@ func (s *Scheduler) outageWorked(ctx context.Context) {
 	s.outage.Worked(ctx)
 }
 
-// readAhead is how long before an occurrence's time Run reads its record:
-// the read's own latency is then mostly over by the time the occurrence
-// is due, and a Pause written less than readAhead before it may not stop
-// it (the occurrence is then counted as sent).
+// readAhead is how long before a tick's time Run reads its record: the
+// read's own latency is then mostly over by the time the tick is due.
 const readAhead = 50 * time.Millisecond
 
 // errRecordBehind: the tick's record is of a generation before the

@@ -120,15 +120,6 @@ func (s *Scheduler) target(ctx context.Context, r *record) (sender, error) {
 	return t, nil
 }
 
-// lead is how early a tick activates before its occurrence is due:
-// timeout.DefaultEarlyActivation on a broker that activates late, else 0.
-func (s *Scheduler) lead() time.Duration {
-	if s.b.ActivationTick() > 0 {
-		return timeout.DefaultEarlyActivation
-	}
-	return 0
-}
-
 func (s *Scheduler) planner(r *record) (*planner, error) { return newPlanner(r.Spec, s.cals, r.Start) }
 
 // first returns the first occurrence of a schedule: for a cron spec the
