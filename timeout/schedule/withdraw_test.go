@@ -10,10 +10,8 @@ import (
 	"time"
 
 	"github.com/jetsaga/jetsaga/calendar"
-	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/timeout/schedule"
 	"github.com/jetsaga/jetsaga/transport"
-	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
 // stateChanges are the writes that must cancel (or replace) a schedule's
@@ -210,16 +208,7 @@ func TestStateChangesCancelThePlanOnNATS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("40 s on a real server; run without -short")
 	}
-	srv := testutil.StartServer(t, embedded.Options{})
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	b, err := transport.NewJetStream(nc, transport.WithLogger(testutil.Logger()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, b := jetStream(t)
 	ctx := t.Context()
 	offsets := []time.Duration{-700 * time.Millisecond, -450 * time.Millisecond, -100 * time.Millisecond, 0, 150 * time.Millisecond}
 	type run struct {
@@ -235,6 +224,7 @@ func TestStateChangesCancelThePlanOnNATS(t *testing.T) {
 		for _, off := range offsets {
 			r := &run{c: ci, off: off}
 			qn := fmt.Sprintf("home-%d-%d", ci, len(runs))
+			var err error
 			if r.s, err = schedule.New(b, schedule.WithQueue(qn), schedule.WithLogger(discard())); err != nil {
 				t.Fatal(err)
 			}
@@ -247,20 +237,11 @@ func TestStateChangesCancelThePlanOnNATS(t *testing.T) {
 				t.Fatal(err)
 			}
 			go func() { _ = r.s.Run(ctx) }()
-			go func() {
-				for ctx.Err() == nil {
-					ds, err := work.Receive(ctx, 64)
-					if err != nil {
-						continue
-					}
-					for _, d := range ds {
-						r.mu.Lock()
-						r.msgs = append(r.msgs, d.Message)
-						r.mu.Unlock()
-						_ = d.Complete(ctx)
-					}
-				}
-			}()
+			consume(ctx, work, func(m *transport.Message) {
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				r.msgs = append(r.msgs, m)
+			})
 			runs = append(runs, r)
 		}
 	}
