@@ -65,6 +65,12 @@ type record struct {
 	// retry, when set, has this write keep Wake as it is (not stored):
 	// a tick that failed is tried again then.
 	retry bool
+	// guarded, when set, says the writer holds a tick of the schedule
+	// (not stored): see commitGuarded.
+	guarded bool
+	// guardTick, when set, marks this write's tick as a guard, replaced at
+	// once (not stored): it stays on the queue, not on a timeout engine.
+	guardTick bool
 }
 
 type storedMsg struct {

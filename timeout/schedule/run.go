@@ -248,6 +248,15 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) e
 	if r.TickID != tickID && r.Gen < gen {
 		return errRecordBehind
 	}
+	if r.TickID != tickID && r.unresolved() && !r.Paused {
+		// A tick that a Run died holding after it wrote a plan and
+		// before it scheduled its messages (commitGuarded): finish it.
+		if err := s.resolve(ctx, r); err != nil {
+			return err
+		}
+		_, err := s.commitOnce(ctx, q, r, rev, true, true)
+		return err
+	}
 	if r.TickID != tickID || r.Paused || r.Ended || r.Next.IsZero() {
 		return nil // stale: re-planned, paused, or handled before
 	}
@@ -299,6 +308,7 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) e
 	} else if err := s.extend(r, p, now); err != nil {
 		return err
 	}
+	r.guarded = true
 	err = s.commit(ctx, q, r, rev)
 	if errors.Is(err, transport.ErrStateConflict) && len(sent) > 0 {
 		// Someone wrote the record while we sent (a Pause, say): the

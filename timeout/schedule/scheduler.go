@@ -265,8 +265,11 @@ const resolveLead = 5 * time.Second
 // the first write is done.
 func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, rev uint64) error {
 	if !r.unresolved() || r.retry {
-		_, err := s.commitOnce(ctx, q, r, rev, true)
+		_, err := s.commitOnce(ctx, q, r, rev, true, false)
 		return err
+	}
+	if r.guarded {
+		return s.commitGuarded(ctx, q, r, rev)
 	}
 	wake := r.Wake
 	for _, o := range r.Plan {
@@ -276,7 +279,9 @@ func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, r
 			}
 		}
 	}
-	rev, err := s.commitOnce(ctx, q, r, rev, false)
+	r.guardTick = true
+	rev, err := s.commitOnce(ctx, q, r, rev, false, false)
+	r.guardTick = false
 	if err != nil {
 		return err
 	}
@@ -287,10 +292,35 @@ func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, r
 		return nil
 	}
 	r.Wake = wake
-	if _, err := s.commitOnce(ctx, q, r, rev, true); err != nil {
+	if _, err := s.commitOnce(ctx, q, r, rev, true, false); err != nil {
 		return nil // someone wrote after us; the record is theirs
 	}
 	s.dropTick(ctx, q, r, oldSeq, oldRef)
+	return nil
+}
+
+// commitGuarded is commit for a Run that holds a tick of the schedule
+// (fire): the first write already has the tick for r.Wake, and the second
+// keeps it. Should the Run die in between, the tick it held is delivered
+// again once its lock expires (well within half a horizon, before the
+// first occurrence planned) and finishes the plan (see fire). A target
+// that refuses has a tick retryDelay from now try again.
+func (s *Scheduler) commitGuarded(ctx context.Context, q *transport.Queue, r *record, rev uint64) error {
+	rev, err := s.commitOnce(ctx, q, r, rev, false, false)
+	if err != nil {
+		return err
+	}
+	if err := s.resolve(ctx, r); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: occurrences not planned yet; trying again",
+			slog.String("schedule", r.Name), slog.Duration("in", retryDelay), slog.Any("error", err))
+		oldSeq, oldRef := r.TickSeq, r.TickRef
+		r.Wake, r.retry = time.Now().Add(retryDelay), true
+		if _, err := s.commitOnce(ctx, q, r, rev, true, false); err == nil {
+			s.dropTick(ctx, q, r, oldSeq, oldRef)
+		}
+		return nil
+	}
+	_, _ = s.commitOnce(ctx, q, r, rev, true, true) // a conflict: someone wrote after us
 	return nil
 }
 
@@ -318,15 +348,18 @@ func (s *Scheduler) dropTick(ctx context.Context, q *transport.Queue, r *record,
 // dropped when it fires; one that fires before its record is written (it
 // was due at once) waits for it (see handleTick). With storeSeq the
 // tick's number, known once written, is written into the record after
-// it, for Pause, Delete and Replan to cancel the tick.
-func (s *Scheduler) commitOnce(ctx context.Context, q *transport.Queue, r *record, rev uint64, storeSeq bool) (uint64, error) {
+// it, for Pause, Delete and Replan to cancel the tick. With keepTick the
+// record keeps the tick it names, and no tick is written.
+func (s *Scheduler) commitOnce(ctx context.Context, q *transport.Queue, r *record, rev uint64, storeSeq, keepTick bool) (uint64, error) {
 	var tick *transport.Message
-	r.TickID, r.TickSeq, r.TickRef, r.FireAt = "", 0, "", time.Time{}
 	r.Gen++
-	if !r.Paused && !r.Ended && !r.Next.IsZero() {
-		r.FireAt = r.fireAt(r.Next)
+	if !keepTick {
+		r.TickID, r.TickSeq, r.TickRef, r.FireAt = "", 0, "", time.Time{}
+		if !r.Paused && !r.Ended && !r.Next.IsZero() {
+			r.FireAt = r.fireAt(r.Next)
+		}
 	}
-	if !r.Paused && !r.Ended && !r.Wake.IsZero() {
+	if !keepTick && !r.Paused && !r.Ended && !r.Wake.IsZero() {
 		// A random part makes the ID unique to this write, so that no
 		// tick ID is ever reused (a queue remembers cancelled ones).
 		r.TickID = OccurrenceID(r.Name, r.Next) + "/" + strconv.FormatUint(rand.Uint64(), 36)
@@ -335,7 +368,7 @@ func (s *Scheduler) commitOnce(ctx context.Context, q *transport.Queue, r *recor
 			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID, propTickGen: strconv.FormatUint(r.Gen, 10),
 				propTickFireAt: at.UTC().Format(time.RFC3339Nano)}}
 	}
-	if tick != nil && s.timeouts != nil && storeSeq {
+	if tick != nil && s.timeouts != nil && !r.guardTick {
 		// (A tick that only guards a plan being written, replaced at
 		// once, stays on the queue.)
 		if r.TickRef = s.scheduleTick(ctx, r, tick); r.TickRef != "" {
@@ -358,6 +391,16 @@ func (s *Scheduler) commitOnce(ctx context.Context, q *transport.Queue, r *recor
 		c.Schedule = []*transport.Message{tick}
 	}
 	res, err := q.CommitState(ctx, c)
+	if errors.Is(err, transport.ErrStateConflict) && r.TickID != "" {
+		// A commit whose answer was lost and that a retry found stored is
+		// reported as a conflict (transport.Queue.CommitState): the record
+		// tells whether it is ours, by the tick ID unique to this write.
+		if b, cur, lerr := q.LoadState(ctx, recordPrefix+r.Name); lerr == nil {
+			if stored, derr := decodeRecord(b); derr == nil && stored.TickID == r.TickID && stored.Gen == r.Gen {
+				res, err = transport.StateResult{Rev: cur}, nil
+			}
+		}
+	}
 	if err != nil {
 		if r.TickRef != "" {
 			// The record does not name this tick: it would fire for
