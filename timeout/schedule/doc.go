@@ -36,7 +36,8 @@
 // they exist: a write names the occurrences it plans, then schedules
 // their messages, then writes their numbers; should the writer die in
 // between, a Run schedules them (the same IDs: the target reports one
-// already scheduled and its number) before the first is due.
+// already scheduled and its number) before the first is due: the tick
+// the dead Run held, delivered again, or a tick the first write carries.
 //
 // A Run's work is planning. Each record has one tick, a message
 // scheduled on the scheduler's queue for when half of the horizon is
