@@ -16,6 +16,14 @@ import (
 
 const childEnv = "JETSAGA_EMBEDDED_NATS_CHILD"
 
+// ChildBinEnv names the environment variable that, when set, gives the
+// program StartProcess runs as the server child instead of the current
+// binary: one that calls RunChildIfRequested first thing (cmd/...). A test
+// binary built with the race detector runs its children with it too;
+// pointing this at a program built without it spares the server's own
+// code that cost (the make test script does).
+const ChildBinEnv = "JETSAGA_EMBEDDED_NATS_BIN"
+
 // childAddrInUse is a child's exit status when a port it was given is
 // taken (ErrAddrInUse).
 const childAddrInUse = 3
@@ -89,7 +97,11 @@ func (p *Process) start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	bin := os.Args[0]
+	if b := os.Getenv(ChildBinEnv); b != "" {
+		bin = b
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
