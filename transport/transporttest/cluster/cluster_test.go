@@ -1,4 +1,4 @@
-package transporttest_test
+package cluster_test
 
 // Fault scenarios on a 3-node JetStream cluster, every stream replicated
 // three times (R3). Each node is a child process of this test binary (see

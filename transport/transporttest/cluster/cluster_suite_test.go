@@ -1,4 +1,4 @@
-package transporttest_test
+package cluster_test
 
 import (
 	"context"
