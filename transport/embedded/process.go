@@ -17,11 +17,11 @@ import (
 const childEnv = "JETSAGA_EMBEDDED_NATS_CHILD"
 
 // ChildBinEnv names the environment variable that, when set, gives the
-// program StartProcess runs as the server child instead of the current
-// binary: one that calls RunChildIfRequested first thing (cmd/...). A test
-// binary built with the race detector runs its children with it too;
-// pointing this at a program built without it spares the server's own
-// code that cost (the make test script does).
+// path of the program StartProcess runs as the server child instead of the
+// current binary: one whose main calls RunChildIfRequested first thing.
+// A test binary built with the race detector runs its children under it
+// too; a child program built without it spares the server's own code that
+// cost (jetsaga's make test builds one and sets this).
 const ChildBinEnv = "JETSAGA_EMBEDDED_NATS_BIN"
 
 // childAddrInUse is a child's exit status when a port it was given is
