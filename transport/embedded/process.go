@@ -72,8 +72,8 @@ type Process struct {
 	tempDir bool
 }
 
-// StartProcess re-executes the current binary as a server child process
-// (see RunChildIfRequested) and waits until it accepts connections.
+// StartProcess re-executes the current binary (or the program ChildBinEnv
+// names) as a server child process (see RunChildIfRequested) and waits until it accepts connections.
 func StartProcess(opts Options) (*Process, error) {
 	p := &Process{opts: opts}
 	if p.opts.StoreDir == "" {
