@@ -16,6 +16,14 @@ import (
 
 const childEnv = "JETSAGA_EMBEDDED_NATS_CHILD"
 
+// ChildBinEnv names the environment variable that, when set, gives the
+// path of the program StartProcess runs as the server child instead of the
+// current binary: one whose main calls RunChildIfRequested first thing.
+// A test binary built with the race detector runs its children under it
+// too; a child program built without it spares the server's own code that
+// cost (jetsaga's make test builds one and sets this).
+const ChildBinEnv = "JETSAGA_EMBEDDED_NATS_BIN"
+
 // childAddrInUse is a child's exit status when a port it was given is
 // taken (ErrAddrInUse).
 const childAddrInUse = 3
@@ -64,8 +72,8 @@ type Process struct {
 	tempDir bool
 }
 
-// StartProcess re-executes the current binary as a server child process
-// (see RunChildIfRequested) and waits until it accepts connections.
+// StartProcess re-executes the current binary (or the program ChildBinEnv
+// names) as a server child process (see RunChildIfRequested) and waits until it accepts connections.
 func StartProcess(opts Options) (*Process, error) {
 	p := &Process{opts: opts}
 	if p.opts.StoreDir == "" {
@@ -89,7 +97,11 @@ func (p *Process) start() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	bin := os.Args[0]
+	if b := os.Getenv(ChildBinEnv); b != "" {
+		bin = b
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+string(cfg))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()

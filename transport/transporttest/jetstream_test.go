@@ -19,12 +19,17 @@ func TestMain(m *testing.M) {
 
 // TestJetStream runs the conformance suite on a real nats-server. The
 // server runs in a child process so that the restart tests can SIGKILL it.
+//
+// The package's top-level tests run side by side (t.Parallel), each on
+// servers of its own, so that one's restarts and kills stay its own;
+// go test's -parallel bounds how many of their cases run at once.
 func TestJetStream(t *testing.T) { runJetStream(t, transporttest.Run) }
 
 // TestJetStreamKeyed runs the suite with fairness keys on.
 func TestJetStreamKeyed(t *testing.T) { runJetStream(t, transporttest.RunKeyed) }
 
 func runJetStream(t *testing.T, run func(*testing.T, func(*testing.T) *transport.Broker, transporttest.Features)) {
+	t.Parallel()
 	srv, err := embedded.StartProcess(embedded.Options{})
 	if err != nil {
 		t.Fatalf("start nats-server: %v", err)

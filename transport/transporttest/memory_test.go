@@ -10,11 +10,13 @@ import (
 )
 
 func TestMemory(t *testing.T) {
+	t.Parallel()
 	transporttest.Run(t, newMemory, memoryFeatures)
 }
 
 // TestMemoryKeyed runs the suite with fairness keys on.
 func TestMemoryKeyed(t *testing.T) {
+	t.Parallel()
 	transporttest.RunKeyed(t, newMemory, memoryFeatures)
 }
 

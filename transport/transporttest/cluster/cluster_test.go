@@ -1,4 +1,4 @@
-package transporttest_test
+package cluster_test
 
 // Fault scenarios on a 3-node JetStream cluster, every stream replicated
 // three times (R3). Each node is a child process of this test binary (see
@@ -473,6 +473,7 @@ func scenarioScale(t *testing.T) scale {
 // and is restarted. Nothing is lost or stored twice, seqs stay gap-free,
 // overdue timeouts fire, none early; every ID stays a duplicate.
 func TestClusterLeaderKilled(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	sc := scenarioScale(t)
 	for round := range sc.rounds {
@@ -505,6 +506,7 @@ func TestClusterLeaderKilled(t *testing.T) {
 // TestClusterStepDowns: the leaders of the schedule stream and of the
 // queue stream step down mid-workload, one after the other.
 func TestClusterStepDowns(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	sc := scenarioScale(t)
 	for round := range sc.rounds {
@@ -532,6 +534,7 @@ func TestClusterStepDowns(t *testing.T) {
 // after a stepdown of the schedule stream, and after its leader is
 // killed.
 func TestClusterDuplicatesAcrossLeaderChange(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	b, _ := clusterBroker(t, c)
 	for _, abrupt := range []bool{false, true} {

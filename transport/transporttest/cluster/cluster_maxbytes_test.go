@@ -1,4 +1,4 @@
-package transporttest_test
+package cluster_test
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 // size again and sees none of the copies waiting in the schedule stream.
 // Once the source is back, every accepted message reaches the queue.
 func TestClusterMaxBytesSourcingLags(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	b, nc := clusterBroker(t, c)
 	ctx := t.Context()

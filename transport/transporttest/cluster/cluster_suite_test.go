@@ -1,4 +1,4 @@
-package transporttest_test
+package cluster_test
 
 import (
 	"context"
@@ -27,6 +27,7 @@ func TestJetStreamCluster(t *testing.T) { runCluster(t, transporttest.Run) }
 func TestJetStreamClusterKeyed(t *testing.T) { runCluster(t, transporttest.RunKeyed) }
 
 func runCluster(t *testing.T, run func(*testing.T, func(*testing.T) *transport.Broker, transporttest.Features)) {
+	t.Parallel()
 	c := startCluster(t)
 	_, admin := clusterBroker(t, c)
 	js, err := jetstream.New(admin)

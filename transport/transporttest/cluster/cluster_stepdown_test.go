@@ -1,4 +1,4 @@
-package transporttest_test
+package cluster_test
 
 import (
 	"context"
@@ -38,6 +38,7 @@ const stepdownRounds = 10
 // sequence to a plain R3 stream, right after its stepdown, with a 6 s
 // timeout and no retry.
 func TestClusterOpsAfterStepDown(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t)
 	b, nc := clusterBroker(t, c)
 	ctx := t.Context()
