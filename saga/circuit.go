@@ -24,10 +24,13 @@ import (
 // step at once. Nothing of this counts against a RetryPolicy.
 
 // Backoff of a waiting step's attempts: from probeFirst, doubling, up to
-// probeMax.
+// probeMax. The circuit opens at a step's openAfter-th attempt that finds
+// a dependency unavailable (after about 300 ms): one timeout on a loaded
+// server does not stop the dispatcher's intake.
 const (
 	probeFirst = 100 * time.Millisecond
 	probeMax   = 5 * time.Second
+	openAfter  = 3
 )
 
 // unavailable reports whether a step's error is an outage rather than the
@@ -149,6 +152,19 @@ func (c *circuit) worked() {
 // live ended (Run stops; del is abandoned for redelivery) or del's lock
 // was lost (the server redelivers it).
 func (c *circuit) wait(live context.Context, del *transport.Delivery, rest []*transport.Delivery, err error, attempt int) bool {
+	if attempt < openAfter {
+		// A single timeout under load is no outage yet: try again
+		// soon, receiving on meanwhile, as an immediate retry would.
+		select {
+		case <-live.Done():
+			actx, cancel := context.WithTimeout(context.WithoutCancel(live), 5*time.Second)
+			_ = del.Abandon(actx)
+			cancel()
+			return false
+		case <-time.After(probeFirst << (attempt - 1)):
+			return true
+		}
+	}
 	c.mu.Lock()
 	if !c.open {
 		c.open, c.since, c.waits = true, time.Now(), 0
