@@ -8,7 +8,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ## test: every test of every module. scripts/test installs what the tests need
 ## when it is missing (or stops at once saying what to install), then runs the
 ## gofmt check, go vet and go test -race of each module, every module even when
-## one fails, as up to JOBS (2) concurrent jobs (the transport's conformance
+## one fails, as up to JOBS (1) concurrent jobs (the transport's conformance
 ## suite first), and prints each package's time and a summary. RACE= tests
 ## without the race detector; SUITE_PARALLEL (6) bounds the suite's cases
 ## running at once in each of its two test binaries (go test -parallel).
