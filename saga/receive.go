@@ -25,19 +25,18 @@ import (
 // runner is what one Run shares among its workers: the concurrency slots
 // and the timeouts held until their due time.
 type runner struct {
-	d      *Dispatcher
-	work   context.Context         // for holds and steps, which outlive Run's context
-	stop   context.CancelCauseFunc // ends Run's receiving: see closed
-	live   context.Context         // Run's receiving context: ends on shutdown
-	outage *circuit                // steps waiting for a dependency (circuit.go)
-	slots  chan struct{}           // one per message handled at once (WithConcurrency)
-	held   atomic.Int64
-	wg     sync.WaitGroup // the holding goroutines, and those of set-aside deliveries
-	keys   *keyLimiter    // WithKeyLimit; nil without
+	d     *Dispatcher
+	work  context.Context         // for holds and steps, which outlive Run's context
+	stop  context.CancelCauseFunc // ends Run's receiving: see closed
+	live  context.Context         // Run's receiving context: ends on shutdown
+	slots chan struct{}           // one per message handled at once (WithConcurrency)
+	held  atomic.Int64
+	wg    sync.WaitGroup // the holding goroutines, and those of set-aside deliveries
+	keys  *keyLimiter    // WithKeyLimit; nil without
 }
 
 func newRunner(d *Dispatcher, live, work context.Context, stop context.CancelCauseFunc) *runner {
-	return &runner{d: d, live: live, work: work, stop: stop, outage: d.outage, slots: make(chan struct{}, d.cfg.concurrency),
+	return &runner{d: d, live: live, work: work, stop: stop, slots: make(chan struct{}, d.cfg.concurrency),
 		keys: newKeyLimiter(d.cfg.keyLimit, KeyLimitBacklog(d.cfg.concurrency, d.cfg.batch))}
 }
 
@@ -105,10 +104,10 @@ func (r *runner) handle(slots chan struct{}, del *transport.Delivery, h holdPlan
 		res := r.d.handle(wctx, del, h)
 		cancel()
 		if res.Outcome != Waiting {
-			r.outage.worked()
+			r.d.outage.worked()
 			return
 		}
-		if !r.outage.wait(r.live, del, rest, res.Err, attempt) {
+		if !r.d.outage.wait(r.live, del, rest, res.Err, attempt) {
 			return
 		}
 		h.until = time.Time{} // held until due already
@@ -129,7 +128,7 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 	backoff := 10 * time.Millisecond
 	failing := statelog.Failures{Logger: d.cfg.logger, What: "saga: receive", Attrs: []slog.Attr{slog.String("queue", d.queueName)}}
 	for ctx.Err() == nil {
-		batch, ok := r.outage.mayReceive(ctx, d.cfg.batch)
+		batch, ok := r.d.outage.mayReceive(ctx, d.cfg.batch)
 		if !ok {
 			return
 		}
@@ -165,7 +164,7 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 				d.abandonUnstarted(work, del)
 				continue
 			}
-			if held, ok := r.outage.holdBatch(ctx, ds[i:]); !ok {
+			if held, ok := r.d.outage.holdBatch(ctx, ds[i:]); !ok {
 				d.abandonUnstarted(work, del) // Run stops; the rest of the batch too (above)
 				continue
 			} else if held && !time.Now().Before(del.LockedUntil()) {
@@ -180,9 +179,7 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 				// the locks that are half gone, so that each step starts
 				// with at least half a lock and none expires while it waits.
 				for _, next := range ds[i:] {
-					if time.Until(next.LockedUntil()) < lock/2 {
-						_ = next.RenewLock(work)
-					}
+					renewHalfGone(work, next, lock)
 				}
 			}
 			r.dispatch(ctx, slots, del, h, ds[i+1:], lock)
