@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,7 +134,7 @@ func TestUnavailableDependencyWaitsInsteadOfDeadLettering(t *testing.T) {
 		if n != 1 {
 			t.Errorf("%s handled %d times", id, n)
 		}
-		if o, _ := outcomes.Load(id); tried[id] && !slicesContains(o.([]saga.Outcome), saga.Waiting) {
+		if o, _ := outcomes.Load(id); tried[id] && !slices.Contains(o.([]saga.Outcome), saga.Waiting) {
 			t.Errorf("%s: outcomes %v: the steps of the outage not reported as waiting", id, o)
 		}
 		for _, c := range counts[id] {
@@ -148,11 +149,3 @@ func TestUnavailableDependencyWaitsInsteadOfDeadLettering(t *testing.T) {
 	}
 }
 
-func slicesContains(s []saga.Outcome, o saga.Outcome) bool {
-	for _, x := range s {
-		if x == o {
-			return true
-		}
-	}
-	return false
-}
