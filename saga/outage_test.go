@@ -148,4 +148,3 @@ func TestUnavailableDependencyWaitsInsteadOfDeadLettering(t *testing.T) {
 		t.Errorf("Health after the outage: %+v", h)
 	}
 }
-
