@@ -23,6 +23,8 @@ type target struct {
 	err  error  // why decoding or correlation failed
 
 	done, doneID string // doneKey, and the id it was made for
+
+	in incomingCtx // the Finder's context: see IncomingMessage
 }
 
 // resolve finds the sagas a message goes to, decodes it and correlates it
@@ -77,7 +79,8 @@ func (d *Dispatcher) correlate(ctx context.Context, del *transport.Delivery, t *
 	if err != nil {
 		t.err = Permanent(fmt.Errorf("%w: %s: %w", ErrMalformed, typ, err))
 	} else if t.kind != routeTimeout {
-		id, t.err = t.rt.find(context.WithValue(ctx, incomingKey{}, del.Message), typ, m)
+		t.in = incomingCtx{ctx, del.Message}
+		id, t.err = t.rt.find(&t.in, typ, m)
 	}
 	if verr := validateID(id); verr != nil {
 		if t.err == nil {
@@ -89,6 +92,22 @@ func (d *Dispatcher) correlate(ctx context.Context, del *transport.Delivery, t *
 }
 
 type incomingKey struct{}
+
+// incomingCtx is a Finder's context: ctx with the message being
+// correlated as the value of incomingKey. It lives in the target, so that
+// correlating allocates no context of its own (context.WithValue would,
+// on every message).
+type incomingCtx struct {
+	context.Context
+	m *transport.Message
+}
+
+func (c *incomingCtx) Value(key any) any {
+	if key == (incomingKey{}) {
+		return c.m
+	}
+	return c.Context.Value(key)
+}
 
 // IncomingMessage returns, in a Finder, the message being correlated,
 // with its transport fields (CorrelationID, ReplyTo, Properties), for a
