@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -29,20 +30,42 @@ type ledger struct {
 	Balance int
 }
 
-// PostgreSQL stopped (immediate, then fast) under a stream of deposits:
-// the dispatcher waits for it instead of burning retries — with a policy
-// that would dead-letter at the first delayed retry, nothing is
-// dead-lettered — and every deposit is applied exactly once after the
-// restart.
+// PostgreSQL stopped (immediate, then fast), and the network to it
+// black-holed (nothing refused, nothing answered), under a stream of
+// deposits: the dispatcher waits for it instead of burning retries — with
+// a policy that would dead-letter at the first delayed retry, nothing is
+// dead-lettered — and every deposit is applied exactly once after it.
 func TestPostgresOutageWaits(t *testing.T) {
 	for _, mode := range []pgtest.Shutdown{pgtest.Immediate, pgtest.Fast} {
-		t.Run(mode.String(), func(t *testing.T) { testPostgresOutage(t, mode) })
+		t.Run(mode.String(), func(t *testing.T) {
+			testPostgresOutage(t, pg.NewDatabase(t), func(ctx context.Context, whileDown func() error) error {
+				return pg.RestartAfter(ctx, mode, whileDown)
+			})
+		})
 	}
+	t.Run("blackhole", func(t *testing.T) {
+		u, err := url.Parse(pg.NewDatabase(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hole := testutil.NewBlackhole(t, u.Host)
+		u.Host = hole.Addr()
+		// A step waits for an answer until its drain timeout: shorter
+		// than the default's 30 s, so that the test sees the dispatcher
+		// wait within seconds.
+		testPostgresOutage(t, u.String(), func(_ context.Context, whileDown func() error) error {
+			hole.Set(true)
+			defer hole.Set(false)
+			return whileDown()
+		}, saga.WithDrainTimeout(2*time.Second))
+	})
 }
 
-func testPostgresOutage(t *testing.T, mode pgtest.Shutdown) {
+// testPostgresOutage runs deposits on the database at dbURL through
+// outage, which calls whileDown while PostgreSQL cannot be reached.
+func testPostgresOutage(t *testing.T, dbURL string, outage func(ctx context.Context, whileDown func() error) error, opts ...saga.Option) {
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, pg.NewDatabase(t))
+	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +105,9 @@ func testPostgresOutage(t *testing.T, mode pgtest.Shutdown) {
 	}}
 	// No delayed retry: before outages were told apart, the first step
 	// that met the stopped server went to the dead-letter queue.
-	d, err := saga.NewDispatcher(broker, store, "deposits", saga.WithSagas(def), saga.WithHooks(hooks),
+	d, err := saga.NewDispatcher(broker, store, "deposits", append([]saga.Option{saga.WithSagas(def), saga.WithHooks(hooks),
 		saga.WithLogger(testutil.Logger()), saga.WithRetry(saga.RetryPolicy{Immediate: 1, Delayed: -1}),
-		saga.WithQueueConfig(transport.QueueConfig{Name: "deposits", LockDuration: 2 * time.Second}))
+		saga.WithQueueConfig(transport.QueueConfig{Name: "deposits", LockDuration: 2 * time.Second})}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,11 +130,11 @@ func testPostgresOutage(t *testing.T, mode pgtest.Shutdown) {
 		}
 	}
 	send(0, perAccount/2)
-	err = pg.RestartAfter(ctx, mode, func() error {
+	err = outage(ctx, func() error {
 		// Deposits keep coming while PostgreSQL is down.
 		send(perAccount/2, perAccount)
 		var h saga.Health
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for !time.Now().After(deadline) {
 			if h = d.Health(); h.Waiting && h.Attempts >= 10 && time.Since(h.Since) > 3*time.Second {
 				return nil
