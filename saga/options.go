@@ -405,7 +405,10 @@ const (
 	// kept with the instance and carried out, exactly once, by the next
 	// step on the instance or by a retry the dispatcher schedules on its
 	// own queue, whichever comes first; the retry repeats with
-	// RetryPolicy.Backoff until they are out.
+	// RetryPolicy.Backoff until they are out — except while what they
+	// need is unavailable (a timeout engine or the server is down): then
+	// the retry waits as a step does (see Waiting) and goes out within
+	// seconds of its return.
 	EffectsPending Outcome = "effects-pending"
 	Duplicate      Outcome = "duplicate"     // already handled: no second effect
 	Dropped        Outcome = "dropped"       // stale timeout, or no instance (NotFoundPolicy: ignored, or its Hook)

@@ -160,6 +160,13 @@ func (d *Dispatcher) settleCommitted(ctx context.Context, del *transport.Deliver
 // again (the next attempt) if the effects it carries out still cannot be.
 func (d *Dispatcher) settleFlush(ctx context.Context, del *transport.Delivery, f flushed) StepResult {
 	outcome, err := f.outcome, f.err
+	if unavailable(err) {
+		// What the effects need is down (a timeout engine, the server):
+		// the runner keeps the message and tries again as it does a step
+		// that waits (circuit.go), every few seconds at most, rather than
+		// by the retry policy's backoff, which can grow to minutes.
+		return StepResult{Outcome: Waiting, Err: fmt.Errorf("%w: saga %s/%s: %w", ErrEffectsPending, f.saga, f.id, err)}
+	}
 	if err != nil && !errors.Is(err, ErrPermanent) {
 		err = fmt.Errorf("%w: saga %s/%s: %w", ErrEffectsPending, f.saga, f.id, err)
 		if serr := d.scheduleFlush(ctx, f.saga, f.id, f.origin, f.attempt+1); serr != nil {
