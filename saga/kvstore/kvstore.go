@@ -194,6 +194,9 @@ func putErr(key string, value []byte, err error) error {
 	if err == nil {
 		return nil
 	}
+	if inFlight(err) {
+		return inFlightErr("put", key, err)
+	}
 	if isConflict(err) {
 		return fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)
 	}
@@ -215,6 +218,9 @@ func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
 		return fmt.Errorf("%w: %s exists; delete needs its revision", saga.ErrConflict, key)
 	}
 	err := s.kv.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(s.markerTTL))
+	if inFlight(err) {
+		return inFlightErr("delete", key, err)
+	}
 	if isConflict(err) {
 		return fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)
 	}
@@ -234,9 +240,35 @@ func storeErr(op, key string, err error) error {
 	return fmt.Errorf("kvstore: %s %s: %w", op, key, err)
 }
 
+// isConflict reports a write refused because the key's revision is not
+// the one expected. A refusal because another write of the key is still
+// being replicated (inFlight) is not one: that write's outcome is not
+// known yet, and loading the key again would only find the revision
+// before it.
 func isConflict(err error) bool {
+	if inFlight(err) {
+		return false
+	}
 	var apiErr *jetstream.APIError
 	return errors.Is(err, jetstream.ErrKeyExists) ||
-		errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// inFlight reports the server's refusal of a write because an earlier
+// write of the same key is proposed to the stream's replicas and not
+// applied yet (JetStream error 10164, "wrong last sequence" without a
+// number). It lasts as long as the bucket's stream has no quorum to apply
+// it — two of three nodes down, say — so it is an outage
+// (saga.ErrUnavailable), not a conflict: a step retried at once on it as
+// on a conflict would spend its conflict retries in milliseconds and be
+// dead-lettered. nats.go's Create reports it as jetstream.ErrKeyExists
+// joined with the server's error.
+func inFlight(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// inFlightErr describes an inFlight refusal of op on key.
+func inFlightErr(op, key string, err error) error {
+	return fmt.Errorf("%w: kvstore: %s %s: an earlier write of the key is not replicated yet: %w", saga.ErrUnavailable, op, key, err)
 }
