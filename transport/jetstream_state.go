@@ -128,8 +128,11 @@ func (q *jsQueue) commitState(ctx context.Context, c StateCommit, p int) (StateR
 // refusal tells why the server refused a commit with a wrong-last-sequence
 // error, which any of the batch's conditions may have raised: the
 // record's revision (ErrStateConflict), or a schedule's MessageID guard
-// (ErrDuplicateMessage). A refusal neither explains — a write on one of
-// the subjects was still being replicated — is a conflict: the caller
+// (ErrDuplicateMessage). A refusal neither explains is a write on one of
+// the subjects still being replicated: ErrUnavailable if the server said
+// so (its outcome is not known yet; without quorum it stays unknown, and a
+// caller that reloaded and retried at once, as on a conflict, would find
+// the same record and the same refusal), else a conflict: the caller
 // loads the record again and retries. If an unanswered try's commit
 // turns out stored, that is success, but the commit is reported as a
 // conflict all the same: the caller's next load sees it.
@@ -153,8 +156,39 @@ func (q *jsQueue) refusal(ctx context.Context, part *jsPartition, c StateCommit,
 			return fmt.Errorf("%w: message %d (MessageID %.64q): %w", ErrDuplicateMessage, i, c.Schedule[i].MessageID, cause)
 		}
 	}
+	if isInFlight(cause) {
+		return q.inFlight(ctx, part, c, rec, cause)
+	}
 	return fmt.Errorf("%w: %s: %w", ErrStateConflict, c.Key, cause)
 }
+
+// inFlight tells what a refusal because an earlier write is not applied
+// yet (cause) was, for a commit of c whose record moved on from c.Rev by
+// none of its own: a conflict once the record's revision moves on (on a
+// healthy cluster, within milliseconds), ErrUnavailable if it stays for
+// inFlightWait — a stream without quorum, which never applies it.
+func (q *jsQueue) inFlight(ctx context.Context, part *jsPartition, c StateCommit, rec *nats.Msg, cause error) error {
+	wctx, cancel := context.WithTimeout(ctx, inFlightWait)
+	defer cancel()
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		raw, err := q.d.getLast(wctx, part.sched, rec.Subject)
+		switch {
+		case err == nil && raw.Sequence != c.Rev, err != nil && isNotFound(err) && c.Rev != 0:
+			return fmt.Errorf("%w: %s: %w", ErrStateConflict, c.Key, cause)
+		case err != nil && !isNotFound(err) && wctx.Err() == nil:
+			return q.d.mapErr(err)
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("%w: %s: an earlier write is not replicated yet: %w", ErrUnavailable, c.Key, cause)
+		case <-time.After(pause):
+		}
+	}
+}
+
+// inFlightWait bounds how long inFlight looks: well beyond a healthy
+// cluster's replication, well within a step's time.
+const inFlightWait = 2 * time.Second
 
 // publishAtomic stores msgs, all in one stream, all or none, and returns
 // the sequence of the last: one publish for one message, else an ADR-50

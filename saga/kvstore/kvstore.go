@@ -166,7 +166,7 @@ func (s *Store) Put(ctx context.Context, key string, value []byte, rev uint64) (
 	} else {
 		n, err = s.kv.Update(ctx, key, value, rev)
 	}
-	return n, putErr(key, value, err)
+	return n, s.putErr(ctx, key, value, rev, err)
 }
 
 // PutTTL is Put, and the key expires ttl after this write (at the
@@ -179,23 +179,23 @@ func (s *Store) PutTTL(ctx context.Context, key string, value []byte, rev uint64
 	ttl = (ttl + time.Second - 1).Truncate(time.Second)
 	if rev == 0 {
 		n, err := s.kv.Create(ctx, key, value, jetstream.KeyTTL(ttl))
-		return n, putErr(key, value, err)
+		return n, s.putErr(ctx, key, value, rev, err)
 	}
 	// KeyValue.Update takes no TTL: publish as it does, with one.
 	ack, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.prefix + key, Data: value},
 		jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
 	if err != nil {
-		return 0, putErr(key, value, err)
+		return 0, s.putErr(ctx, key, value, rev, err)
 	}
 	return ack.Sequence, nil
 }
 
-func putErr(key string, value []byte, err error) error {
+func (s *Store) putErr(ctx context.Context, key string, value []byte, rev uint64, err error) error {
 	if err == nil {
 		return nil
 	}
 	if inFlight(err) {
-		return inFlightErr("put", key, err)
+		return s.inFlightErr(ctx, "put", key, rev, err)
 	}
 	if isConflict(err) {
 		return fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)
@@ -219,7 +219,7 @@ func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
 	}
 	err := s.kv.Purge(ctx, key, jetstream.LastRevision(rev), jetstream.PurgeTTL(s.markerTTL))
 	if inFlight(err) {
-		return inFlightErr("delete", key, err)
+		return s.inFlightErr(ctx, "delete", key, rev, err)
 	}
 	if isConflict(err) {
 		return fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)
@@ -257,18 +257,40 @@ func isConflict(err error) bool {
 // inFlight reports the server's refusal of a write because an earlier
 // write of the same key is proposed to the stream's replicas and not
 // applied yet (JetStream error 10164, "wrong last sequence" without a
-// number). It lasts as long as the bucket's stream has no quorum to apply
-// it — two of three nodes down, say — so it is an outage
-// (saga.ErrUnavailable), not a conflict: a step retried at once on it as
-// on a conflict would spend its conflict retries in milliseconds and be
-// dead-lettered. nats.go's Create reports it as jetstream.ErrKeyExists
-// joined with the server's error.
+// number). nats.go's Create reports it as jetstream.ErrKeyExists joined
+// with the server's error.
 func inFlight(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 }
 
-// inFlightErr describes an inFlight refusal of op on key.
-func inFlightErr(op, key string, err error) error {
-	return fmt.Errorf("%w: kvstore: %s %s: an earlier write of the key is not replicated yet: %w", saga.ErrUnavailable, op, key, err)
+// inFlightErr tells what an inFlight refusal (err) of op on key, written
+// at revision rev, was. On a healthy cluster the earlier write is applied
+// within milliseconds: the key's revision moves on, and the refusal is a
+// conflict (the caller loads and retries). Without quorum — two of three
+// nodes down, say — it is never applied and the revision stays: an outage
+// (saga.ErrUnavailable), which the dispatcher waits out. (Reported as a
+// conflict, the step would spend its conflict retries in milliseconds and
+// be dead-lettered.) It looks for up to inFlightWait.
+func (s *Store) inFlightErr(ctx context.Context, op, key string, rev uint64, err error) error {
+	wctx, cancel := context.WithTimeout(ctx, inFlightWait)
+	defer cancel()
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		_, now, lerr := s.Load(wctx, key)
+		switch {
+		case lerr == nil && now != rev, errors.Is(lerr, saga.ErrNotFound) && rev != 0:
+			return fmt.Errorf("%w: %s: %w", saga.ErrConflict, key, err)
+		case lerr != nil && !errors.Is(lerr, saga.ErrNotFound) && wctx.Err() == nil:
+			return lerr
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("%w: kvstore: %s %s: an earlier write of the key is not replicated yet: %w", saga.ErrUnavailable, op, key, err)
+		case <-time.After(pause):
+		}
+	}
 }
+
+// inFlightWait bounds inFlightErr's look: well beyond a healthy cluster's
+// replication, well within a step's time.
+const inFlightWait = 2 * time.Second
