@@ -47,8 +47,9 @@ type Dispatcher struct {
 
 	onHold func(*transport.Delivery) // tests: called as a hold begins
 
-	outage *circuit    // steps waiting for a dependency (circuit.go)
-	kill   *killSwitch // WithKillSwitch; nil: off
+	outage *circuit     // steps waiting for a dependency (circuit.go)
+	kill   *killSwitch  // WithKillSwitch; nil: off
+	calls  callOutcomes // outcomes of Calls of steps not committed yet (call.go)
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga

@@ -67,6 +67,13 @@ type stepState struct {
 	occurrence int
 	late       *Lateness // the timeout goes to its late handler (CatchUpLate)
 	n          int       // effects so far, for effect IDs
+
+	// Calls (call.go).
+	outer      context.Context // the step's context outside its unit of work, if in one
+	mayBeStale bool            // the record may be a cached, stale one
+	reload     bool            // a Call asked for the step to run from the store
+	calls      map[string]int  // calls so far by name, for their keys
+	made       []string        // keys of the calls made or found settled
 }
 
 func (s *stepState) envelope(m any, opts []SendOption) (*envelope, error) {

@@ -122,8 +122,8 @@ func (d *Dispatcher) StuckInstances(ctx context.Context, sagaName string) iter.S
 			}
 			name, enc, ok := strings.Cut(key, ".")
 			id, derr := base64.RawURLEncoding.DecodeString(enc)
-			if !ok || derr != nil {
-				continue // not a saga record
+			if !ok || derr != nil || strings.HasPrefix(key, "=") {
+				continue // not a saga record (see CallKeyPrefix)
 			}
 			rec, _, err := d.load(ctx, key)
 			if errors.Is(err, ErrNotFound) {

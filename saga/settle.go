@@ -224,6 +224,8 @@ func (d *Dispatcher) fail(ctx context.Context, del *transport.Delivery, identity
 		return d.deadLetter(ctx, del, ReasonMalformed, err, h)
 	case errors.Is(err, ErrSagaNotFound):
 		return d.deadLetter(ctx, del, ReasonSagaNotFound, err, h)
+	case errors.Is(err, ErrCallInDoubt):
+		return d.deadLetter(ctx, del, ReasonCallInDoubt, err, h)
 	case errors.Is(err, ErrPermanent):
 		return d.deadLetter(ctx, del, ReasonPermanent, err, h)
 	}

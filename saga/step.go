@@ -259,7 +259,11 @@ func (d *Dispatcher) attempt(ctx context.Context, u *stepUnit, t *target, key, i
 		}
 	}
 	s := &stepState{ctx: ctx, d: d, rt: t.rt, sagaName: t.rt.Name(), id: t.id, key: key, identity: identity, in: del.Message,
-		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token, timeoutDue: te.At, occurrence: te.Occurrence}
+		rec: rec, isNew: isNew, now: now, codec: d.cfg.codec, timeout: token, timeoutDue: te.At, occurrence: te.Occurrence,
+		mayBeStale: stale}
+	if u != nil {
+		s.outer = u.outer
+	}
 	return d.handleAndCommit(ctx, u, t, del, s, te, rev, stale)
 }
 
@@ -271,6 +275,8 @@ func (d *Dispatcher) attempt(ctx context.Context, u *stepUnit, t *target, key, i
 // after it.
 func (d *Dispatcher) handleAndCommit(ctx context.Context, u *stepUnit, t *target, del *transport.Delivery, s *stepState, te timeoutEntry, rev uint64, stale bool) (Outcome, error) {
 	rec, key, identity, now, token := s.rec, s.key, s.identity, s.now, s.timeout
+	committed := false
+	defer func() { d.persistCalls(s, committed) }()
 	typ := del.Properties[propType]
 	var late *LateTimeout
 	if t.kind == routeTimeout {
@@ -291,6 +297,9 @@ func (d *Dispatcher) handleAndCommit(ctx context.Context, u *stepUnit, t *target
 		if err := callHandler(ctx, t.rt, s, typ, t.m); err != nil {
 			return fresh(stale, "", &HandlerError{Saga: t.rt.Name(), ID: t.id, Message: typ, Err: err})
 		}
+		if s.reload {
+			return "", errStale // a Call on a cached record (see Call)
+		}
 	}
 	if err := rec.Remember(identity, now, d.inboxRetention()); err != nil {
 		return fresh(stale, "", fmt.Errorf("saga %s/%s: %d messages committed within the inbox retention (%v): %w",
@@ -309,6 +318,7 @@ func (d *Dispatcher) handleAndCommit(ctx context.Context, u *stepUnit, t *target
 	if err := u.commit(ctx); err != nil {
 		return "", err
 	}
+	committed = true
 	if late != nil {
 		d.reportLate(ctx, *late)
 	}

@@ -18,6 +18,7 @@ import (
 type stepUnit struct {
 	u     Unit
 	ended bool
+	outer context.Context // the attempt's context outside the unit (see Call)
 }
 
 // commit commits the unit the attempt runs in, if it runs in one.
@@ -42,7 +43,7 @@ func (d *Dispatcher) attemptInUnit(ctx context.Context, us UnitStore, t *target,
 	if err != nil {
 		return "", fmt.Errorf("saga %s/%s: beginning a unit of work: %w", t.rt.Name(), t.id, err)
 	}
-	su := &stepUnit{u: u}
+	su := &stepUnit{u: u, outer: ctx}
 	defer func() {
 		if !su.ended {
 			// Its error says no more than err (or the panic) does: the
