@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/jetsaga/jetsaga/transport"
 )
 
 // Calls to the outside world.
@@ -155,7 +157,7 @@ func Call[S, R any](ctx context.Context, c *Context[S], name string, call func(c
 	}
 	key := s.callKey(name)
 	d := s.d
-	if o, ok := d.calls.get(key); ok {
+	if o, ok := d.calls.get(s.in, key); ok {
 		s.made = append(s.made, key)
 		return decodeOutcome[R](s, name, o)
 	}
@@ -166,7 +168,7 @@ func Call[S, R any](ctx context.Context, c *Context[S], name string, call func(c
 		return zero, err
 	case stored != nil && stored.State != callIntent:
 		stored.rev, stored.saved = rev, true
-		d.calls.put(key, *stored)
+		d.calls.put(s.in, key, *stored)
 		s.made = append(s.made, key)
 		return decodeOutcome[R](s, name, *stored)
 	case stored != nil:
@@ -326,7 +328,7 @@ func (d *Dispatcher) remember(s *stepState, key, name string, rev uint64, v any,
 	if err != nil {
 		o.State, o.Error = callFailed, err.Error()
 	}
-	d.calls.put(key, o)
+	d.calls.put(s.in, key, o)
 	s.made = append(s.made, key)
 }
 
@@ -362,14 +364,14 @@ func (d *Dispatcher) persistCalls(s *stepState, committed bool) {
 	}
 	if committed {
 		for _, key := range s.made {
-			d.calls.forget(key)
+			d.calls.forget(s.in, key)
 		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.outerCtx()), 5*time.Second)
 	defer cancel()
 	for _, key := range s.made {
-		o, ok := d.calls.get(key)
+		o, ok := d.calls.get(s.in, key)
 		if !ok || o.saved || o.rev == 0 {
 			continue
 		}
@@ -390,47 +392,57 @@ func (d *Dispatcher) persistCalls(s *stepState, committed bool) {
 			continue
 		}
 		o.rev, o.saved = rev, true
-		d.calls.put(key, o)
+		d.calls.put(s.in, key, o)
 	}
 }
 
 // callOutcomes keeps the outcomes of calls made by steps that have not
-// committed yet, for their re-runs in this process, up to a bound.
+// committed yet, for their re-runs on the same delivery in this process
+// (after a conflict, while an outage lasts), up to a bound. A delivery of
+// the message again — after a crash, or as a delayed retry — is another
+// message, and finds the outcome in the store, if at all, as another
+// process would.
 type callOutcomes struct {
 	mu    sync.Mutex
-	m     map[string]callRecord
-	order []string
+	m     map[callMemKey]callRecord
+	order []callMemKey
+}
+
+type callMemKey struct {
+	in  *transport.Message
+	key string
 }
 
 const maxCallOutcomes = 10000
 
-func (c *callOutcomes) get(key string) (callRecord, bool) {
+func (c *callOutcomes) get(in *transport.Message, key string) (callRecord, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	o, ok := c.m[key]
+	o, ok := c.m[callMemKey{in, key}]
 	return o, ok
 }
 
-func (c *callOutcomes) put(key string, o callRecord) {
+func (c *callOutcomes) put(in *transport.Message, key string, o callRecord) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
-		c.m = map[string]callRecord{}
+		c.m = map[callMemKey]callRecord{}
 	}
-	if _, ok := c.m[key]; !ok {
-		c.order = append(c.order, key)
+	k := callMemKey{in, key}
+	if _, ok := c.m[k]; !ok {
+		c.order = append(c.order, k)
 	}
-	c.m[key] = o
+	c.m[k] = o
 	for len(c.m) > maxCallOutcomes && len(c.order) > 0 {
 		delete(c.m, c.order[0])
 		c.order = c.order[1:]
 	}
 }
 
-func (c *callOutcomes) forget(key string) {
+func (c *callOutcomes) forget(in *transport.Message, key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.m, key)
+	delete(c.m, callMemKey{in, key})
 	if len(c.order) > 2*len(c.m)+64 {
 		kept := c.order[:0]
 		for _, k := range c.order {

@@ -74,6 +74,7 @@ type stepState struct {
 	reload     bool            // a Call asked for the step to run from the store
 	calls      map[string]int  // calls so far by name, for their keys
 	made       []string        // keys of the calls made or found settled
+	committed  bool            // the step's commit is done
 }
 
 func (s *stepState) envelope(m any, opts []SendOption) (*envelope, error) {

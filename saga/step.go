@@ -274,9 +274,16 @@ func (d *Dispatcher) attempt(ctx context.Context, u *stepUnit, t *target, key, i
 // unit u, the record's commit commits u, and the effects are carried out
 // after it.
 func (d *Dispatcher) handleAndCommit(ctx context.Context, u *stepUnit, t *target, del *transport.Delivery, s *stepState, te timeoutEntry, rev uint64, stale bool) (Outcome, error) {
+	o, err := d.handleAndCommitCalls(ctx, u, t, del, s, te, rev, stale)
+	// Not deferred: a run that dies (a panic unwinding it, as a crash in
+	// sagatest) leaves its calls' outcomes as a dead process would.
+	d.persistCalls(s, s.committed)
+	return o, err
+}
+
+// handleAndCommitCalls is handleAndCommit but for the calls' outcomes.
+func (d *Dispatcher) handleAndCommitCalls(ctx context.Context, u *stepUnit, t *target, del *transport.Delivery, s *stepState, te timeoutEntry, rev uint64, stale bool) (Outcome, error) {
 	rec, key, identity, now, token := s.rec, s.key, s.identity, s.now, s.timeout
-	committed := false
-	defer func() { d.persistCalls(s, committed) }()
 	typ := del.Properties[propType]
 	var late *LateTimeout
 	if t.kind == routeTimeout {
@@ -318,7 +325,7 @@ func (d *Dispatcher) handleAndCommit(ctx context.Context, u *stepUnit, t *target
 	if err := u.commit(ctx); err != nil {
 		return "", err
 	}
-	committed = true
+	s.committed = true
 	if late != nil {
 		d.reportLate(ctx, *late)
 	}

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jetsaga/jetsaga/saga"
@@ -39,6 +41,13 @@ const (
 	// process died before it acknowledged the message. The redelivery is
 	// a duplicate: the message's identity is in the instance's inbox.
 	BeforeAck
+	// AfterCallIntent: the handler's saga.Call recorded its intent, and
+	// the process died before making the call. The redelivery runs the
+	// handler again, and its Call finds the intent without an outcome:
+	// the call's policy decides (call again with the same key, reconcile,
+	// or ErrCallInDoubt). (A crash after the call answered, before the
+	// step's commit, is BeforeCommit: the outcome dies with the process.)
+	AfterCallIntent
 )
 
 // String names the crash point as Explore reports it: "before commit",
@@ -51,6 +60,8 @@ func (p CrashPoint) String() string {
 		return "before the outbox is cleared"
 	case BeforeAck:
 		return "before the ack"
+	case AfterCallIntent:
+		return "after a call's intent"
 	}
 	return fmt.Sprintf("CrashPoint(%d)", int(p))
 }
@@ -86,6 +97,7 @@ func crashSlots(inputs []Input) []int {
 type crashState struct {
 	point     CrashPoint
 	committed map[string]bool // keys the step committed to (BeforeOutboxCleared)
+	died      bool            // the step's goroutine stopped in the handler (AfterCallIntent)
 }
 
 // crashed is what the store panics with at a crash point: it unwinds the
@@ -106,12 +118,30 @@ var _ interface {
 
 func (s crashStore) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
 	s.crashPoint(ctx, key, value)
-	return s.Store.Put(ctx, key, value, rev)
+	n, err := s.Store.Put(ctx, key, value, rev)
+	s.crashAfter(key, err)
+	return n, err
 }
 
 func (s crashStore) PutTTL(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
 	s.crashPoint(ctx, key, value)
-	return s.Store.PutTTL(ctx, key, value, rev, ttl)
+	n, err := s.Store.PutTTL(ctx, key, value, rev, ttl)
+	s.crashAfter(key, err)
+	return n, err
+}
+
+// crashAfter stops the step at AfterCallIntent once a call's intent is
+// written. The write is in the handler, where the dispatcher recovers
+// panics (a handler's panic is its error): the step's goroutine exits
+// instead (runtime.Goexit), which nothing recovers, as a process that
+// dies runs nothing more of the step.
+func (s crashStore) crashAfter(key string, err error) {
+	c := s.e.crash
+	if c == nil || c.point != AfterCallIntent || err != nil || !strings.HasPrefix(key, saga.CallKeyPrefix) {
+		return
+	}
+	c.died = true
+	runtime.Goexit()
 }
 
 func (s crashStore) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
@@ -164,20 +194,35 @@ func (e *Env) handleCrashing(del *transport.Delivery, point CrashPoint, what str
 	e.t.Helper()
 	cd := &crashedDelivery{del: del, point: point, what: what}
 	e.crash = &crashState{point: point, committed: make(map[string]bool)}
-	func() {
+	// The step runs on a goroutine of its own, which a crash in the
+	// handler stops (see crashAfter).
+	var other any
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
 		defer func() {
 			if p := recover(); p != nil {
 				if _, ok := p.(crashed); !ok {
-					panic(p)
+					other = p
+					return
 				}
 				cd.locked = true
 			}
 		}()
 		e.handle(del)
 	}()
+	<-done
+	if other != nil {
+		panic(other)
+	}
+	if e.crash.died {
+		cd.locked = true
+	}
 	e.crash = nil
 	now := time.Now()
 	switch {
+	case cd.locked && point == AfterCallIntent:
+		e.record(0, now, fmt.Sprintf("explore: crash %s: the dispatcher died in the step of %s (MessageID %s) with a call's intent recorded, before making the call", point, messageType(del.Message), del.MessageID))
 	case cd.locked && point == BeforeCommit:
 		e.record(0, now, fmt.Sprintf("explore: crash %s: the dispatcher died in the step of %s (MessageID %s); nothing of the step is stored", point, messageType(del.Message), del.MessageID))
 	case cd.locked:

@@ -194,7 +194,7 @@ func Explore(t *testing.T, sagas []saga.Saga, setup func(t *testing.T, env *Env)
 		if in.kind == 0 || in.kind != inputTimeout && in.msg == nil || in.kind == inputTimeout && in.saga == nil {
 			t.Fatalf("sagatest: Explore: input %d: %s: nothing to deliver", i, in)
 		}
-		if in.crash != 0 && (in.kind == inputRedeliver || in.crash < BeforeCommit || in.crash > BeforeAck) {
+		if in.crash != 0 && (in.kind == inputRedeliver || in.crash < BeforeCommit || in.crash > AfterCallIntent) {
 			t.Fatalf("sagatest: Explore: input %d: %s: Crash takes a Send or a Timeout input and a CrashPoint", i, in)
 		}
 	}
