@@ -130,4 +130,3 @@ func TestCallKeyWindow(t *testing.T) {
 		})
 	}
 }
-
