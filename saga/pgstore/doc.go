@@ -69,4 +69,11 @@
 // concurrent steps was as fast as a pool of 16 — so the pool need not be
 // as large as the concurrency; it must have more connections than the
 // handlers take on their own besides their step's (docs/postgres.md).
+//
+// The records of saga.Call (a call's intent, written before the call, and
+// its outcome) are written outside the step's transaction, which holds
+// its connection meanwhile: they go through a pool of the store's own,
+// made from the given pool's configuration at the first call, of at most
+// two connections, so that steps holding every connection of the given
+// pool never wait for one more. Close closes it.
 package pgstore

@@ -28,6 +28,7 @@ type Store struct {
 	listPage  int
 	locking   bool
 	rides     rides
+	calls     callPools // calls.go
 }
 
 var (
@@ -143,7 +144,7 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, uint64, error) {
 		}
 		err = ss.load(ctx, stmt, key, &value, &rev)
 	} else {
-		err = s.pool.QueryRow(ctx, s.sql.load, key).Scan(&value, &rev)
+		err = s.forCall(key).QueryRow(ctx, s.sql.load, key).Scan(&value, &rev)
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, 0, fmt.Errorf("%w: %s", saga.ErrNotFound, key)
@@ -189,13 +190,13 @@ func (s *Store) put(ctx context.Context, key string, value []byte, rev uint64, t
 	if rev > math.MaxInt64 {
 		return 0, fmt.Errorf("%w: %s: revision %d was never issued", saga.ErrConflict, key, rev)
 	}
-	q := querier(s.pool)
+	q := s.forCall(key)
 	if ss, ok := s.session(ctx); ok {
 		if n, deferred, err := ss.put(ctx, key, value, rev, ttlMicros); err != nil || deferred {
 			return n, err
 		}
 		q = ss.tx
-	} else if rev > 0 {
+	} else if rev > 0 && q == querier(s.pool) {
 		// An update outside a step: it may ride a step's COMMIT.
 		if n, ok := s.rides.ride(ctx, &rider{key: key, value: value, ttl: ttlMicros, rev: int64(rev)}); ok {
 			return uint64(n), nil
@@ -227,7 +228,7 @@ func (s *Store) Delete(ctx context.Context, key string, rev uint64) error {
 		rev = 0 // never issued: matches no row
 	}
 	var deleted, existed bool
-	q := querier(s.pool)
+	q := s.forCall(key)
 	if ss, ok := s.session(ctx); ok {
 		if err := ss.ready(ctx); err != nil {
 			return storeErr("delete", key, err)
