@@ -219,6 +219,21 @@ func TestCallUnknownOutcome(t *testing.T) {
 			t.Errorf("dead-lettered: %s", dl[0].DeadLetterDescription)
 		}
 	})
+	t.Run("retry with the same key on kvstore", func(t *testing.T) {
+		t.Parallel()
+		p := newProvider()
+		var runs atomic.Int64
+		var keys sync.Map
+		n := newNode(t, startServer(t).ClientURL())
+		d, _ := payDispatcher(t, n.store, paySaga(p, &runs, &keys, true))
+		if _, err := d.Send(ctxFor(t), PayOrder{Order: "o1"}); err != nil {
+			t.Fatal(err)
+		}
+		got := awaitReceipt(t, d, "o1")
+		if p.charges() != 1 || p.calls[got.Receipt.Key] != 2 {
+			t.Errorf("%d charges, %d calls with the receipt's key; want 1 charge, 2 calls", p.charges(), p.calls[got.Receipt.Key])
+		}
+	})
 	t.Run("reconcile", func(t *testing.T) {
 		t.Parallel()
 		p := newProvider()

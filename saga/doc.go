@@ -113,7 +113,22 @@
 // and its effects — a call to another service, a write to a database, a
 // log line, a metric — happens at least once, maybe several times, also
 // for runs whose change is never committed: make it idempotent, or make
-// it an effect (send a message whose handler does it).
+// it an effect (send a message whose handler does it), or make it a
+// [Call].
+//
+// # Calls to the outside world
+//
+// [Call] runs a call to another system (a payment, an e-mail, an HTTP
+// API) from a handler with a key that is the same on every run of the
+// step — pass it to the provider as its idempotency key — after recording
+// its intent in the store (one write). A re-run of the step gets the
+// call's outcome without calling again; a run that finds only the intent
+// of an earlier one (a crash mid-call, an error that leaves the outcome
+// unknown) follows the call's policy: [RetryWithin] (the default: the same
+// key again while the provider remembers it), [ReconcileWith] (ask the
+// provider), or [AtMostOnce]; what the policy cannot settle is
+// [ErrCallInDoubt], dead-lettered with [ReasonCallInDoubt] if the handler
+// returns it. docs/effects.md has the promises and their limits.
 //
 // # The inbox
 //
