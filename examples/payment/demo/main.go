@@ -160,7 +160,7 @@ func run(ctx context.Context, out io.Writer, o options) (*result, error) {
 	var mu sync.Mutex
 	paid := make(chan struct{})
 	progress := make(chan int, 1) // orders paid so far, the latest
-	go func() { // the Paid events
+	go func() {                   // the Paid events
 		defer close(paid)
 		for ctx.Err() == nil {
 			ds, err := paidQ.Receive(ctx, 100)
