@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -195,7 +197,7 @@ func Call[S, R any](ctx context.Context, c *Context[S], name string, call func(c
 			}
 		}
 	default:
-		rec := callRecord{Saga: s.sagaName, ID: s.id, Name: name, Key: key, State: callIntent, At: s.now.UTC()}
+		rec := callRecord{Saga: s.sagaName, ID: s.id, Name: name, Key: key, Step: s.identity, State: callIntent, At: s.now.UTC()}
 		if rev, err = d.putCall(outer, key, &rec, 0, cfg.window); err != nil {
 			return zero, err
 		}
@@ -265,6 +267,7 @@ type callRecord struct {
 	ID     string          `json:"id"`
 	Name   string          `json:"name"`
 	Key    string          `json:"key"`
+	Step   string          `json:"step,omitempty"` // the identity of the message the step handles
 	State  string          `json:"state"`
 	At     time.Time       `json:"at"` // the first run's intent
 	Result json.RawMessage `json:"result,omitempty"`
@@ -324,7 +327,7 @@ func (d *Dispatcher) putCall(ctx context.Context, key string, rec *callRecord, r
 // record's revision rev) for the re-runs of the step, in memory; the step
 // writes it to the store if it does not commit (see persistCalls).
 func (d *Dispatcher) remember(s *stepState, key, name string, rev uint64, v any, err error) {
-	o := callRecord{Saga: s.sagaName, ID: s.id, Name: name, Key: key, State: callDone, At: s.now.UTC(), value: v, rev: rev}
+	o := callRecord{Saga: s.sagaName, ID: s.id, Name: name, Key: key, Step: s.identity, State: callDone, At: s.now.UTC(), value: v, rev: rev}
 	if err != nil {
 		o.State, o.Error = callFailed, err.Error()
 	}
@@ -394,6 +397,67 @@ func (d *Dispatcher) persistCalls(s *stepState, committed bool) {
 		o.rev, o.saved = rev, true
 		d.calls.put(s.in, key, o)
 	}
+}
+
+// CallInDoubt is a call (see Call) whose outcome is unknown: its intent
+// is recorded, no outcome is, and the step that made it has not
+// committed — the process died mid-call, or the call failed with an error
+// that left it unknown and the step is still being retried, or was
+// dead-lettered (ErrCallInDoubt).
+type CallInDoubt struct {
+	Saga string    `json:"saga"`
+	ID   string    `json:"id"`   // the instance's
+	Name string    `json:"name"` // the call's, as the handler named it
+	Key  string    `json:"key"`  // the idempotency key the provider got
+	At   time.Time `json:"at"`   // when the first run recorded the intent
+}
+
+// CallsInDoubt lists the calls whose outcome is unknown (see CallInDoubt)
+// and whose intent is older than olderThan (a call in flight now is not in
+// doubt), for an operator to settle with the provider. It reads every
+// record of a call, and the instance's record of each intent. A Store
+// that cannot list its keys yields an error matching
+// errors.ErrUnsupported.
+func (d *Dispatcher) CallsInDoubt(ctx context.Context, olderThan time.Duration) iter.Seq2[CallInDoubt, error] {
+	return func(yield func(CallInDoubt, error) bool) {
+		ls, ok := d.store.(ListingStore)
+		if !ok {
+			yield(CallInDoubt{}, fmt.Errorf("saga: listing calls in doubt: the store (%T) cannot list its keys: %w", d.store, errors.ErrUnsupported))
+			return
+		}
+		now := d.cfg.now()
+		for key, err := range ls.ListKeys(ctx, CallKeyPrefix) {
+			if err == nil {
+				var c *callRecord
+				if c, _, err = d.loadCall(ctx, strings.TrimPrefix(key, CallKeyPrefix)); err == nil && c != nil &&
+					c.State == callIntent && now.Sub(c.At) >= olderThan {
+					var done bool
+					if done, err = d.stepCommitted(ctx, c); err == nil && !done {
+						if !yield(CallInDoubt{Saga: c.Saga, ID: c.ID, Name: c.Name, Key: c.Key, At: c.At}, nil) {
+							return
+						}
+					}
+				}
+			}
+			if err != nil && !yield(CallInDoubt{}, err) {
+				return
+			}
+		}
+	}
+}
+
+// stepCommitted reports whether the step that made call c committed: the
+// instance's inbox holds the identity of its message (or the instance is
+// gone: completed, its tombstone expired).
+func (d *Dispatcher) stepCommitted(ctx context.Context, c *callRecord) (bool, error) {
+	rec, _, err := d.load(ctx, storeKey(c.Saga, c.ID))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return c.Step != "" && rec.Seen(c.Step), nil
 }
 
 // callOutcomes keeps the outcomes of calls made by steps that have not

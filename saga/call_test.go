@@ -218,6 +218,9 @@ func TestCallUnknownOutcome(t *testing.T) {
 		if dl := peekAll(t, q.DeadLetterQueue()); len(dl) > 0 {
 			t.Errorf("dead-lettered: %s", dl[0].DeadLetterDescription)
 		}
+		for c, err := range d.CallsInDoubt(ctxFor(t), 0) {
+			t.Errorf("a call of a committed step listed in doubt: %+v, %v", c, err)
+		}
 	})
 	t.Run("retry with the same key on kvstore", func(t *testing.T) {
 		t.Parallel()
@@ -275,6 +278,19 @@ func TestCallUnknownOutcome(t *testing.T) {
 		}
 		if p.charges() != 1 || len(p.calls) != 1 {
 			t.Errorf("%d charges, %d keys; want the one call made before the crash", p.charges(), len(p.calls))
+		}
+		var doubts []saga.CallInDoubt
+		for c, err := range d.CallsInDoubt(ctxFor(t), 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			doubts = append(doubts, c)
+		}
+		if len(doubts) != 1 || doubts[0].Saga != "pay" || doubts[0].ID != "o1" || doubts[0].Name != "charge" || p.calls[doubts[0].Key] != 1 {
+			t.Errorf("calls in doubt: %+v; want pay/o1's charge, under the key the provider got", doubts)
+		}
+		for c, err := range d.CallsInDoubt(ctxFor(t), time.Hour) {
+			t.Errorf("in doubt for less than an hour, listed as older: %+v, %v", c, err)
 		}
 	})
 }

@@ -168,6 +168,18 @@ missing bucket).`,
 			examples: []string{"jetsaga sagas stuck", "jetsaga sagas stuck approval --json",
 				"jetsaga sagas stuck >stuck.txt || notify-oncall stuck.txt   # 7: stuck instances; 1-3: could not look"},
 			flags: fJSON, run: cmdSagasStuck},
+		{path: "sagas calls", args: "[OLDER]", maxArgs: 1,
+			short: "list calls in doubt: saga.Call intents without an outcome whose step never committed",
+			long: `Runs saga.Dispatcher.CallsInDoubt: the calls a handler made with saga.Call
+whose intent is recorded, whose outcome is not, and whose step has not
+committed — a process died mid-call, or the call failed leaving its outcome
+unknown and the message is still being retried or was dead-lettered
+(CallInDoubt). Settle each with the provider by its key. OLDER (default 1m)
+leaves out calls in flight now. It reads every record of a call.
+
+It exits 7 when it lists any and 0 when there is none, as sagas stuck does.`,
+			examples: []string{"jetsaga sagas calls", "jetsaga sagas calls 1h --json"},
+			flags:    fJSON, run: cmdSagasCalls},
 		{path: "sagas diagram", args: "SAGA", minArgs: 1, maxArgs: 1,
 			short: "print a saga's diagram, as Mermaid text or SVG, from the catalog its dispatchers publish",
 			long: `Needs no saga definition: every dispatcher publishes, as it starts, a catalog
