@@ -57,4 +57,3 @@ func cmdSagasCalls(c *call) error {
 	}
 	return err
 }
-
