@@ -38,6 +38,7 @@ release:
 	go run ./internal/release check
 	git commit -qam "release $(VERSION)"
 	git tag $(VERSION)
+	git tag calendar/holidays/$(VERSION)
 	git tag saga/pgstore/$(VERSION)
 	git tag saga/sagaotel/$(VERSION)
 	git tag timeout/temporal/$(VERSION)

@@ -5,7 +5,7 @@
 //	go run ./internal/release check            # what CI runs (make release-check)
 //	go run ./internal/release prepare v0.2.0   # what make release runs before it tags
 //
-// check packs every released module (the root, saga/pgstore,
+// check packs every released module (the root, calendar/holidays, saga/pgstore,
 // saga/sagaotel, timeout/temporal) at the version the nested modules require of the root,
 // into a module proxy in a temporary directory (the layout GOPROXY=file://
 // serves), each nested module with the go.sum lines of the jetsaga modules
@@ -49,7 +49,7 @@ const rootPath = "github.com/jetsaga/jetsaga"
 
 // released are the modules a release publishes, each after those it
 // requires. Examples and internal tools are not released.
-var released = []string{".", "saga/pgstore", "saga/sagaotel", "timeout/temporal"}
+var released = []string{".", "calendar/holidays", "saga/pgstore", "saga/sagaotel", "timeout/temporal"}
 
 //go:embed testdata/consumer.go.txt
 var consumerMain []byte
