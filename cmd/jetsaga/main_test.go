@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,5 +88,38 @@ func TestBinary(t *testing.T) {
 	}
 	if _, code := run("nosuch"); code != 2 {
 		t.Fatalf("unknown command: exit %d, want 2", code)
+	}
+
+	// bash completion, as a user loads it: a command, a subcommand, a
+	// flag and a queue name from the server complete.
+	script, code := run("completion", "bash")
+	if code != 0 {
+		t.Fatalf("completion bash: exit %d", code)
+	}
+	scriptFile := filepath.Join(t.TempDir(), "jetsaga.bash")
+	if err := os.WriteFile(scriptFile, script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ line, want string }{
+		{"jetsaga que", "queues"},
+		{"jetsaga queues br", "browse"},
+		{"jetsaga queues browse --sta", "--state"},
+		{"jetsaga queues show ma", "mail"},
+	} {
+		words := strings.Fields(tc.line)
+		if strings.HasSuffix(tc.line, " ") {
+			words = append(words, "")
+		}
+		sh := exec.Command("bash", "-c", `source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($#-1)); _jetsaga; printf '%s
+' "${COMPREPLY[@]}"`, "bash", scriptFile)
+		sh.Args = append(sh.Args, words...)
+		sh.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL(), "PATH="+filepath.Dir(bin)+string(os.PathListSeparator)+os.Getenv("PATH"))
+		out, err := sh.Output()
+		if err != nil {
+			t.Fatalf("bash completion of %q: %v", tc.line, err)
+		}
+		if got := strings.Fields(string(out)); !slices.Contains(got, tc.want) {
+			t.Errorf("bash completion of %q: %q, want %q among them", tc.line, got, tc.want)
+		}
 	}
 }

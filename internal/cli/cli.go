@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/jetsaga/jetsaga/saga"
@@ -148,6 +149,10 @@ type call struct {
 }
 
 func (c *call) run(args []string) error {
+	if i := slices.Index(args, completeCmd); i >= 0 {
+		// Connection flags may come first; they stay among the words.
+		return c.complete(append(args[:i:i], args[i+1:]...)) // completion.go
+	}
 	root := flag.NewFlagSet("jetsaga", flag.ContinueOnError)
 	root.SetOutput(io.Discard)
 	c.o.defaults()
