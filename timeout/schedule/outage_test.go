@@ -34,6 +34,10 @@ func (f *flakyTarget) Send(ctx context.Context, m *transport.Message) (transport
 	return f.q.Send(ctx, m)
 }
 
+func (f *flakyTarget) CancelMany(ctx context.Context, seqs []uint64) []error {
+	return f.q.CancelMany(ctx, seqs)
+}
+
 func (f *flakyTarget) set(down bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
