@@ -173,10 +173,13 @@ func (s *Scheduler) resolve(ctx context.Context, r *record) error {
 
 // planOne schedules the message of the intended occurrence o on the
 // target for its time, or finds the one already scheduled under its ID.
-// A duplicate whose message is no longer scheduled, before its time, was
-// cancelled (a Pause, a Replan, a deleted schedule of the same name): the
-// target keeps its ID taken, so the occurrence is planned under the next
-// free ID, "~2", "~3", ….
+// A duplicate the target reports as cancelled (a Pause, a Replan, a
+// deleted schedule of the same name) was never delivered: the target
+// keeps its ID taken, so the occurrence is planned under the next free
+// ID, "~2", "~3", …. Any other duplicate without a pending message was
+// sent (it activated) once its time has come; before it, the target
+// cannot tell (a lookup failed, or the server's clock is ahead), and
+// planOne returns an error rather than guess: to try again later.
 func (s *Scheduler) planOne(ctx context.Context, r *record, o planned) (planned, error) {
 	tg, err := s.target(ctx, r)
 	if err != nil {
@@ -205,20 +208,46 @@ func (s *Scheduler) planOne(ctx context.Context, r *record, o planned) (planned,
 		case res.Seq != 0:
 			o.Seq = res.Seq // scheduled now, or found scheduled
 			return o, nil
+		case res.Cancelled:
+			n, confirmed = n+1, false
 		case !res.Duplicate || !time.Now().Before(m.ScheduledAt):
 			// Activated already (due at once), or sent before: there is
 			// nothing to cancel.
 			o.ID = activatedID
 			return o, nil
 		case !confirmed:
-			// A duplicate without its number: ask once more, lest a
-			// failed lookup pass for a cancelled message.
+			// A duplicate neither pending nor cancelled before its time:
+			// ask once more, lest a failed lookup pass for either.
 			confirmed = true
 		default:
-			n, confirmed = n+1, false
+			return o, fmt.Errorf("schedule %s: plan %s: the target remembers the ID, neither pending nor cancelled, before its time", r.Name, m.MessageID)
 		}
 	}
 	return o, fmt.Errorf("schedule %s: plan %s: %d message IDs of the occurrence taken by cancelled messages", r.Name, base, maxReplans)
+}
+
+// sendNow sends m, the message of the occurrence at t, due now, under its
+// first ID that no cancelled message took: past those the record withdrew
+// (freeID), then past each the target reports as cancelled (a schedule of
+// the same name deleted before this one was created). It reports whether
+// the target dropped m as a duplicate of a message sent before.
+func (s *Scheduler) sendNow(ctx context.Context, r *record, m *transport.Message, t time.Time) (dup bool, err error) {
+	tg, err := s.target(ctx, r)
+	if err != nil {
+		return false, err
+	}
+	base := OccurrenceID(r.Name, t)
+	for n := r.freeID(t); n <= maxReplans; n++ {
+		m.MessageID = replanID(base, n)
+		res, err := tg.Send(ctx, m)
+		if err != nil {
+			return false, fmt.Errorf("schedule %s: send %s: %w", r.Name, m.MessageID, err)
+		}
+		if !res.Cancelled {
+			return res.Duplicate, nil
+		}
+	}
+	return false, fmt.Errorf("schedule %s: send %s: %d message IDs of the occurrence taken by cancelled messages", r.Name, base, maxReplans)
 }
 
 // replanID is the n-th MessageID of the occurrence base: base itself,

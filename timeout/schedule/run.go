@@ -372,9 +372,10 @@ func (s *Scheduler) catchUp(ctx context.Context, r *record, p *planner, now time
 				params.Coalesced = n
 			}
 		}
-		if _, err := s.send(ctx, r, m); err != nil {
+		if _, err := s.sendNow(ctx, r, m, t); err != nil {
 			return sent, false, err
 		}
+		params.ID = m.MessageID
 		if late(t) {
 			r.Late++
 		}
@@ -404,8 +405,10 @@ type sentOccurrence struct {
 // noteSent notes, in the record of the schedule name, the occurrences
 // sent whose write lost to a concurrent one: those the record still has
 // pending (from its Next on, in order) are counted as sent, and the
-// record planned from the one after them. The concurrent writer's tick,
-// stale then, is cancelled.
+// record planned from the one after them. One the record plans (the
+// concurrent writer scheduled its message: fire's send was that
+// message's duplicate, or the other way round) is counted once, by the
+// plan. The concurrent writer's tick, stale then, is cancelled.
 func (s *Scheduler) noteSent(ctx context.Context, name string, sent []sentOccurrence) error {
 	_, err := s.update(ctx, name, func(r *record) (bool, error) {
 		p, err := s.planner(r)
@@ -414,7 +417,7 @@ func (s *Scheduler) noteSent(ctx context.Context, name string, sent []sentOccurr
 		}
 		n := 0
 		for _, o := range sent {
-			if !r.Next.Equal(o.nominal) || r.Ended {
+			if !r.Next.Equal(o.nominal) || r.Ended || len(r.Plan) > 0 {
 				break
 			}
 			r.Sent++

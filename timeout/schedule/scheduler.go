@@ -737,8 +737,7 @@ func (s *Scheduler) Backfill(ctx context.Context, name string, from, to time.Tim
 		o := Occurrence{ID: OccurrenceID(r.Name, t), Nominal: t}
 		if !r.sentBySchedule(t) {
 			m := s.occurrenceMessage(r.Message, r.Name, t, CauseBackfill)
-			m.MessageID = replanID(m.MessageID, r.freeID(t)) // its planned message, if any, was cancelled
-			dup, err := s.send(ctx, r, m)
+			dup, err := s.sendNow(ctx, r, m, t) // its planned message, if any, was cancelled
 			if err != nil {
 				return out, err
 			}

@@ -32,16 +32,32 @@ var stateChanges = []struct {
 		// Delete and create again with another message: the same times,
 		// whose planned messages (IDs taken by the cancelled ones) must
 		// still go out, once, with the new body.
-		info, err := s.Get(ctx, "s")
-		if err != nil {
-			return err
-		}
-		if err := s.Delete(ctx, "s"); err != nil {
-			return err
-		}
-		return s.Create(ctx, schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: 2 * time.Second}, Start: start,
-			End: start.Add(20 * time.Second), Action: schedule.Action{Queue: info.Action.Queue, Message: &transport.Message{Body: []byte("v2")}}})
+		return respec(ctx, s, start, nil)
 	}, "v2"},
+	{"spec change across the instant", func(ctx context.Context, s *schedule.Scheduler, start time.Time) error {
+		// The same, created again at the next whole second: made just
+		// before an occurrence, the Delete cancels its message and the
+		// Create plans it at its very instant, under an ID the target
+		// remembers as cancelled (not as sent).
+		return respec(ctx, s, start, func() { sleepUntil(time.Now().Truncate(time.Second).Add(time.Second)) })
+	}, "v2"},
+}
+
+// respec deletes the schedule "s" and creates it again from start with
+// the body "v2"; between, if not nil, runs after the Delete.
+func respec(ctx context.Context, s *schedule.Scheduler, start time.Time, between func()) error {
+	info, err := s.Get(ctx, "s")
+	if err != nil {
+		return err
+	}
+	if err := s.Delete(ctx, "s"); err != nil {
+		return err
+	}
+	if between != nil {
+		between()
+	}
+	return s.Create(ctx, schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: 2 * time.Second}, Start: start,
+		End: start.Add(20 * time.Second), Action: schedule.Action{Queue: info.Action.Queue, Message: &transport.Message{Body: []byte("v2")}}})
 }
 
 // stateChangeCheck checks the occurrences of the schedule "s" received
