@@ -286,3 +286,67 @@ func TestStateChangesCancelThePlanOnNATS(t *testing.T) {
 			func() []*transport.Message { return msgs })
 	}
 }
+
+// The target tells what became of a MessageID it remembers, which
+// planning relies on: a cancelled scheduled message's ID is reported
+// Cancelled on a later send (scheduled or not), one that activated is
+// not — on the memory broker and on nats-server.
+func TestTargetReportsCancelledIDs(t *testing.T) {
+	brokers := map[string]func(t *testing.T) *transport.Broker{
+		"memory": func(t *testing.T) *transport.Broker {
+			b, err := transport.NewMemory()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = b.Close() })
+			return b
+		},
+		"nats": func(t *testing.T) *transport.Broker {
+			if testing.Short() {
+				t.Skip("a real server; run without -short")
+			}
+			_, b := jetStream(t)
+			return b
+		},
+	}
+	for name, open := range brokers {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			q, err := open(t).OpenQueue(ctx, transport.QueueConfig{Name: "work"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := time.Now().Add(time.Hour)
+			res, err := q.Send(ctx, &transport.Message{MessageID: "x", ScheduledAt: at})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Cancel(ctx, res.Seq); err != nil {
+				t.Fatal(err)
+			}
+			for _, again := range []time.Time{at, {}} {
+				res, err := q.Send(ctx, &transport.Message{MessageID: "x", ScheduledAt: again})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !res.Duplicate || !res.Cancelled || res.Seq != 0 {
+					t.Errorf("send of a cancelled ID (scheduled at %v): %+v, want a duplicate, cancelled", again, res)
+				}
+			}
+			if _, err := q.Send(ctx, &transport.Message{MessageID: "y", ScheduledAt: time.Now()}); err != nil {
+				t.Fatal(err)
+			}
+			ds, err := q.Receive(ctx, 1)
+			if err != nil || len(ds) != 1 || ds[0].Message.MessageID != "y" {
+				t.Fatalf("receive: %v %v", ds, err)
+			}
+			res, err = q.Send(ctx, &transport.Message{MessageID: "y", ScheduledAt: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Duplicate || res.Cancelled {
+				t.Errorf("send of an activated ID: %+v, want a duplicate, not cancelled", res)
+			}
+		})
+	}
+}
