@@ -375,7 +375,6 @@ func (s *Scheduler) catchUp(ctx context.Context, r *record, p *planner, now time
 		if _, err := s.sendNow(ctx, r, m, t); err != nil {
 			return sent, false, err
 		}
-		params.ID = m.MessageID
 		if late(t) {
 			r.Late++
 		}

@@ -350,3 +350,78 @@ func TestTargetReportsCancelledIDs(t *testing.T) {
 		})
 	}
 }
+
+// On nats-server: a new calendar version that makes today a holiday
+// (Replan), made around the planned occurrence of a cron schedule every
+// minute (from 700 ms before to 150 ms after), cancels the plan
+// definitely — nothing of it arrives after the change plus the server's
+// cancel margin, and the record counts as sent exactly what arrived.
+func TestReplanCancelsThePlanOnNATS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("up to 90 s on a real server; run without -short")
+	}
+	_, b := jetStream(t)
+	ctx := t.Context()
+	base := time.Now().Add(20 * time.Second).Truncate(time.Minute).Add(time.Minute).UTC()
+	v1, err := calendar.New("office", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := func(t time.Time) calendar.Date { return calendar.Date{Year: t.Year(), Month: t.Month(), Day: t.Day()} }
+	v2, err := calendar.New("office", "2", calendar.On(day(base), "closed"), calendar.On(day(base.Add(24*time.Hour)), "closed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &calendar.Registry{}
+	if err := reg.Add(v1, v2); err != nil {
+		t.Fatal(err)
+	}
+	offsets := []time.Duration{-700 * time.Millisecond, -450 * time.Millisecond, -100 * time.Millisecond, 0, 150 * time.Millisecond}
+	type run struct {
+		s    *schedule.Scheduler
+		mu   sync.Mutex
+		msgs []*transport.Message
+	}
+	runs := make([]*run, len(offsets))
+	for i := range offsets {
+		r := &run{}
+		qn := fmt.Sprintf("home-%d", i)
+		if r.s, err = schedule.New(b, schedule.WithQueue(qn), schedule.WithCalendars(reg), schedule.WithLogger(discard())); err != nil {
+			t.Fatal(err)
+		}
+		work, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "work-" + qn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.s.Create(ctx, schedule.Schedule{Name: "s", Spec: schedule.Spec{Cron: "* * * * *", Zone: "UTC", Calendar: calendar.RefOf(v1)},
+			Action: schedule.Action{Queue: work.Name(), Message: &transport.Message{Body: []byte("v1")}}}); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = r.s.Run(ctx) }()
+		consume(ctx, work, func(m *transport.Message) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.msgs = append(r.msgs, m)
+		})
+		runs[i] = r
+	}
+	var wg sync.WaitGroup
+	for i, r := range runs {
+		wg.Go(func() {
+			sleepUntil(base.Add(offsets[i]))
+			if err := r.s.Replan(ctx, "s", calendar.RefOf(v2)); err != nil {
+				t.Errorf("replan at %v: %v", offsets[i], err)
+			}
+		})
+	}
+	wg.Wait()
+	sleepUntil(base.Add(time.Minute + 2*time.Second))
+	for i, r := range runs {
+		op := base.Add(offsets[i])
+		r.mu.Lock()
+		msgs := append([]*transport.Message(nil), r.msgs...)
+		r.mu.Unlock()
+		stateChangeCheck(t, r.s, fmt.Sprintf("replan at %v", offsets[i]), "", op, op.Add(500*time.Millisecond),
+			func() []*transport.Message { return msgs })
+	}
+}
