@@ -66,9 +66,19 @@
 // Resume before its time, a Replan, a schedule deleted and created again
 // under the same name) goes out with "~2" (then "~3", …) appended to its
 // MessageID; the record keeps the latest 256 such occurrences, and
-// Backfill uses the same IDs. A process that dies between cancelling and
-// writing the record leaves a record naming cancelled messages, which
-// the next Run counts as sent; call the operation again.
+// Backfill uses the same IDs. Past those, the target tells a cancelled
+// ID from a sent one (transport.SendResult.Cancelled): a schedule
+// created again under the name of a deleted one steps past the IDs the
+// deleted one cancelled, and counts as sent an occurrence whose message
+// the deleted one's plan delivered (it is not sent twice). A process
+// that dies between cancelling and writing the record leaves a record
+// naming cancelled messages, which the next Run counts as sent; call the
+// operation again.
+//
+// Deleting the target queue (or topic) deletes the occurrences planned
+// on it: they are never delivered, yet the record counts them as sent at
+// their time. Pause the schedules of a queue before deleting it, and
+// Resume them once it exists again.
 //
 // With WithTimeouts the ticks wait on a timeout engine instead (the
 // Temporal engine, or a timeout.Router that sends long gaps there), due

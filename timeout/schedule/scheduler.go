@@ -32,8 +32,11 @@ type Scheduler struct {
 	timeouts  timeout.Scheduler // the ticks' engine (WithTimeouts); nil: the queue itself
 	horizon   time.Duration     // how far ahead occurrences are planned (WithHorizon)
 
-	mu      sync.Mutex
-	home    *transport.Queue
+	mu   sync.Mutex
+	home *transport.Queue
+	// targets stand in for the broker's queues and topics by key
+	// ("q:name", "t:name"); tests set them. Others are asked of the
+	// broker at every use: its handles follow DeleteQueue and OpenQueue.
 	targets map[string]sender
 
 	outageOn atomic.Bool // outage has failures: the hot path looks here only
@@ -94,6 +97,9 @@ func (s *Scheduler) queue(ctx context.Context) (*transport.Queue, error) {
 	return q, nil
 }
 
+// target returns where r's occurrences go. It asks the broker each time
+// (which remembers its handles, so this is cheap): a handle kept here
+// would outlive a DeleteQueue and miss the queue created again.
 func (s *Scheduler) target(ctx context.Context, r *record) (sender, error) {
 	key := "q:" + r.Queue
 	if r.Topic != "" {
@@ -105,19 +111,10 @@ func (s *Scheduler) target(ctx context.Context, r *record) (sender, error) {
 	if ok {
 		return t, nil
 	}
-	var err error
 	if r.Topic != "" {
-		t, err = s.b.Topic(ctx, r.Topic)
-	} else {
-		t, err = s.b.Queue(ctx, r.Queue)
+		return s.b.Topic(ctx, r.Topic)
 	}
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.targets[key] = t
-	s.mu.Unlock()
-	return t, nil
+	return s.b.Queue(ctx, r.Queue)
 }
 
 func (s *Scheduler) planner(r *record) (*planner, error) { return newPlanner(r.Spec, s.cals, r.Start) }

@@ -425,3 +425,56 @@ func TestReplanCancelsThePlanOnNATS(t *testing.T) {
 			func() []*transport.Message { return msgs })
 	}
 }
+
+// Deleting a schedule's target queue, paused first as the docs say, and
+// creating it again: after Resume the occurrences reach the new queue
+// (not the deleted one a Run may still hold), and the record counts as
+// sent exactly what the queues received.
+func TestResumeAfterTheTargetQueueIsCreatedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		base := time.Now().Add(time.Minute).Truncate(time.Minute)
+		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: 2 * time.Second}, Start: base, End: base.Add(time.Minute)})
+		h.run()
+		defer h.stopRun()
+		sleepUntil(base.Add(3 * time.Second))
+		if err := h.s.Pause(h.ctx, "s", "moving the queue"); err != nil {
+			t.Fatal(err)
+		}
+		before, _ := h.received(base)
+		if err := h.b.DeleteQueue(h.ctx, "work"); err != nil {
+			t.Fatal(err)
+		}
+		q, err := h.b.OpenQueue(h.ctx, transport.QueueConfig{Name: "work"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sleepUntil(base.Add(10 * time.Second))
+		if err := h.s.Resume(h.ctx, "s", ""); err != nil {
+			t.Fatal(err)
+		}
+		sleepUntil(base.Add(2 * time.Minute))
+		synctest.Wait()
+		var after []int
+		for m, err := range q.Browse(h.ctx, 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, _ := time.Parse(time.RFC3339Nano, m.Properties[schedule.PropertyNominal])
+			after = append(after, int(n.Sub(base)/time.Second))
+		}
+		equalInts(t, "received before the pause", before, []int{0, 2})
+		var want []int
+		for i := 12; i <= 60; i += 2 {
+			want = append(want, i)
+		}
+		equalInts(t, "received on the queue created again", after, want)
+		info, err := h.s.Get(h.ctx, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Sent != int64(len(before)+len(after)) {
+			t.Errorf("Info.Sent %d, received %d", info.Sent, len(before)+len(after))
+		}
+	})
+}
