@@ -2,7 +2,6 @@ package schedule
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -46,20 +45,8 @@ func (g *gatedTarget) CancelMany(ctx context.Context, seqs []uint64) []error {
 // plans, is counted once, not again by the Run (noteSent).
 func TestCatchUpBesideTheWriterCountsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := transport.NewMemory()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		s, err := New(b, WithLogger(slog.New(slog.DiscardHandler)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, work := memoryWithWork(t)
 		ctx := t.Context()
-		work, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "work"})
-		if err != nil {
-			t.Fatal(err)
-		}
 		g := &gatedTarget{q: work, sentNow: make(chan struct{}), created: make(chan struct{})}
 		s.targets["q:work"] = g
 		if _, err := s.queue(ctx); err != nil {

@@ -228,37 +228,16 @@ func TestStateChangesCancelThePlanOnNATS(t *testing.T) {
 	ctx := t.Context()
 	offsets := []time.Duration{-700 * time.Millisecond, -450 * time.Millisecond, -100 * time.Millisecond, 0, 150 * time.Millisecond}
 	type run struct {
-		c    int
-		off  time.Duration
-		s    *schedule.Scheduler
-		mu   sync.Mutex
-		msgs []*transport.Message
+		*natsRun
+		c   int
+		off time.Duration
 	}
 	var runs []*run
 	base := time.Now().Truncate(time.Second).Add(15 * time.Second)
 	for ci := range stateChanges {
 		for _, off := range offsets {
-			r := &run{c: ci, off: off}
-			qn := fmt.Sprintf("home-%d-%d", ci, len(runs))
-			var err error
-			if r.s, err = schedule.New(b, schedule.WithQueue(qn), schedule.WithLogger(discard())); err != nil {
-				t.Fatal(err)
-			}
-			work, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "work-" + qn})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.s.Create(ctx, schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: 2 * time.Second}, Start: base,
-				End: base.Add(20 * time.Second), Action: schedule.Action{Queue: work.Name(), Message: &transport.Message{Body: []byte("v1")}}}); err != nil {
-				t.Fatal(err)
-			}
-			go func() { _ = r.s.Run(ctx) }()
-			consume(ctx, work, func(m *transport.Message) {
-				r.mu.Lock()
-				defer r.mu.Unlock()
-				r.msgs = append(r.msgs, m)
-			})
-			runs = append(runs, r)
+			runs = append(runs, &run{c: ci, off: off, natsRun: startNATSRun(ctx, t, b, fmt.Sprintf("home-%d-%d", ci, len(runs)),
+				schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: 2 * time.Second}, Start: base, End: base.Add(20 * time.Second)})})
 		}
 	}
 	if time.Now().After(base) {
@@ -279,12 +258,52 @@ func TestStateChangesCancelThePlanOnNATS(t *testing.T) {
 	for _, r := range runs {
 		c := stateChanges[r.c]
 		op := base.Add(4*time.Second + r.off)
-		r.mu.Lock()
-		msgs := append([]*transport.Message(nil), r.msgs...)
-		r.mu.Unlock()
+		msgs := r.received()
 		stateChangeCheck(t, r.s, fmt.Sprintf("%s at %v", c.name, r.off), c.after, op, op.Add(500*time.Millisecond),
 			func() []*transport.Message { return msgs })
 	}
+}
+
+// natsRun is a schedule "s" on a scheduler of its own (home queue qn) on
+// nats-server, with a Run, and the occurrences its target received.
+type natsRun struct {
+	s    *schedule.Scheduler
+	mu   sync.Mutex
+	msgs []*transport.Message
+}
+
+// startNATSRun creates sch (its action sent to the queue "work-"+qn) on
+// a scheduler with the home queue qn, starts its Run and collects what
+// the target receives.
+func startNATSRun(ctx context.Context, t *testing.T, b *transport.Broker, qn string, sch schedule.Schedule, opts ...schedule.Option) *natsRun {
+	t.Helper()
+	r := &natsRun{}
+	var err error
+	if r.s, err = schedule.New(b, append([]schedule.Option{schedule.WithQueue(qn), schedule.WithLogger(discard())}, opts...)...); err != nil {
+		t.Fatal(err)
+	}
+	work, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "work-" + qn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sch.Action = schedule.Action{Queue: work.Name(), Message: &transport.Message{Body: []byte("v1")}}
+	if err := r.s.Create(ctx, sch); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = r.s.Run(ctx) }()
+	consume(ctx, work, func(m *transport.Message) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.msgs = append(r.msgs, m)
+	})
+	return r
+}
+
+// received returns what the target received so far.
+func (r *natsRun) received() []*transport.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*transport.Message(nil), r.msgs...)
 }
 
 // The target tells what became of a MessageID it remembers, which
@@ -292,23 +311,6 @@ func TestStateChangesCancelThePlanOnNATS(t *testing.T) {
 // Cancelled on a later send (scheduled or not), one that activated is
 // not — on the memory broker and on nats-server.
 func TestTargetReportsCancelledIDs(t *testing.T) {
-	brokers := map[string]func(t *testing.T) *transport.Broker{
-		"memory": func(t *testing.T) *transport.Broker {
-			b, err := transport.NewMemory()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = b.Close() })
-			return b
-		},
-		"nats": func(t *testing.T) *transport.Broker {
-			if testing.Short() {
-				t.Skip("a real server; run without -short")
-			}
-			_, b := jetStream(t)
-			return b
-		},
-	}
 	for name, open := range brokers {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
@@ -377,33 +379,10 @@ func TestReplanCancelsThePlanOnNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 	offsets := []time.Duration{-700 * time.Millisecond, -450 * time.Millisecond, -100 * time.Millisecond, 0, 150 * time.Millisecond}
-	type run struct {
-		s    *schedule.Scheduler
-		mu   sync.Mutex
-		msgs []*transport.Message
-	}
-	runs := make([]*run, len(offsets))
+	runs := make([]*natsRun, len(offsets))
 	for i := range offsets {
-		r := &run{}
-		qn := fmt.Sprintf("home-%d", i)
-		if r.s, err = schedule.New(b, schedule.WithQueue(qn), schedule.WithCalendars(reg), schedule.WithLogger(discard())); err != nil {
-			t.Fatal(err)
-		}
-		work, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "work-" + qn})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.s.Create(ctx, schedule.Schedule{Name: "s", Spec: schedule.Spec{Cron: "* * * * *", Zone: "UTC", Calendar: calendar.RefOf(v1)},
-			Action: schedule.Action{Queue: work.Name(), Message: &transport.Message{Body: []byte("v1")}}}); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = r.s.Run(ctx) }()
-		consume(ctx, work, func(m *transport.Message) {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			r.msgs = append(r.msgs, m)
-		})
-		runs[i] = r
+		runs[i] = startNATSRun(ctx, t, b, fmt.Sprintf("home-%d", i),
+			schedule.Schedule{Name: "s", Spec: schedule.Spec{Cron: "* * * * *", Zone: "UTC", Calendar: calendar.RefOf(v1)}}, schedule.WithCalendars(reg))
 	}
 	var wg sync.WaitGroup
 	for i, r := range runs {
@@ -418,9 +397,7 @@ func TestReplanCancelsThePlanOnNATS(t *testing.T) {
 	sleepUntil(base.Add(time.Minute + 2*time.Second))
 	for i, r := range runs {
 		op := base.Add(offsets[i])
-		r.mu.Lock()
-		msgs := append([]*transport.Message(nil), r.msgs...)
-		r.mu.Unlock()
+		msgs := r.received()
 		stateChangeCheck(t, r.s, fmt.Sprintf("replan at %v", offsets[i]), "", op, op.Add(500*time.Millisecond),
 			func() []*transport.Message { return msgs })
 	}
