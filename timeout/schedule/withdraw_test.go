@@ -21,20 +21,25 @@ import (
 // (and under which body).
 var stateChanges = []struct {
 	name string
-	// do applies the change; after reports the body the schedule's
-	// occurrences after it carry, or "" if none is to come.
-	do    func(ctx context.Context, s *schedule.Scheduler, start time.Time) error
+	// do applies the change and returns when the call that cancels the
+	// plan returned (the cancels landed by then); after reports the body
+	// the schedule's occurrences after it carry, or "" if none is to come.
+	do    func(ctx context.Context, s *schedule.Scheduler, start time.Time) (time.Time, error)
 	after string
 }{
-	{"pause", func(ctx context.Context, s *schedule.Scheduler, _ time.Time) error { return s.Pause(ctx, "s", "") }, ""},
-	{"delete", func(ctx context.Context, s *schedule.Scheduler, _ time.Time) error { return s.Delete(ctx, "s") }, ""},
-	{"spec change", func(ctx context.Context, s *schedule.Scheduler, start time.Time) error {
+	{"pause", func(ctx context.Context, s *schedule.Scheduler, _ time.Time) (time.Time, error) {
+		return returned(s.Pause(ctx, "s", ""))
+	}, ""},
+	{"delete", func(ctx context.Context, s *schedule.Scheduler, _ time.Time) (time.Time, error) {
+		return returned(s.Delete(ctx, "s"))
+	}, ""},
+	{"spec change", func(ctx context.Context, s *schedule.Scheduler, start time.Time) (time.Time, error) {
 		// Delete and create again with another message: the same times,
 		// whose planned messages (IDs taken by the cancelled ones) must
 		// still go out, once, with the new body.
 		return respec(ctx, s, start, nil)
 	}, "v2"},
-	{"spec change across the instant", func(ctx context.Context, s *schedule.Scheduler, start time.Time) error {
+	{"spec change across the instant", func(ctx context.Context, s *schedule.Scheduler, start time.Time) (time.Time, error) {
 		// The same, created again at the next whole second: made just
 		// before an occurrence, the Delete cancels its message and the
 		// Create plans it at its very instant, under an ID the target
@@ -43,27 +48,33 @@ var stateChanges = []struct {
 	}, "v2"},
 }
 
+// returned is now, with err: when a change returned.
+func returned(err error) (time.Time, error) { return time.Now(), err }
+
 // respec deletes the schedule "s" and creates it again from start with
-// the body "v2"; between, if not nil, runs after the Delete.
-func respec(ctx context.Context, s *schedule.Scheduler, start time.Time, between func()) error {
+// the body "v2"; between, if not nil, runs after the Delete. It returns
+// when the Delete returned.
+func respec(ctx context.Context, s *schedule.Scheduler, start time.Time, between func()) (time.Time, error) {
 	info, err := s.Get(ctx, "s")
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	if err := s.Delete(ctx, "s"); err != nil {
-		return err
+		return time.Time{}, err
 	}
+	deleted := time.Now()
 	if between != nil {
 		between()
 	}
-	return s.Create(ctx, schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: 2 * time.Second}, Start: start,
+	return deleted, s.Create(ctx, schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: 2 * time.Second}, Start: start,
 		End: start.Add(20 * time.Second), Action: schedule.Action{Queue: info.Action.Queue, Message: &transport.Message{Body: []byte("v2")}}})
 }
 
 // stateChangeCheck checks the occurrences of the schedule "s" received
 // (recv) against a change made at op, racing the activation of the
 // occurrence due then: every occurrence at most once, none early; none of
-// the old plan after margin (op, plus the broker's cancel margin); a
+// the old plan due after margin (when the change's cancels returned, plus
+// the broker's cancel margin: a cancel cannot land later); a
 // paused schedule counts as sent exactly those received; the
 // occurrences of a schedule created again with the body after all arrive
 // and are counted.
@@ -136,7 +147,8 @@ func TestStateChangesCancelThePlan(t *testing.T) {
 					defer h.stopRun()
 					op := base.Add(4*time.Second + off)
 					sleepUntil(op)
-					if err := c.do(h.ctx, h.s, base); err != nil {
+					done, err := c.do(h.ctx, h.s, base)
+					if err != nil {
 						t.Fatal(err)
 					}
 					sleepUntil(base.Add(22 * time.Second))
@@ -147,7 +159,7 @@ func TestStateChangesCancelThePlan(t *testing.T) {
 							n++
 						}
 					}
-					stateChangeCheck(t, h.s, c.name, c.after, op, op, func() []*transport.Message { return msgs })
+					stateChangeCheck(t, h.s, c.name, c.after, op, done, func() []*transport.Message { return msgs })
 					if c.after != "" && n < 8 {
 						t.Errorf("%d occurrences of the new schedule, want at least 8 (6 to 20 s)", n)
 					}
@@ -229,8 +241,9 @@ func TestStateChangesCancelThePlanOnNATS(t *testing.T) {
 	offsets := []time.Duration{-700 * time.Millisecond, -450 * time.Millisecond, -100 * time.Millisecond, 0, 150 * time.Millisecond}
 	type run struct {
 		*natsRun
-		c   int
-		off time.Duration
+		c    int
+		off  time.Duration
+		done time.Time // when the change's cancels returned
 	}
 	var runs []*run
 	base := time.Now().Truncate(time.Second).Add(15 * time.Second)
@@ -248,7 +261,8 @@ func TestStateChangesCancelThePlanOnNATS(t *testing.T) {
 		wg.Go(func() {
 			sleepUntil(base.Add(4*time.Second + r.off))
 			c := stateChanges[r.c]
-			if err := c.do(ctx, r.s, base); err != nil {
+			var err error
+			if r.done, err = c.do(ctx, r.s, base); err != nil {
 				t.Errorf("%s at %v: %v", c.name, r.off, err)
 			}
 		})
@@ -259,7 +273,7 @@ func TestStateChangesCancelThePlanOnNATS(t *testing.T) {
 		c := stateChanges[r.c]
 		op := base.Add(4*time.Second + r.off)
 		msgs := r.received()
-		stateChangeCheck(t, r.s, fmt.Sprintf("%s at %v", c.name, r.off), c.after, op, op.Add(500*time.Millisecond),
+		stateChangeCheck(t, r.s, fmt.Sprintf("%s at %v", c.name, r.off), c.after, op, r.done.Add(500*time.Millisecond),
 			func() []*transport.Message { return msgs })
 	}
 }
@@ -384,11 +398,13 @@ func TestReplanCancelsThePlanOnNATS(t *testing.T) {
 		runs[i] = startNATSRun(ctx, t, b, fmt.Sprintf("home-%d", i),
 			schedule.Schedule{Name: "s", Spec: schedule.Spec{Cron: "* * * * *", Zone: "UTC", Calendar: calendar.RefOf(v1)}}, schedule.WithCalendars(reg))
 	}
+	done := make([]time.Time, len(runs)) // when each Replan returned
 	var wg sync.WaitGroup
 	for i, r := range runs {
 		wg.Go(func() {
 			sleepUntil(base.Add(offsets[i]))
-			if err := r.s.Replan(ctx, "s", calendar.RefOf(v2)); err != nil {
+			var err error
+			if done[i], err = returned(r.s.Replan(ctx, "s", calendar.RefOf(v2))); err != nil {
 				t.Errorf("replan at %v: %v", offsets[i], err)
 			}
 		})
@@ -398,7 +414,7 @@ func TestReplanCancelsThePlanOnNATS(t *testing.T) {
 	for i, r := range runs {
 		op := base.Add(offsets[i])
 		msgs := r.received()
-		stateChangeCheck(t, r.s, fmt.Sprintf("replan at %v", offsets[i]), "", op, op.Add(500*time.Millisecond),
+		stateChangeCheck(t, r.s, fmt.Sprintf("replan at %v", offsets[i]), "", op, done[i].Add(500*time.Millisecond),
 			func() []*transport.Message { return msgs })
 	}
 }
