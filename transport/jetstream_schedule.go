@@ -73,11 +73,13 @@ func (q *jsQueue) scheduleMsg(part *jsPartition, key string, m *Message, at time
 }
 
 // duplicateOf reports a duplicate of the MessageID whose key is key: with
-// the number of the scheduled message with it, while one is pending.
+// the number of the scheduled message with it, while one is pending, or
+// as cancelled while its cancel record is kept.
 func duplicateOf(ctx context.Context, d *jsDriver, part *jsPartition, key string) SendResult {
 	raw, err := d.getLast(ctx, part.sched, part.n.sSubj+"."+key+".s")
 	if err != nil {
-		return SendResult{Duplicate: true}
+		cancelled, _ := d.lastBySubject(ctx, part.n.sched, part.n.sSubj+"."+key+"."+cancelToken+".*")
+		return SendResult{Duplicate: true, Cancelled: cancelled}
 	}
 	return SendResult{Seq: makeSeq(part.idx, true, raw.Sequence), Duplicate: true}
 }

@@ -17,8 +17,9 @@ type memDedup struct {
 }
 
 type memSeen struct {
-	until   time.Time // remembered until then, unless pending
-	pending uint64    // the pending scheduled message with this ID, if any
+	until     time.Time // remembered until then, unless pending
+	pending   uint64    // the pending scheduled message with this ID, if any
+	cancelled bool      // the scheduled message with this ID was cancelled
 }
 
 // lookup reports whether id is remembered and, if a scheduled message with
@@ -109,7 +110,7 @@ func (l *memLog) put(ctx context.Context, m *Message, p int, at time.Time) (Send
 	defer l.q.mu.Unlock()
 	now, part, cfg := l.q.clock.Now(), l.parts[p], l.q.cfg
 	if pending, dup := part.dedup.lookup(c.MessageID, now); dup {
-		return SendResult{Seq: pending, Duplicate: true}, nil
+		return SendResult{Seq: pending, Duplicate: true, Cancelled: pending == 0 && part.dedup.ids[c.MessageID].cancelled}, nil
 	}
 	if at.IsZero() && cfg.MaxBytes > 0 && part.bytes+int64(size) > cfg.MaxBytes {
 		return SendResult{}, fmt.Errorf("%w: queue %s partition %d: MaxBytes %d reached", ErrQueueFull, cfg.Name, p, cfg.MaxBytes)
@@ -187,6 +188,9 @@ func (l *memLog) cancel(ctx context.Context, seq uint64) error {
 		e.stop()
 		p.pending = slices.Delete(p.pending, i, i+1)
 		p.dedup.settle(e.m.MessageID, l.q.clock.Now().Add(l.q.cfg.CancelRecordTTL))
+		if s, ok := p.dedup.ids[e.m.MessageID]; ok {
+			s.cancelled = true
+		}
 		return nil
 	}
 	if _, ok := p.activated[seq]; ok {

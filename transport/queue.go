@@ -135,6 +135,11 @@ type SendResult struct {
 	// Duplicate is true when the queue remembers the MessageID (see
 	// QueueConfig.DuplicateWindow); the message was not stored again.
 	Duplicate bool
+	// Cancelled, on a duplicate, is true when the queue remembers the
+	// MessageID because the scheduled message with it was cancelled (for
+	// CancelRecordTTL): that message was never delivered, and none with
+	// the ID will be. False leaves the earlier message's fate unsaid.
+	Cancelled bool
 }
 
 // Send stores m in the queue. If m.ScheduledAt is set, Send schedules it

@@ -14,11 +14,13 @@ import (
 	"github.com/jetsaga/jetsaga/transport"
 )
 
-// TestScheduleHooks runs two schedules (every second, 15 occurrences,
-// catch-up tolerance 2 s) through an outage of their runner from 2.5 s
-// to 10 s, on a virtual clock: the one that fires late occurrences is
-// counted 10 sent on time and 5 sent late, the one that skips them 10
-// sent and 5 skipped — what each schedule's Info says — and the lateness
+// TestScheduleHooks runs two schedules (every second, 95 occurrences,
+// catch-up tolerance 2 s, planned a minute ahead) through an outage of
+// their runner from 2.5 s to 90 s, on a virtual clock: the occurrences
+// planned before it (0 to 62 s) are sent on time, and of those that were
+// not (63 to 90 s) 25 are late — the one that fires late occurrences is
+// counted 70 sent on time and 25 sent late, the one that skips them 70
+// sent and 25 skipped — what each schedule's Info says — and the lateness
 // histogram has one point per occurrence sent.
 func TestScheduleHooks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -39,7 +41,7 @@ func TestScheduleHooks(t *testing.T) {
 		base := time.Now().Add(time.Minute).Truncate(time.Minute)
 		for name, policy := range map[string]schedule.CatchUpPolicy{"fires": schedule.CatchUpFire, "skips": schedule.CatchUpSkip} {
 			err := s.Create(t.Context(), schedule.Schedule{Name: name, Spec: schedule.Spec{Every: time.Second}, Start: base,
-				End: base.Add(14 * time.Second), CatchUp: schedule.CatchUp{Policy: policy, Tolerance: 2 * time.Second},
+				End: base.Add(94 * time.Second), CatchUp: schedule.CatchUp{Policy: policy, Tolerance: 2 * time.Second},
 				Action: schedule.Action{Queue: "work", Message: &transport.Message{Subject: "Tick"}}})
 			if err != nil {
 				t.Fatal(err)
@@ -54,8 +56,8 @@ func TestScheduleHooks(t *testing.T) {
 			<-done
 		}
 		run(base.Add(2*time.Second + 500*time.Millisecond))
-		time.Sleep(time.Until(base.Add(10 * time.Second)))
-		run(base.Add(20 * time.Second))
+		time.Sleep(time.Until(base.Add(90 * time.Second)))
+		run(base.Add(100 * time.Second))
 
 		var rm metricdata.ResourceMetrics
 		if err := reader.Collect(t.Context(), &rm); err != nil {
@@ -88,8 +90,8 @@ func TestScheduleHooks(t *testing.T) {
 			}
 		}
 		want := map[string]int64{
-			"fires sent late=false": 10, "fires sent late=true": 5,
-			"skips sent late=false": 10, "skips skipped late=true": 5,
+			"fires sent late=false": 70, "fires sent late=true": 25,
+			"skips sent late=false": 70, "skips skipped late=true": 25,
 		}
 		if len(counts) != len(want) {
 			t.Errorf("jetsaga.schedule.occurrences %v, want %v", counts, want)
@@ -99,7 +101,7 @@ func TestScheduleHooks(t *testing.T) {
 				t.Errorf("jetsaga.schedule.occurrences{%s} = %d, want %d (all: %v)", k, counts[k], n, counts)
 			}
 		}
-		for name, n := range map[string]uint64{"fires": 15, "skips": 10} {
+		for name, n := range map[string]uint64{"fires": 95, "skips": 70} {
 			if points[name] != n {
 				t.Errorf("jetsaga.schedule.lateness{%s}: %d points, want %d", name, points[name], n)
 			}

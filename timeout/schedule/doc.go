@@ -15,7 +15,8 @@
 //
 // Each occurrence's message is a copy of the action's message with its
 // MessageID set to the occurrence ID (OccurrenceID: the schedule's name and
-// the nominal time, "nightly@20270105T090000Z") and the properties
+// the nominal time, "nightly@20270105T090000Z"; with "~2" appended when
+// it was planned again after a cancel, see below) and the properties
 // PropertySchedule, PropertyNominal (the nominal time, RFC 3339) and
 // PropertyCause. The target queue drops a message whose MessageID it
 // remembers (its DuplicateWindow), so an occurrence sent again after a crash
@@ -23,44 +24,82 @@
 //
 // # How occurrences are sent
 //
-// The pending occurrence of a schedule is one message scheduled on the
-// scheduler's queue for its time (nominal plus jitter), and the record names
-// it: the two are written in one atomic write, or, on a queue where such a
-// write is slow (transport.Queue.StateCommitsStaged), the message first and
-// the record after it, so that the record never names a message that was
-// not written. When it activates, a Run
-// receives it, sends the occurrence (and any later ones already due, as the
-// catch-up policy says) to the target, and writes the record with the next
-// occurrence's message, again in one write: a schedule never has more than
-// one pending occurrence, and none is skipped silently — each is sent,
-// or counted as skipped by a pause or the catch-up policy (Info.Skipped).
-// A Run that dies between sending and writing leaves the message to be
-// redelivered; the occurrence is sent again and dropped by the target as a
-// duplicate. A Run killed while it holds the pending occurrence's message
-// stalls the schedule until the message's lock expires (MaxLockDuration
-// plus the broker's grace, about 12 s on nats-server, whatever other Runs
-// are up); the catch-up policy then applies to the occurrences due
-// meanwhile, so that CatchUpSkip skips a dozen of a schedule every second. Several Runs (in several processes) share the work; while none
-// runs, the pending occurrence waits on the queue, and the next Run applies
-// the catch-up policy to everything due by then.
+// Occurrences are planned ahead: each occurrence due within the horizon
+// (DefaultHorizon, a minute, or WithHorizon; at most MaxPlanned of a
+// schedule) is a message scheduled on the target queue or topic
+// (transport.Queue.Schedule) for its time, nominal plus jitter, with its
+// occurrence ID as MessageID, and the schedule's record (a state record
+// on the scheduler's queue, transport.Queue.CommitState) names each by
+// its scheduled sequence number. The server activates them on time: a
+// Run is not needed at an occurrence's time, and one that dies delays
+// nothing already planned. A record names its planned messages before
+// they exist: a write names the occurrences it plans, then schedules
+// their messages, then writes their numbers; should the writer die in
+// between, a Run schedules them (the same IDs: the target reports one
+// already scheduled and its number) before the first is due: the tick
+// the dead Run held, delivered again, or a tick the first write carries.
 //
-// With WithTimeouts the pending occurrence waits on a timeout engine
-// instead (the Temporal engine, or a timeout.Router that sends long gaps
-// there): the tick is a timeout that the engine delivers to the
-// scheduler's queue 1.3 s before the occurrence, scheduled before the
-// record is written (the two cannot be one write); everything else is
-// the same. Info.Engine tells where a schedule's tick waits.
+// A Run's work is planning. Each record has one tick, a message
+// scheduled on the scheduler's queue for when half of the horizon is
+// left before its first occurrence not planned; a Run receives it,
+// counts the planned occurrences that are due as sent, plans those that
+// came within the horizon, and writes the record with the next tick, in
+// one write (or, on a queue where such a write is slow,
+// transport.Queue.StateCommitsStaged, the tick first). A Run killed
+// while it holds a tick delays that planning until the tick's lock
+// expires (MaxLockDuration plus the broker's grace, about 12 s on
+// nats-server), which half a horizon (at least MinHorizon) outlasts.
+// Several Runs (in several processes) share the work. While none runs,
+// planned occurrences are still sent; the first Run after applies the
+// catch-up policy to the occurrences that were due meanwhile and not
+// planned, sends or skips them, and plans on.
 //
-// An occurrence that cannot be sent (a topic not created yet, a calendar
-// version missing from the registry given WithCalendars, which every
-// process that runs Run needs) is tried again every 10 seconds; it is never
-// dead-lettered.
+// Pause, Delete and Replan cancel the planned messages first
+// (transport.Queue.Cancel, whose answer is definite), then write the
+// record: a message cancelled is never delivered; one that activated
+// already (on JetStream, one due within 500 ms of the cancel) counts as
+// sent. An outcome that is not definite (the server away) fails the
+// call, which writes nothing and may be called again. Replan keeps the
+// planned occurrences the new calendar version keeps. The target keeps a
+// cancelled message's ID taken (transport.QueueConfig.CancelRecordTTL),
+// so an occurrence planned again after its message was cancelled (a
+// Resume before its time, a Replan, a schedule deleted and created again
+// under the same name) goes out with "~2" (then "~3", …) appended to its
+// MessageID; the record keeps the latest 256 such occurrences, and
+// Backfill uses the same IDs. Past those, the target tells a cancelled
+// ID from a sent one (transport.SendResult.Cancelled): a schedule
+// created again under the name of a deleted one steps past the IDs the
+// deleted one cancelled, and counts as sent an occurrence whose message
+// the deleted one's plan delivered (it is not sent twice). A process
+// that dies between cancelling and writing the record leaves a record
+// naming cancelled messages, which the next Run counts as sent; call the
+// operation again.
 //
-// An occurrence is never sent before its nominal time (by the clock of the
-// process that sends it). On JetStream its message activates
-// timeout.DefaultEarlyActivation early and Run holds it until its time, so
-// it is sent within the time a Run takes to send it, unless the server's
-// 250 ms scheduling tick is late by more than that lead.
+// Deleting the target queue (or topic) deletes the occurrences planned
+// on it: they are never delivered, yet the record counts them as sent at
+// their time. Pause the schedules of a queue before deleting it, and
+// Resume them once it exists again.
+//
+// With WithTimeouts the ticks wait on a timeout engine instead (the
+// Temporal engine, or a timeout.Router that sends long gaps there), due
+// at their time: a tick only plans, half a horizon ahead of the first
+// occurrence it plans, so the engine's lateness (a Temporal timer fires
+// some 100 ms late, one under a second after a second) needs no lead.
+// The tick is scheduled before the record is written (the two cannot be
+// one write). Info.Engine tells where a schedule's tick waits.
+//
+// An occurrence that cannot be planned or sent (a topic not created
+// yet, a calendar version missing from the registry given WithCalendars,
+// which every process that runs Run needs) is tried again every 10
+// seconds; it is never dead-lettered. Topics take scheduled messages as
+// queues do (transport.Topic.Schedule): an occurrence enters the topic
+// once, at its time.
+//
+// An occurrence is never sent before its nominal time: the server never
+// activates a scheduled message early, and an occurrence that a Run sends
+// itself (catch-up) is due by that Run's clock. On JetStream the server
+// activates scheduled messages on a 250 ms tick, so an occurrence
+// arrives up to that late, more when the server is loaded.
 //
 // # Specs and time zones
 //
@@ -91,7 +130,7 @@
 //   - Trigger sends an occurrence now; Backfill sends the occurrences of a
 //     past range that the schedule did not send.
 //   - Replan plans the pending occurrence again under a new version of the
-//     spec's calendar.
+//     spec's calendar; the planned occurrences it moves are cancelled.
 //   - Overlap: the scheduler cannot know when the work an occurrence starts
 //     is done, so it sends every occurrence; give the action's message a
 //     SessionID (on a queue with sessions) to have them handled one at a

@@ -113,11 +113,14 @@ func pendingTicks(t *testing.T, h *harness) map[string]int {
 	return out
 }
 
-// With WithTimeouts the pending occurrence of a schedule is a timeout on
-// the engine given, due 1.3 s before the occurrence: every 3 seconds for a
-// minute, each occurrence is sent once, none early, from ticks all on the
-// engine (none written on the queue); Pause cancels the pending tick on
-// the engine, Resume schedules the next one there.
+// With WithTimeouts a schedule's ticks, which plan its occurrences, are
+// timeouts on the engine given: every 3 seconds for a minute, planned a
+// minute ahead, the ticks are due when half the horizon is left before
+// the first occurrence not planned (-27 s: created at -60 s, 0 s planned;
+// 6 s: 3 to 33 s planned), then at the last occurrence (60 s), all on the
+// engine (none written on the queue); each occurrence is sent once, none
+// early; Pause cancels the pending tick on the engine, Resume schedules
+// the next one there.
 func TestTicksOnATimeoutEngine(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, eng := newEngineHarness(t)
@@ -125,7 +128,7 @@ func TestTicksOnATimeoutEngine(t *testing.T) {
 		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: 3 * time.Second}, Start: base, End: base.Add(60 * time.Second)})
 		h.run()
 		defer h.stopRun()
-		sleepUntil(base.Add(28*time.Second + 500*time.Millisecond)) // the tick of 30 s is due at 28.7 s
+		sleepUntil(base.Add(28*time.Second + 500*time.Millisecond))
 		info, err := h.s.Get(h.ctx, "s")
 		if err != nil {
 			t.Fatal(err)
@@ -136,10 +139,7 @@ func TestTicksOnATimeoutEngine(t *testing.T) {
 		if got := pendingTicks(t, h); got["eng"] != 1 || len(got) != 1 {
 			t.Errorf("ticks pending on the schedule queue by writer: %v, want one, the engine's", got)
 		}
-		var want []time.Duration
-		for i := 0; i <= 30; i += 3 {
-			want = append(want, time.Duration(i)*time.Second-1300*time.Millisecond)
-		}
+		want := []time.Duration{-27 * time.Second, 6 * time.Second, 60 * time.Second}
 		if got := eng.ticks(base); !slices.Equal(got, want) {
 			t.Errorf("ticks on the engine due at %v from the first occurrence, want %v", got, want)
 		}
@@ -190,8 +190,8 @@ func TestTicksOnATimeoutEngine(t *testing.T) {
 	})
 }
 
-// A Pause while Run holds a tick that came early (the engine's lead)
-// stops its occurrence: Run reads the record again after the hold.
+// A Pause at 5.5 s on a schedule every second whose ticks wait on an
+// engine stops the occurrences after it: those planned are cancelled.
 func TestPauseWhileATickIsHeld(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, _ := newEngineHarness(t)
@@ -214,12 +214,15 @@ func TestPauseWhileATickIsHeld(t *testing.T) {
 
 // An engine that refuses ticks (its server down) does not stop a
 // schedule: the ticks go on the schedule queue meanwhile, and back on the
-// engine once it takes them again; every occurrence is sent once.
+// engine once it takes them again; every occurrence is sent once. A
+// schedule every second for 100 s, planned a minute ahead: ticks at
+// -29 s (Create's), 2 s (written while the engine is down: on the queue),
+// 33 s, 64 s and 100 s (the last occurrence).
 func TestTicksFallBackToTheQueue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, eng := newEngineHarness(t)
 		base := time.Now().Add(time.Minute).Truncate(time.Minute)
-		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(10 * time.Second)})
+		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(100 * time.Second)})
 		h.run()
 		defer h.stopRun()
 		engines := func() string {
@@ -229,35 +232,31 @@ func TestTicksFallBackToTheQueue(t *testing.T) {
 			}
 			return fmt.Sprintf("%s %v", info.Engine, pendingTicks(t, h))
 		}
-		sleepUntil(base.Add(2*time.Second + 500*time.Millisecond))
+		sleepUntil(base.Add(-40 * time.Second))
 		eng.setDown(true)
-		sleepUntil(base.Add(4*time.Second + 500*time.Millisecond))
+		sleepUntil(base.Add(-25 * time.Second))
 		if got, want := engines(), "queue map[:1]"; got != want {
 			t.Errorf("with the engine down: engine and pending ticks %q, want %q", got, want)
 		}
 		eng.setDown(false)
-		sleepUntil(base.Add(6*time.Second + 500*time.Millisecond))
+		sleepUntil(base.Add(5 * time.Second))
 		if info, _ := h.s.Get(h.ctx, "s"); info.Engine != "eng" {
 			t.Errorf("with the engine back: Info.Engine %q, want eng", info.Engine)
 		}
-		sleepUntil(base.Add(11 * time.Second))
+		sleepUntil(base.Add(101 * time.Second))
 		got, _ := h.received(base)
-		equalInts(t, "nominal seconds", got, seq(0, 10))
-		// The ticks of 4 and 5 were planned while the engine was down.
-		var want []time.Duration
-		for _, n := range append(seq(0, 3), seq(6, 10)...) {
-			want = append(want, time.Duration(n)*time.Second-1300*time.Millisecond)
-		}
+		equalInts(t, "nominal seconds", got, seq(0, 100))
+		want := []time.Duration{-29 * time.Second, 33 * time.Second, 64 * time.Second, 100 * time.Second}
 		if got := eng.ticks(base); !slices.Equal(got, want) {
 			t.Errorf("ticks on the engine due at %v from the first occurrence, want %v", got, want)
 		}
 	})
 }
 
-// A tick due at once (a schedule every second: its ticks are due 1.3 s
-// early) that the engine delivers before the scheduler has written the
-// record naming it is not taken for a stale one: Run waits for the record,
-// and every occurrence is sent.
+// A tick due at once that the engine delivers before the scheduler has
+// written the record naming it (the engine is slow to answer) is not
+// taken for a stale one: Run waits for the record, and every occurrence
+// is sent.
 func TestTickBeforeItsRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t)
@@ -283,7 +282,9 @@ func TestTickBeforeItsRecord(t *testing.T) {
 func TestOrphanTickCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, eng := newEngineHarness(t)
-		sch := schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Hour}, Start: time.Now().Add(time.Minute),
+		// (Beyond the horizon: Create plans no occurrence, and writes the
+		// tick first.)
+		sch := schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Hour}, Start: time.Now().Add(10 * time.Minute),
 			Action: schedule.Action{Queue: "work", Message: &transport.Message{Subject: "Tick"}}}
 		h.create(sch)
 		if err := h.s.Create(h.ctx, sch); !errors.Is(err, schedule.ErrExists) {

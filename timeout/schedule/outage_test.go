@@ -12,6 +12,26 @@ import (
 	"github.com/jetsaga/jetsaga/transport"
 )
 
+// memoryWithWork returns a scheduler on a memory broker (closed when t
+// ends) and the broker's queue "work".
+func memoryWithWork(t *testing.T) (*Scheduler, *transport.Queue) {
+	t.Helper()
+	b, err := transport.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	s, err := New(b, WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	work, err := b.OpenQueue(t.Context(), transport.QueueConfig{Name: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, work
+}
+
 // flakyTarget is a queue that is unavailable (transport.ErrUnavailable)
 // while down is set.
 type flakyTarget struct {
@@ -34,6 +54,10 @@ func (f *flakyTarget) Send(ctx context.Context, m *transport.Message) (transport
 	return f.q.Send(ctx, m)
 }
 
+func (f *flakyTarget) CancelMany(ctx context.Context, seqs []uint64) []error {
+	return f.q.CancelMany(ctx, seqs)
+}
+
 func (f *flakyTarget) set(down bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -46,20 +70,9 @@ func (f *flakyTarget) set(down bool) {
 // schedule goes on; nothing is dead-lettered.
 func TestRunWaitsOutAnUnavailableTarget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, err := transport.NewMemory()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Close()
-		s, err := New(b, WithLogger(slog.New(slog.DiscardHandler)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, work := memoryWithWork(t)
 		ctx := t.Context()
-		work, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "work"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := s.b
 		target := &flakyTarget{q: work, down: true}
 		s.targets["q:work"] = target
 		base := time.Now().Add(time.Minute).Truncate(time.Minute)

@@ -4,40 +4,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/timeout/schedule"
 	"github.com/jetsaga/jetsaga/transport"
-	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
 // A paused schedule shows no next occurrence (Info.Next is zero, as its doc says), in Get
 // and in List, on both brokers; Resume shows one again.
 func TestPausedHasNoNext(t *testing.T) {
-	brokers := map[string]func(t *testing.T) *transport.Broker{
-		"memory": func(t *testing.T) *transport.Broker {
-			b, err := transport.NewMemory()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = b.Close() })
-			return b
-		},
-		"nats-server": func(t *testing.T) *transport.Broker {
-			srv := testutil.StartServer(t, embedded.Options{})
-			nc, err := nats.Connect(srv.ClientURL())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			b, err := transport.NewJetStream(nc, transport.WithLogger(discard()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return b
-		},
-	}
 	for name, open := range brokers {
 		t.Run(name, func(t *testing.T) {
 			b := open(t)

@@ -119,10 +119,11 @@ func seq(from, to int) []int {
 	return out
 }
 
-// An outage of the runner from 3 s to 10 s on a schedule every second: the
-// occurrence pending at 3 s waits, and when the runner is back at 10 s the
-// catch-up policy decides what the late ones (3 to 9, tolerance 2 s: 3..7
-// late, 8..10 on time) become.
+// An outage of the runner from 2.5 s to 40 s on a schedule every second,
+// planned 30 s ahead: the occurrences planned before it (up to 31 s: the
+// runner planned at 1 s) are sent on time by the server; when the runner
+// is back at 40 s the catch-up policy decides what the ones not planned
+// (32 to 40, tolerance 2 s: 32..37 late, 38..40 on time) become.
 func TestCatchUpPolicies(t *testing.T) {
 	cases := []struct {
 		policy    schedule.CatchUpPolicy
@@ -130,16 +131,16 @@ func TestCatchUpPolicies(t *testing.T) {
 		coalesced map[int]string
 		skipped   int64
 	}{
-		{schedule.CatchUpFire, seq(0, 14), nil, 0},
-		{schedule.CatchUpSkip, append(seq(0, 2), seq(8, 14)...), nil, 5},
-		{schedule.CatchUpCoalesce, append(seq(0, 2), seq(7, 14)...), map[int]string{7: "5"}, 4},
+		{schedule.CatchUpFire, seq(0, 44), nil, 0},
+		{schedule.CatchUpSkip, append(seq(0, 31), seq(38, 44)...), nil, 6},
+		{schedule.CatchUpCoalesce, append(seq(0, 31), seq(37, 44)...), map[int]string{37: "6"}, 5},
 	}
 	for _, c := range cases {
 		t.Run(c.policy.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var hookSent, hookSkipped, hookLate int64
 				coalescedHook := 0
-				h := newHarness(t, schedule.WithHooks(schedule.Hooks{
+				h := newHarness(t, schedule.WithHorizon(schedule.MinHorizon), schedule.WithHooks(schedule.Hooks{
 					Sent: func(_ context.Context, p schedule.OccurrenceParams) {
 						hookSent++
 						if p.Late {
@@ -156,13 +157,13 @@ func TestCatchUpPolicies(t *testing.T) {
 				}))
 				base := time.Now().Add(time.Minute).Truncate(time.Minute)
 				h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base,
-					End: base.Add(14 * time.Second), CatchUp: schedule.CatchUp{Policy: c.policy, Tolerance: 2 * time.Second}})
+					End: base.Add(44 * time.Second), CatchUp: schedule.CatchUp{Policy: c.policy, Tolerance: 2 * time.Second}})
 				h.run()
 				sleepUntil(base.Add(2*time.Second + 500*time.Millisecond))
 				h.stopRun()
-				sleepUntil(base.Add(10 * time.Second))
+				sleepUntil(base.Add(40 * time.Second))
 				h.run()
-				sleepUntil(base.Add(20 * time.Second))
+				sleepUntil(base.Add(50 * time.Second))
 				got, msgs := h.received(base)
 				equalInts(t, "nominal seconds", got, c.want)
 				for i, m := range msgs {
@@ -180,7 +181,7 @@ func TestCatchUpPolicies(t *testing.T) {
 				if hookSent != info.Sent || hookSkipped != info.Skipped || hookLate != info.Late {
 					t.Errorf("hooks: sent %d skipped %d late %d, info: %d %d %d", hookSent, hookSkipped, hookLate, info.Sent, info.Skipped, info.Late)
 				}
-				if w := c.coalesced[7]; w != "" && strconv.Itoa(coalescedHook) != w {
+				if w := c.coalesced[37]; w != "" && strconv.Itoa(coalescedHook) != w {
 					t.Errorf("hooks: coalesced %d, want %s", coalescedHook, w)
 				}
 				h.stopRun()
@@ -407,8 +408,9 @@ func TestCreateRefuses(t *testing.T) {
 	}
 }
 
-// A pause that comes after the pending occurrence's tick activated, while
-// no runner runs: the runner that comes back must not send it.
+// A pause while no runner runs: the occurrences planned before it that
+// activated (2 and 3 s) count as sent, and the runner that comes back
+// sends nothing after it.
 func TestPauseAfterTickActivated(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t)
@@ -417,7 +419,7 @@ func TestPauseAfterTickActivated(t *testing.T) {
 		h.run()
 		sleepUntil(base.Add(1*time.Second + 500*time.Millisecond))
 		h.stopRun()
-		sleepUntil(base.Add(3 * time.Second)) // the tick of 2 s is on the queue
+		sleepUntil(base.Add(3*time.Second + 500*time.Millisecond))
 		if err := h.s.Pause(h.ctx, "s", "no"); err != nil {
 			t.Fatal(err)
 		}
@@ -425,7 +427,10 @@ func TestPauseAfterTickActivated(t *testing.T) {
 		defer h.stopRun()
 		sleepUntil(base.Add(10 * time.Second))
 		got, _ := h.received(base)
-		equalInts(t, "sent", got, seq(0, 1))
+		equalInts(t, "sent", got, seq(0, 3))
+		if info, _ := h.s.Get(h.ctx, "s"); info.Sent != 4 {
+			t.Errorf("Info.Sent %d, want 4", info.Sent)
+		}
 	})
 }
 
@@ -603,36 +608,52 @@ func TestOverlapBySession(t *testing.T) {
 	})
 }
 
-// A Pause that lands between an occurrence's send and the write that
-// records it does not make the occurrence count as skipped: Run notes it
-// as sent in the paused record, and Resume skips only those after it.
-func TestPauseDuringASend(t *testing.T) {
+// A Pause that lands while Run handles a tick (at 0.5 s: planned 31 s
+// ahead, the schedule's ticks are due 15.5 s before its first occurrence
+// not planned; from the Sent hook Run calls as it counts the occurrence
+// of 0 s, before it writes the plan it extended) cancels the planned
+// occurrences after it (1 to 15 s), and Run's write loses: Resume at
+// 6.5 s skips 1 to 6 and plans 7 on, which go out under fresh IDs ("~2":
+// the target keeps a cancelled ID taken), each once.
+func TestPauseDuringAPlan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var h *harness
 		base := time.Now().Add(time.Minute).Truncate(time.Minute)
-		h = newHarness(t, schedule.WithHooks(schedule.Hooks{Sent: func(ctx context.Context, p schedule.OccurrenceParams) {
-			if p.Nominal.Equal(base.Add(3 * time.Second)) {
-				if err := h.s.Pause(ctx, "s", "during the send"); err != nil {
+		h = newHarness(t, schedule.WithHorizon(31*time.Second), schedule.WithHooks(schedule.Hooks{Sent: func(ctx context.Context, p schedule.OccurrenceParams) {
+			if p.Nominal.Equal(base) {
+				if err := h.s.Pause(ctx, "s", "during the plan"); err != nil {
 					t.Errorf("Pause: %v", err)
 				}
 			}
 		}}))
-		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(10 * time.Second)})
+		h.create(schedule.Schedule{Name: "s", Spec: schedule.Spec{Every: time.Second}, Start: base, End: base.Add(40 * time.Second)})
 		h.run()
 		defer h.stopRun()
 		sleepUntil(base.Add(6*time.Second + 500*time.Millisecond))
+		if info, _ := h.s.Get(h.ctx, "s"); !info.Paused {
+			t.Fatal("not paused")
+		}
 		if err := h.s.Resume(h.ctx, "s", ""); err != nil {
 			t.Fatal(err)
 		}
-		sleepUntil(base.Add(11 * time.Second))
-		got, _ := h.received(base)
-		equalInts(t, "nominal seconds", got, append(seq(0, 3), seq(7, 10)...))
+		sleepUntil(base.Add(41 * time.Second))
+		got, msgs := h.received(base)
+		equalInts(t, "nominal seconds", got, append([]int{0}, seq(7, 40)...))
+		for i, m := range msgs {
+			id := schedule.OccurrenceID("s", base.Add(time.Duration(got[i])*time.Second))
+			if got[i] >= 7 && got[i] <= 15 {
+				id += "~2"
+			}
+			if m.MessageID != id {
+				t.Errorf("occurrence %d: MessageID %q, want %q", got[i], m.MessageID, id)
+			}
+		}
 		info, err := h.s.Get(h.ctx, "s")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.Sent != 8 || info.Skipped != 3 {
-			t.Errorf("sent %d skipped %d, want 8 and 3 (4 to 6 s)", info.Sent, info.Skipped)
+		if info.Sent != 35 || info.Skipped != 6 || !info.Ended {
+			t.Errorf("sent %d skipped %d ended %v, want 35, 6 (1 to 6 s), ended", info.Sent, info.Skipped, info.Ended)
 		}
 	})
 }

@@ -49,12 +49,28 @@ type record struct {
 	Sent      int64     `json:"sent,omitempty"`
 	Skipped   int64     `json:"skipped,omitempty"`
 	Late      int64     `json:"late,omitempty"`
+	// Plan is the occurrences planned ahead, from Next on, in order: each
+	// a message scheduled on the target for its time (see plan.go).
+	Plan []planned `json:"plan,omitempty"`
+	// Withdrawn are the latest occurrences whose planned messages were
+	// cancelled, each with the last ID cancelled: the target keeps that
+	// ID taken, so the occurrence is sent again under the next one.
+	Withdrawn []planned `json:"withdrawn,omitempty"`
+	// Wake is when the record's tick is due (its planning time).
+	Wake time.Time `json:"wake,omitzero"`
 	// Skips are the latest ranges of nominal times skipped (by a pause or
 	// the catch-up policy), inclusive, oldest first.
 	Skips [][2]time.Time `json:"skips,omitempty"`
 
-	// retryAt, when set, delays the tick of this write (not stored).
-	retryAt time.Time
+	// retry, when set, has this write keep Wake as it is (not stored):
+	// a tick that failed is tried again then.
+	retry bool
+	// guarded, when set, says the writer holds a tick of the schedule
+	// (not stored): see commitGuarded.
+	guarded bool
+	// guardTick, when set, marks this write's tick as a guard, replaced at
+	// once (not stored): it stays on the queue, not on a timeout engine.
+	guardTick bool
 }
 
 type storedMsg struct {

@@ -18,8 +18,9 @@ import (
 // is resumed, not restarted, after a crash.
 const maxPerTick = 256
 
-// runConcurrency is how many ticks a Run handles at once: most of them
-// wait for their time (ticks activate a lead early on JetStream).
+// runConcurrency is how many ticks a Run handles at once: a burst of
+// schedules planned together, or ticks that came early from a timeout
+// engine and wait for their time.
 const runConcurrency = 256
 
 // Run receives the scheduler's pending occurrences as they fall due and
@@ -83,10 +84,10 @@ func (s *Scheduler) handleTick(ctx context.Context, d *transport.Delivery) {
 		return
 	}
 	gen, _ := strconv.ParseUint(d.Properties[propTickGen], 10, 64) // 0 (as stale) if absent
-	// A tick activates up to the scheduler's lead before its occurrence:
-	// hold it until readAhead before then, and only then read the record,
-	// so that a Pause during the hold stops it. (fire holds the rest of
-	// the way, and holds a tick that does not carry its time.)
+	// A tick may come before its time (a timeout engine's): hold it until
+	// readAhead before then, and only then read the record, so that a
+	// Pause during the hold stops it. (fire holds the rest of the way,
+	// and holds a tick that does not carry its time.)
 	if at, err := time.Parse(time.RFC3339Nano, d.Properties[propTickFireAt]); err == nil && time.Until(at) > readAhead {
 		select {
 		case <-ctx.Done():
@@ -202,10 +203,8 @@ func (s *Scheduler) outageWorked(ctx context.Context) {
 	s.outage.Worked(ctx)
 }
 
-// readAhead is how long before an occurrence's time Run reads its record:
-// the read's own latency is then mostly over by the time the occurrence
-// is due, and a Pause written less than readAhead before it may not stop
-// it (the occurrence is then counted as sent).
+// readAhead is how long before a tick's time Run reads its record: the
+// read's own latency is then mostly over by the time the tick is due.
 const readAhead = 50 * time.Millisecond
 
 // errRecordBehind: the tick's record is of a generation before the
@@ -226,16 +225,18 @@ func (s *Scheduler) retryLater(ctx context.Context, name, tickID string) error {
 		if r.TickID != tickID {
 			return false, nil // stale anyway
 		}
-		r.retryAt = time.Now().Add(retryDelay)
+		r.Wake = time.Now().Add(retryDelay)
+		r.retry = true
 		return true, nil
 	})
 	return err
 }
 
 // fire handles the tick tickID (of generation gen) of the schedule name:
-// it sends the pending
-// occurrence and any after it that are due by now, as the catch-up policy
-// says, then writes the record with the tick of the next occurrence.
+// it counts the planned occurrences that are due as sent (the server
+// activated them), sends the due ones that were not planned (a Run was
+// down), as the catch-up policy says, plans the occurrences within the
+// horizon, and writes the record with its next tick.
 func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) error {
 	q, r, rev, err := s.load(ctx, name)
 	if errors.Is(err, ErrNotFound) {
@@ -247,14 +248,23 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) e
 	if r.TickID != tickID && r.Gen < gen {
 		return errRecordBehind
 	}
+	if r.TickID != tickID && r.unresolved() && !r.Paused {
+		// A tick that a Run died holding after it wrote a plan and
+		// before it scheduled its messages (commitGuarded): finish it.
+		if err := s.resolve(ctx, r); err != nil {
+			return err
+		}
+		_, err := s.commitOnce(ctx, q, r, rev, true, true)
+		return err
+	}
 	if r.TickID != tickID || r.Paused || r.Ended || r.Next.IsZero() {
 		return nil // stale: re-planned, paused, or handled before
 	}
-	// Never early: hold the tick until FireAt, by this process's clock.
-	// Held longer than readAhead (a tick that does not carry its time),
-	// read the record again: a Pause or Delete during the hold must stop
-	// the occurrence, not merely fail the write after it was sent.
-	if wait := time.Until(r.FireAt); wait > 0 {
+	// Never early: hold the tick until its time, by this process's clock
+	// (a tick on a timeout engine may come early). Held longer than
+	// readAhead, read the record again: a Pause or Delete during the hold
+	// must stop what it would do.
+	if wait := time.Until(r.Wake); wait > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -269,26 +279,71 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) e
 		return err
 	}
 	now := time.Now()
-	// The due occurrences: the pending one and those after it up to now.
+	// Occurrences intended by a write whose writer did not schedule them
+	// (it died, or the target refused): those due by now were not
+	// planned, and go to the catch-up policy (their message, should it
+	// exist after all, activated, and the target drops the send as a
+	// duplicate); the others are scheduled now.
+	for i, o := range r.Plan {
+		if o.Seq == 0 && o.ID != activatedID && !r.fireAt(o.At).After(now) {
+			r.Plan = r.Plan[:i]
+			break
+		}
+	}
+	if err := s.resolve(ctx, r); err != nil {
+		return err
+	}
+	if _, err := r.settle(p, now, func(o planned) {
+		s.call(ctx, OccurrenceParams{Schedule: r.Name, ID: OccurrenceID(r.Name, o.At), Nominal: o.At},
+			func(h Hooks) func(context.Context, OccurrenceParams) { return h.Sent })
+	}); err != nil {
+		return err
+	}
+	sent, more, err := s.catchUp(ctx, r, p, now)
+	if err != nil {
+		return err
+	}
+	if more {
+		r.Wake = now // more are due: the next tick, at once, goes on
+	} else if err := s.extend(r, p, now); err != nil {
+		return err
+	}
+	r.guarded = true
+	err = s.commit(ctx, q, r, rev)
+	if errors.Is(err, transport.ErrStateConflict) && len(sent) > 0 {
+		// Someone wrote the record while we sent (a Pause, say): the
+		// sends stand, so note them in the record as it is now, lest a
+		// Resume count them as skipped by the pause.
+		return s.noteSent(ctx, name, sent)
+	}
+	return err
+}
+
+// catchUp sends, as the catch-up policy says, the occurrences that are
+// due by now and were not planned (no Run was up to plan them, or the
+// target refused them): the pending one and those after it, up to
+// maxPerTick (more reports that more are due). It moves Next to the first
+// not due.
+func (s *Scheduler) catchUp(ctx context.Context, r *record, p *planner, now time.Time) (sent []sentOccurrence, more bool, err error) {
+	if len(r.Plan) > 0 || r.Ended || r.Next.IsZero() || r.fireAt(r.Next).After(now) {
+		return nil, false, nil
+	}
 	var due []time.Time
 	t := r.Next
-	for len(due) < maxPerTick && !t.After(now) && (r.End.IsZero() || !t.After(r.End)) {
+	for len(due) < maxPerTick && !r.fireAt(t).After(now) && (r.End.IsZero() || !t.After(r.End)) {
 		due = append(due, t)
 		if t, err = p.next(t); errors.Is(err, ErrNeverFires) {
 			t = time.Time{} // no occurrence after this one: the schedule ends
 			break
 		} else if err != nil {
-			return err
+			return nil, false, err
 		}
 	}
 	tolerance := r.CatchUp.Tolerance
 	if tolerance == 0 {
 		tolerance = DefaultTolerance
 	}
-	late := func(t time.Time) bool {
-		return now.Sub(t.Add(jitter(OccurrenceID(r.Name, t), r.Jitter))) > tolerance
-	}
-	var sent []sentOccurrence
+	late := func(t time.Time) bool { return now.Sub(r.fireAt(t)) > tolerance }
 	for i, t := range due {
 		send := true
 		switch r.CatchUp.Policy {
@@ -299,7 +354,7 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) e
 			send = !late(t) || i == len(due)-1 || !late(due[i+1])
 		}
 		params := OccurrenceParams{Schedule: r.Name, ID: OccurrenceID(r.Name, t), Nominal: t,
-			Lateness: now.Sub(t.Add(jitter(OccurrenceID(r.Name, t), r.Jitter))), Late: late(t)}
+			Lateness: now.Sub(r.fireAt(t)), Late: late(t)}
 		if !send {
 			s.call(ctx, params, func(h Hooks) func(context.Context, OccurrenceParams) { return h.Skipped })
 			r.skipOne(t)
@@ -317,8 +372,8 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) e
 				params.Coalesced = n
 			}
 		}
-		if _, err := s.send(ctx, r, m); err != nil {
-			return err
+		if _, err := s.sendNow(ctx, r, m, t); err != nil {
+			return sent, false, err
 		}
 		if late(t) {
 			r.Late++
@@ -332,19 +387,12 @@ func (s *Scheduler) fire(ctx context.Context, name, tickID string, gen uint64) e
 	switch {
 	case t.IsZero():
 		r.Ended = true
-	case len(due) == maxPerTick && !t.After(now):
-		// More are due: the next tick, at once, goes on.
+	case len(due) == maxPerTick && !r.fireAt(t).After(now):
+		return sent, true, nil
 	case !r.End.IsZero() && t.After(r.End):
 		r.Ended, r.Next = true, time.Time{}
 	}
-	err = s.commit(ctx, q, r, rev)
-	if errors.Is(err, transport.ErrStateConflict) && len(sent) > 0 {
-		// Someone wrote the record while we sent (a Pause, say): the
-		// sends stand, so note them in the record as it is now, lest a
-		// Resume count them as skipped by the pause.
-		return s.noteSent(ctx, name, sent)
-	}
-	return err
+	return sent, false, nil
 }
 
 // sentOccurrence is an occurrence fire sent, and whether it was late.
@@ -356,8 +404,10 @@ type sentOccurrence struct {
 // noteSent notes, in the record of the schedule name, the occurrences
 // sent whose write lost to a concurrent one: those the record still has
 // pending (from its Next on, in order) are counted as sent, and the
-// record planned from the one after them. The concurrent writer's tick,
-// stale then, is cancelled.
+// record planned from the one after them. One the record plans (the
+// concurrent writer scheduled its message: fire's send was that
+// message's duplicate, or the other way round) is counted once, by the
+// plan. The concurrent writer's tick, stale then, is cancelled.
 func (s *Scheduler) noteSent(ctx context.Context, name string, sent []sentOccurrence) error {
 	_, err := s.update(ctx, name, func(r *record) (bool, error) {
 		p, err := s.planner(r)
@@ -366,7 +416,7 @@ func (s *Scheduler) noteSent(ctx context.Context, name string, sent []sentOccurr
 		}
 		n := 0
 		for _, o := range sent {
-			if !r.Next.Equal(o.nominal) || r.Ended {
+			if !r.Next.Equal(o.nominal) || r.Ended || len(r.Plan) > 0 {
 				break
 			}
 			r.Sent++

@@ -66,9 +66,9 @@ const DefaultQueue = "jetsaga-schedules"
 
 // MaxLockDuration is the longest LockDuration the scheduler leaves on its
 // queue (it lowers a longer one when it opens the queue): a Run that dies
-// while it holds an occurrence's message delays that occurrence until the
-// lock expires (plus the broker's grace), and the catch-up policy then
-// applies to it.
+// while it holds a schedule's tick delays that schedule's planning until
+// the lock expires (plus the broker's grace), which half of the horizon
+// outlasts (MinHorizon).
 const MaxLockDuration = 10 * time.Second
 
 // DefaultTolerance is the catch-up tolerance of a schedule that gives none.
@@ -247,13 +247,14 @@ func WithQueue(name string) Option {
 	})
 }
 
-// WithTimeouts has the scheduler wake up for each pending occurrence
-// through the timeout engine ts rather than by a scheduled message it
-// writes on its queue with the schedule's record: a timeout.Timeout whose
-// message (the tick) ts delivers to the scheduler's queue 1.3 s before
-// the occurrence (a Temporal timer fires up to a second late when it is
-// shorter than a second, some 100 ms late otherwise), where Run receives
-// it and holds it until the occurrence's time. ts is typically the Temporal engine (the nested
+// WithTimeouts has the scheduler wake up to plan each schedule through
+// the timeout engine ts rather than by a scheduled message it writes on
+// its queue with the schedule's record: a timeout.Timeout whose message
+// (the tick) ts delivers to the scheduler's queue at its time, where Run
+// receives it and plans (see the package documentation: a tick is due
+// half a horizon before the occurrences it plans, so the engine's
+// lateness, up to a second for a Temporal timer shorter than a second,
+// delays none). ts is typically the Temporal engine (the nested
 // module github.com/jetsaga/jetsaga/timeout/temporal), whose workers must
 // deliver to the broker the scheduler uses, or a timeout.Router that
 // sends long gaps (a monthly run) to Temporal and short ones to the
@@ -280,6 +281,22 @@ func WithTimeouts(ts timeout.Scheduler) Option {
 	})
 }
 
+// WithHorizon sets how far ahead the scheduler plans each schedule's
+// occurrences, as messages scheduled on the target for their times (at
+// most MaxPlanned of a schedule): a Run writes them once half of the
+// horizon is left, so that occurrences keep coming on time while no Run
+// runs for up to half of it. It must be at least MinHorizon; every
+// Scheduler of a queue should have the same. Default: DefaultHorizon.
+func WithHorizon(d time.Duration) Option {
+	return optionFunc(func(s *Scheduler) error {
+		if d < MinHorizon {
+			return fmt.Errorf("%w: horizon %s below %s", ErrInvalidOption, d, MinHorizon)
+		}
+		s.horizon = d
+		return nil
+	})
+}
+
 // WithCalendars gives the registry in which specs find their calendars.
 func WithCalendars(reg *calendar.Registry) Option {
 	return optionFunc(func(s *Scheduler) error {
@@ -296,7 +313,9 @@ func WithCalendars(reg *calendar.Registry) Option {
 // occurrences with them). Each may be nil; they must not block.
 type Hooks struct {
 	// Sent is called after an occurrence was sent (or found sent before,
-	// after a crash).
+	// after a crash); for an occurrence planned ahead, which the server
+	// sends at its time, when a Run counts it as sent, at a tick after
+	// its time (its Lateness is then 0).
 	Sent func(ctx context.Context, p OccurrenceParams)
 	// Skipped is called for each occurrence the catch-up policy skipped.
 	Skipped func(ctx context.Context, p OccurrenceParams)
@@ -309,7 +328,8 @@ type OccurrenceParams struct {
 	// Nominal is the occurrence's nominal time.
 	Nominal time.Time
 	// Lateness is how long after its nominal time (jitter included) it was
-	// handled.
+	// handled; 0 for an occurrence planned ahead (the server sent it at
+	// its time).
 	Lateness time.Duration
 	// Late is true beyond the schedule's catch-up tolerance.
 	Late bool

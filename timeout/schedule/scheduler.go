@@ -30,9 +30,13 @@ type Scheduler struct {
 	log       *slog.Logger
 	hooks     []Hooks
 	timeouts  timeout.Scheduler // the ticks' engine (WithTimeouts); nil: the queue itself
+	horizon   time.Duration     // how far ahead occurrences are planned (WithHorizon)
 
-	mu      sync.Mutex
-	home    *transport.Queue
+	mu   sync.Mutex
+	home *transport.Queue
+	// targets stand in for the broker's queues and topics by key
+	// ("q:name", "t:name"); tests set them. Others are asked of the
+	// broker at every use: its handles follow DeleteQueue and OpenQueue.
 	targets map[string]sender
 
 	outageOn atomic.Bool // outage has failures: the hot path looks here only
@@ -40,9 +44,11 @@ type Scheduler struct {
 	outage   statelog.Failures // ticks waiting out an outage (run.go)
 }
 
-// sender is where an action sends: a queue or a topic.
+// sender is where an action sends: a queue or a topic, which both take
+// scheduled messages and cancel them definitely.
 type sender interface {
 	Send(ctx context.Context, m *transport.Message) (transport.SendResult, error)
+	CancelMany(ctx context.Context, seqs []uint64) []error
 }
 
 // New returns a scheduler that keeps its schedules on broker b. It opens
@@ -52,7 +58,7 @@ func New(b *transport.Broker, opts ...Option) (*Scheduler, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%w: nil broker", ErrInvalidOption)
 	}
-	s := &Scheduler{b: b, queueName: DefaultQueue, log: slog.Default(), targets: map[string]sender{}}
+	s := &Scheduler{b: b, queueName: DefaultQueue, log: slog.Default(), targets: map[string]sender{}, horizon: DefaultHorizon}
 	s.outage.What = "schedule: sending an occurrence"
 	for _, o := range opts {
 		if err := o.apply(s); err != nil {
@@ -91,6 +97,9 @@ func (s *Scheduler) queue(ctx context.Context) (*transport.Queue, error) {
 	return q, nil
 }
 
+// target returns where r's occurrences go. It asks the broker each time
+// (which remembers its handles, so this is cheap): a handle kept here
+// would outlive a DeleteQueue and miss the queue created again.
 func (s *Scheduler) target(ctx context.Context, r *record) (sender, error) {
 	key := "q:" + r.Queue
 	if r.Topic != "" {
@@ -102,28 +111,10 @@ func (s *Scheduler) target(ctx context.Context, r *record) (sender, error) {
 	if ok {
 		return t, nil
 	}
-	var err error
 	if r.Topic != "" {
-		t, err = s.b.Topic(ctx, r.Topic)
-	} else {
-		t, err = s.b.Queue(ctx, r.Queue)
+		return s.b.Topic(ctx, r.Topic)
 	}
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	s.targets[key] = t
-	s.mu.Unlock()
-	return t, nil
-}
-
-// lead is how early a tick activates before its occurrence is due:
-// timeout.DefaultEarlyActivation on a broker that activates late, else 0.
-func (s *Scheduler) lead() time.Duration {
-	if s.b.ActivationTick() > 0 {
-		return timeout.DefaultEarlyActivation
-	}
-	return 0
+	return s.b.Queue(ctx, r.Queue)
 }
 
 func (s *Scheduler) planner(r *record) (*planner, error) { return newPlanner(r.Spec, s.cals, r.Start) }
@@ -173,6 +164,9 @@ func (s *Scheduler) Create(ctx context.Context, sch Schedule) error {
 		return fmt.Errorf("%w: first occurrence %s is after the end %s", ErrNeverFires, next.UTC().Format(time.RFC3339), r.End.UTC().Format(time.RFC3339))
 	}
 	r.Next = next
+	if err := s.extend(r, p, now); err != nil {
+		return err
+	}
 	q, err := s.queue(ctx)
 	if err != nil {
 		return err
@@ -251,35 +245,129 @@ const (
 	propTickFireAt = "jetsaga-schedule-fire-at"
 )
 
-// commit writes r at revision rev, with a tick for r.Next unless the
-// schedule is paused or ended. The record never names a tick that was not
-// written: the two go in one atomic write, or, on a queue where such a
-// write is staged by the server and slow (StateCommitsStaged: one replica,
-// file storage), or when the tick goes to a timeout engine (WithTimeouts),
-// the tick first and the record after it. A tick written for a record
-// that was then not written (a crash, a concurrent write) names an ID no
-// record holds, and is dropped when it fires; one that fires before its
-// record is written (it was due at once) waits for it (see handleTick).
+// resolveLead is how long before the first of its occurrences that a
+// write intends (planned, message not yet scheduled) the record's tick is
+// due while they are unresolved: should the writer die before it
+// schedules them, a Run does it in time.
+const resolveLead = 5 * time.Second
+
+// commit writes r at revision rev, with a tick for r.Wake unless the
+// schedule is paused or ended. When the plan holds intended occurrences
+// (Seq 0), the record is written first, naming them, then their messages
+// are scheduled on the target and the record written again with their
+// numbers: every planned message is named by the record before it
+// exists, so that Pause, Delete and Replan find it. Should the second
+// write fail, the first one's tick, due resolveLead before the first
+// intended occurrence, has a Run finish the work; commit returns nil once
+// the first write is done.
 func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, rev uint64) error {
+	if !r.unresolved() || r.retry {
+		_, err := s.commitOnce(ctx, q, r, rev, true, false)
+		return err
+	}
+	if r.guarded {
+		return s.commitGuarded(ctx, q, r, rev)
+	}
+	wake := r.Wake
+	for _, o := range r.Plan {
+		if o.Seq == 0 && o.ID != activatedID {
+			if at := r.fireAt(o.At).Add(-resolveLead); r.Wake.IsZero() || at.Before(r.Wake) {
+				r.Wake = at
+			}
+		}
+	}
+	r.guardTick = true
+	rev, err := s.commitOnce(ctx, q, r, rev, false, false)
+	r.guardTick = false
+	if err != nil {
+		return err
+	}
+	oldSeq, oldRef := r.TickSeq, r.TickRef
+	if err := s.resolve(ctx, r); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: occurrences not planned yet; trying again",
+			slog.String("schedule", r.Name), slog.Time("at", r.Wake), slog.Any("error", err))
+		return nil
+	}
+	r.Wake = wake
+	if _, err := s.commitOnce(ctx, q, r, rev, true, false); err != nil {
+		return nil // someone wrote after us; the record is theirs
+	}
+	s.dropTick(ctx, q, r, oldSeq, oldRef)
+	return nil
+}
+
+// commitGuarded is commit for a Run that holds a tick of the schedule
+// (fire): the first write already has the tick for r.Wake, and the second
+// keeps it. Should the Run die in between, the tick it held is delivered
+// again once its lock expires (well within half a horizon, before the
+// first occurrence planned) and finishes the plan (see fire). A target
+// that refuses has a tick retryDelay from now try again.
+func (s *Scheduler) commitGuarded(ctx context.Context, q *transport.Queue, r *record, rev uint64) error {
+	rev, err := s.commitOnce(ctx, q, r, rev, false, false)
+	if err != nil {
+		return err
+	}
+	if err := s.resolve(ctx, r); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: occurrences not planned yet; trying again",
+			slog.String("schedule", r.Name), slog.Duration("in", retryDelay), slog.Any("error", err))
+		oldSeq, oldRef := r.TickSeq, r.TickRef
+		r.Wake, r.retry = time.Now().Add(retryDelay), true
+		if _, err := s.commitOnce(ctx, q, r, rev, true, false); err == nil {
+			s.dropTick(ctx, q, r, oldSeq, oldRef)
+		}
+		return nil
+	}
+	_, _ = s.commitOnce(ctx, q, r, rev, true, true) // a conflict: someone wrote after us
+	return nil
+}
+
+// dropTick cancels the tick oldSeq (on the queue) or oldRef (on the
+// engine) unless the record r names it: it is stale, and would wake a
+// Run for nothing. Any outcome will do: a stale tick that fires is
+// dropped.
+func (s *Scheduler) dropTick(ctx context.Context, q *transport.Queue, r *record, oldSeq uint64, oldRef string) {
+	if oldSeq != 0 && oldSeq != r.TickSeq {
+		_ = q.Cancel(ctx, oldSeq)
+	}
+	if oldRef != "" && oldRef != r.TickRef {
+		s.cancelRef(ctx, timeout.Ref(oldRef))
+	}
+}
+
+// commitOnce writes r at revision rev, with a tick for r.Wake unless the
+// schedule is paused or ended, and returns the record's new revision.
+// The record never names a tick that was not written: the two go in one
+// atomic write, or, on a queue where such a write is staged by the server
+// and slow (StateCommitsStaged: one replica, file storage), or when the
+// tick goes to a timeout engine (WithTimeouts), the tick first and the
+// record after it. A tick written for a record that was then not written
+// (a crash, a concurrent write) names an ID no record holds, and is
+// dropped when it fires; one that fires before its record is written (it
+// was due at once) waits for it (see handleTick). With storeSeq the
+// tick's number, known once written, is written into the record after
+// it, for Pause, Delete and Replan to cancel the tick. With keepTick the
+// record keeps the tick it names, and no tick is written.
+func (s *Scheduler) commitOnce(ctx context.Context, q *transport.Queue, r *record, rev uint64, storeSeq, keepTick bool) (uint64, error) {
 	var tick *transport.Message
-	r.TickID, r.TickSeq, r.TickRef, r.FireAt = "", 0, "", time.Time{}
 	r.Gen++
-	if !r.Paused && !r.Ended && !r.Next.IsZero() {
-		r.FireAt = r.Next.Add(jitter(OccurrenceID(r.Name, r.Next), r.Jitter))
+	if !keepTick {
+		r.TickID, r.TickSeq, r.TickRef, r.FireAt = "", 0, "", time.Time{}
+		if !r.Paused && !r.Ended && !r.Next.IsZero() {
+			r.FireAt = r.fireAt(r.Next)
+		}
+	}
+	if !keepTick && !r.Paused && !r.Ended && !r.Wake.IsZero() {
 		// A random part makes the ID unique to this write, so that no
 		// tick ID is ever reused (a queue remembers cancelled ones).
 		r.TickID = OccurrenceID(r.Name, r.Next) + "/" + strconv.FormatUint(rand.Uint64(), 36)
-		// On a broker that activates late (JetStream's 250 ms tick) the tick
-		// activates a lead early, and Run holds it until FireAt.
-		at := r.FireAt.Add(-s.lead())
-		if at.Before(r.retryAt) {
-			at = r.retryAt
-		}
+		at := r.Wake
 		tick = &transport.Message{MessageID: r.TickID, Subject: tickSubject, ScheduledAt: at,
 			Properties: map[string]string{propTickName: r.Name, propTickID: r.TickID, propTickGen: strconv.FormatUint(r.Gen, 10),
-				propTickFireAt: r.FireAt.UTC().Format(time.RFC3339Nano)}}
+				propTickFireAt: at.UTC().Format(time.RFC3339Nano)}}
 	}
-	if tick != nil && s.timeouts != nil {
+	if tick != nil && s.timeouts != nil && !r.guardTick {
+		// (A tick that only guards a plan being written, replaced at
+		// once, stays on the queue.)
 		if r.TickRef = s.scheduleTick(ctx, r, tick); r.TickRef != "" {
 			tick = nil
 		}
@@ -287,51 +375,65 @@ func (s *Scheduler) commit(ctx context.Context, q *transport.Queue, r *record, r
 	if tick != nil && q.StateCommitsStaged() {
 		res, err := q.Send(ctx, tick)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		r.TickSeq, tick = res.Seq, nil
 	}
 	v, err := json.Marshal(r)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	c := transport.StateCommit{Key: recordPrefix + r.Name, Value: v, Rev: rev}
 	if tick != nil {
 		c.Schedule = []*transport.Message{tick}
 	}
 	res, err := q.CommitState(ctx, c)
+	if errors.Is(err, transport.ErrStateConflict) && r.TickID != "" {
+		// A commit whose answer was lost and that a retry found stored is
+		// reported as a conflict (transport.Queue.CommitState): the record
+		// tells whether it is ours, by the tick ID unique to this write.
+		if b, cur, lerr := q.LoadState(ctx, recordPrefix+r.Name); lerr == nil {
+			if stored, derr := decodeRecord(b); derr == nil && stored.TickID == r.TickID && stored.Gen == r.Gen {
+				res, err = transport.StateResult{Rev: cur}, nil
+			}
+		}
+	}
 	if err != nil {
 		if r.TickRef != "" {
 			// The record does not name this tick: it would fire for
 			// nothing (a month from now, maybe). Best effort.
 			s.cancelRef(ctx, timeout.Ref(r.TickRef))
 		}
-		return err
+		return 0, err
 	}
 	if tick != nil && len(res.Seqs) == 1 {
+		r.TickSeq = res.Seqs[0]
+		if !storeSeq {
+			return res.Rev, nil
+		}
 		// The tick's sequence number is known only once written; store it
 		// for Pause, Delete and Replan to cancel it. Best effort: a
 		// conflict means someone wrote after us, with their own tick.
-		r.TickSeq = res.Seqs[0]
 		if v, err = json.Marshal(r); err == nil {
-			_, _ = q.CommitState(ctx, transport.StateCommit{Key: recordPrefix + r.Name, Value: v, Rev: res.Rev})
+			if res2, err := q.CommitState(ctx, transport.StateCommit{Key: recordPrefix + r.Name, Value: v, Rev: res.Rev}); err == nil {
+				return res2.Rev, nil
+			}
 		}
 	}
-	return nil
+	return res.Rev, nil
 }
 
 // scheduleTick schedules the tick of r on the engine given WithTimeouts,
-// for its time less tickLead, and returns its ref; or "" if the engine
-// refused it (it is down, say): the caller then writes the tick on the
-// queue, so that an engine that fails never stops a schedule.
+// for its time, and returns its ref; or "" if the engine refused it (it
+// is down, say): the caller then writes the tick on the queue, so that an
+// engine that fails never stops a schedule. A tick only plans: the
+// occurrences it plans are due half a horizon after it at the soonest, so
+// the engine's lateness (a Temporal timer shorter than a second fires
+// after one, a longer one some 100 ms late) needs no lead.
 func (s *Scheduler) scheduleTick(ctx context.Context, r *record, tick *transport.Message) string {
-	at := r.FireAt.Add(-tickLead)
-	if at.Before(r.retryAt) {
-		at = r.retryAt
-	}
 	m := *tick
 	m.ScheduledAt = time.Time{}
-	ref, err := s.timeouts.Schedule(ctx, timeout.Timeout{ID: r.TickID, Queue: s.queueName, At: at, Message: &m})
+	ref, err := s.timeouts.Schedule(ctx, timeout.Timeout{ID: r.TickID, Queue: s.queueName, At: tick.ScheduledAt, Message: &m})
 	if err != nil {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "schedule: the timeout engine refused a tick; it goes on the schedule queue",
 			slog.String("schedule", r.Name), slog.String("tick", r.TickID), slog.Any("error", err))
@@ -339,15 +441,6 @@ func (s *Scheduler) scheduleTick(ctx context.Context, r *record, tick *transport
 	}
 	return string(ref)
 }
-
-// tickLead is how long before its occurrence a tick scheduled on a timeout
-// engine (WithTimeouts) is due, so that the engine's own lateness does not
-// delay the occurrence: a Temporal timer fires some 100 ms late, and one
-// shorter than a second fires after a second (measured on the Temporal
-// dev server: a schedule every second whose ticks were due 300 ms early
-// drifted 40 ms later at each occurrence). Run holds the tick until the
-// occurrence's time.
-const tickLead = time.Second + timeout.DefaultEarlyActivation
 
 // cancelRef cancels a tick scheduled on the timeout engine, if this
 // scheduler has it; any outcome will do (a tick that fires finds its
@@ -398,15 +491,7 @@ func (s *Scheduler) update(ctx context.Context, name string, change func(r *reco
 		if err != nil {
 			return nil, err
 		}
-		// The old tick is stale now (the record names another); cancel
-		// it so it does not wake a runner for nothing. Any outcome will
-		// do: a tick that fired is dropped.
-		if oldSeq != 0 && oldSeq != r.TickSeq {
-			_ = q.Cancel(ctx, oldSeq)
-		}
-		if oldRef != "" && oldRef != r.TickRef {
-			s.cancelRef(ctx, timeout.Ref(oldRef))
-		}
+		s.dropTick(ctx, q, r, oldSeq, oldRef)
 		return r, nil
 	}
 }
@@ -417,7 +502,32 @@ func (s *Scheduler) Get(ctx context.Context, name string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
+	s.view(r, time.Now())
 	return r.info(), nil
+}
+
+// view counts, in r as read (not written), the planned occurrences due
+// by now as sent: the server sent them at their time, and a Run counts
+// them in the record at its next tick.
+func (s *Scheduler) view(r *record, now time.Time) {
+	if p, err := s.planner(r); err == nil {
+		_, _ = r.settle(p, now, nil)
+		if !r.Paused && !r.Ended && !r.Next.IsZero() {
+			r.FireAt = r.fireAt(r.Next)
+		}
+	}
+}
+
+// withdrawAll cancels the plan of r (see withdraw).
+func (s *Scheduler) withdrawAll(ctx context.Context, r *record) error {
+	if len(r.Plan) == 0 {
+		return nil
+	}
+	p, err := s.planner(r)
+	if err != nil {
+		return err
+	}
+	return s.withdraw(ctx, r, p, 0)
 }
 
 // List yields every schedule on the scheduler's queue, in no particular
@@ -453,6 +563,7 @@ func (s *Scheduler) Upcoming(ctx context.Context, name string, n int) ([]time.Ti
 	if err != nil {
 		return nil, err
 	}
+	s.view(r, time.Now())
 	p, err := s.planner(r)
 	if err != nil {
 		return nil, err
@@ -506,6 +617,9 @@ func (s *Scheduler) firstAfter(p *planner, r *record, t time.Time) (time.Time, e
 // schedule changes its note only.
 func (s *Scheduler) Pause(ctx context.Context, name, note string) error {
 	_, err := s.update(ctx, name, func(r *record) (bool, error) {
+		if err := s.withdrawAll(ctx, r); err != nil {
+			return false, err
+		}
 		if !r.Paused {
 			r.PausedAt = time.Now().UTC()
 		}
@@ -548,7 +662,7 @@ func (s *Scheduler) Resume(ctx context.Context, name, note string) error {
 			r.Ended, r.Next = true, time.Time{}
 		}
 		r.Paused, r.PausedAt, r.PauseNote = false, time.Time{}, note
-		return true, nil
+		return true, s.extend(r, p, now)
 	})
 	return err
 }
@@ -589,9 +703,11 @@ func (s *Scheduler) Backfill(ctx context.Context, name string, from, to time.Tim
 	if to.Before(from) {
 		return nil, fmt.Errorf("%w: backfill range ends before it starts", ErrInvalidSchedule)
 	}
-	if now := time.Now(); to.After(now) {
+	now := time.Now()
+	if to.After(now) {
 		to = now
 	}
+	s.view(r, now) // planned occurrences due by now were sent by the schedule
 	p, err := s.planner(r)
 	if err != nil {
 		return nil, err
@@ -617,7 +733,8 @@ func (s *Scheduler) Backfill(ctx context.Context, name string, from, to time.Tim
 	for _, t := range ts {
 		o := Occurrence{ID: OccurrenceID(r.Name, t), Nominal: t}
 		if !r.sentBySchedule(t) {
-			dup, err := s.send(ctx, r, s.occurrenceMessage(r.Message, r.Name, t, CauseBackfill))
+			m := s.occurrenceMessage(r.Message, r.Name, t, CauseBackfill)
+			dup, err := s.sendNow(ctx, r, m, t) // its planned message, if any, was cancelled
 			if err != nil {
 				return out, err
 			}
@@ -634,6 +751,9 @@ func (s *Scheduler) Delete(ctx context.Context, name string) error {
 	for {
 		q, r, rev, err := s.load(ctx, name)
 		if err != nil {
+			return err
+		}
+		if err := s.withdrawAll(ctx, r); err != nil {
 			return err
 		}
 		err = q.DeleteState(ctx, recordPrefix+name, rev)
@@ -659,41 +779,70 @@ func (s *Scheduler) Delete(ctx context.Context, name string) error {
 // version ref of its calendar (which must be in the registry and have the
 // spec's calendar's name): counted from the last occurrence (or Start), as
 // if the new version had always been in force. An occurrence already sent
-// is not taken back.
+// is not taken back. The planned occurrences that the new version keeps
+// (the same times, from the first on) stay planned; the others are
+// cancelled and the new ones planned.
 func (s *Scheduler) Replan(ctx context.Context, name string, ref calendar.Ref) error {
 	_, err := s.update(ctx, name, func(r *record) (bool, error) {
 		if r.Spec.Calendar.Name != ref.Name {
 			return false, fmt.Errorf("%w: schedule %s is on calendar %q, not %q", ErrInvalidSpec, r.Name, r.Spec.Calendar.Name, ref.Name)
 		}
-		r.Spec.Calendar = ref
-		p, err := s.planner(r)
+		nr := *r
+		nr.Spec.Calendar = ref
+		p, err := s.planner(&nr)
 		if err != nil {
 			return false, err
 		}
+		old, err := s.planner(r)
+		if err != nil {
+			return false, err
+		}
+		next, err := s.replanned(r, p)
+		if err != nil {
+			return false, err
+		}
+		// Keep the plan's prefix that the new version has too.
+		k := 0
+		for t := next; k < len(r.Plan) && r.Plan[k].At.Equal(t); k++ {
+			if t, err = p.next(t); err != nil {
+				t = time.Time{}
+			}
+		}
+		if err := s.withdraw(ctx, r, old, k); err != nil {
+			return false, err
+		}
+		r.Spec.Calendar = ref
 		if r.Paused || r.Ended {
 			return true, nil
 		}
-		var next time.Time
-		if r.Last.IsZero() {
-			next, err = first(p, r.Start)
-			if err == nil && next.Before(r.Created) {
-				// As Create: nothing before the schedule was created.
-				r.Next = time.Time{}
-				next, err = s.firstAfter(p, r, r.Created.Add(-time.Nanosecond))
+		if k == 0 {
+			if next, err = s.replanned(r, p); err != nil {
+				return false, err
 			}
-		} else {
-			next, err = p.next(r.Last)
+			r.Next = next
+			if !r.End.IsZero() && next.After(r.End) {
+				r.Ended, r.Next = true, time.Time{}
+			}
 		}
-		if err != nil {
-			return false, err
-		}
-		r.Next = next
-		if !r.End.IsZero() && next.After(r.End) {
-			r.Ended, r.Next = true, time.Time{}
-		}
-		return true, nil
+		return true, s.extend(r, p, time.Now())
 	})
 	return err
+}
+
+// replanned returns the pending occurrence of r on the planner p: the
+// first after the last one handled (or from Start, as Create).
+func (s *Scheduler) replanned(r *record, p *planner) (time.Time, error) {
+	if !r.Last.IsZero() {
+		return p.next(r.Last)
+	}
+	next, err := first(p, r.Start)
+	if err == nil && next.Before(r.Created) {
+		// As Create: nothing before the schedule was created.
+		nr := *r
+		nr.Next = time.Time{}
+		next, err = s.firstAfter(p, &nr, r.Created.Add(-time.Nanosecond))
+	}
+	return next, err
 }
 
 func (s *Scheduler) send(ctx context.Context, r *record, m *transport.Message) (dup bool, err error) {

@@ -15,13 +15,14 @@ import (
 )
 
 // TestScheduleOnTemporal runs a recurring schedule (every second, twelve
-// seconds) whose ticks are timeouts on the Temporal engine
-// (schedule.WithTimeouts): each occurrence is sent once, never before its
-// nominal time, with its occurrence ID; a pause after the third stops
-// them (the pending tick's workflow is cancelled, or, if it fired, its tick
-// is dropped); a resume goes on from the first occurrence after it, the
-// ones in between counted as skipped. Every tick's workflow has then fired
-// or been cancelled.
+// seconds) whose ticks, which plan its occurrences, are timeouts on the
+// Temporal engine (schedule.WithTimeouts): each occurrence is sent once,
+// never before its nominal time, with its occurrence ID (with "~2" for
+// one planned again after the pause cancelled it); a pause after the
+// third stops them (the planned ones are cancelled, the pending tick's
+// workflow too, or, if it fired, its tick is dropped); a resume goes on
+// from the first occurrence after it, the ones in between counted as
+// skipped. Every tick's workflow has then fired or been cancelled.
 func TestScheduleOnTemporal(t *testing.T) {
 	srv, ns := servers(t)
 	c := srv.Client(t)
@@ -122,6 +123,11 @@ func TestScheduleOnTemporal(t *testing.T) {
 		if !info.Ended {
 			return fmt.Sprintf("schedule not ended: next %v", info.Next)
 		}
+		// Counted at its time, the last occurrence reaches the queue up
+		// to the server's activation tick later.
+		if n, _ := received(base); int64(len(n)) < info.Sent {
+			return fmt.Sprintf("occurrences received %v, %d sent", n, info.Sent)
+		}
 		return ""
 	})
 	info, err = s.Get(t.Context(), "every-second")
@@ -149,7 +155,7 @@ func TestScheduleOnTemporal(t *testing.T) {
 	var lateness []time.Duration
 	for i, m := range msgs {
 		nominal := base.Add(time.Duration(ns2[i]) * time.Second)
-		if m.MessageID != schedule.OccurrenceID("every-second", nominal) {
+		if id := schedule.OccurrenceID("every-second", nominal); m.MessageID != id && m.MessageID != id+"~2" {
 			t.Errorf("occurrence %d has ID %q, want %q", ns2[i], m.MessageID, schedule.OccurrenceID("every-second", nominal))
 		}
 		if m.EnqueuedAt.Before(nominal) {
@@ -162,9 +168,8 @@ func TestScheduleOnTemporal(t *testing.T) {
 		t.Logf("%d occurrences sent through Temporal ticks, %d skipped by the pause; lateness median %v, max %v",
 			len(msgs), info.Skipped, lateness[len(lateness)/2], lateness[len(lateness)-1])
 	}
-	// Temporal: one fired tick per occurrence sent, and the one pending at
-	// the pause, cancelled, or fired (Run held it, due 1.3 s early) and
-	// dropped; none left running.
+	// Temporal: every tick (a plan) fired, or, the one pending at the
+	// pause, cancelled or fired and dropped; none left running.
 	testutil.Await(t, 10*time.Second, func() string {
 		if running := timeoutWorkflows(t, c, tq, true); len(running) > 0 {
 			return fmt.Sprintf("tick workflows still running: %v", running)
@@ -180,7 +185,7 @@ func TestScheduleOnTemporal(t *testing.T) {
 		outcomes[r.Outcome]++
 	}
 	t.Logf("tick workflows by outcome %v", outcomes)
-	if outcomes[outcomeFired]+outcomes[outcomeCancelled] != len(msgs)+1 || outcomes[outcomeFired] < len(msgs) || len(outcomes) > 2 {
-		t.Errorf("tick workflows by outcome %v, want %d fired, and one more fired or cancelled", outcomes, len(msgs))
+	if outcomes[outcomeFired] < 1 || outcomes[outcomeCancelled] > 1 || len(outcomes) > 2 {
+		t.Errorf("tick workflows by outcome %v, want fired ones, and at most one cancelled", outcomes)
 	}
 }
