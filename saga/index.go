@@ -272,7 +272,9 @@ func uniqueKey(sagaName, name, value string) string {
 	return indexKeyPrefix + sagaName + "." + name + "." + enc(value)
 }
 
-func entriesPrefix(sagaName, name, value string) string { return uniqueKey(sagaName, name, value) + "." }
+func entriesPrefix(sagaName, name, value string) string {
+	return uniqueKey(sagaName, name, value) + "."
+}
 
 func entryKey(sagaName, name, value, id string) string {
 	return entriesPrefix(sagaName, name, value) + enc(id)
