@@ -30,6 +30,10 @@ func ListKeys(ctx context.Context, kv jetstream.KeyValue, prefix string) iter.Se
 		filter := ">"
 		if tok, rest, ok := strings.Cut(prefix, "."); ok && rest == "" && tok != "" && !strings.ContainsAny(tok, "*> ") {
 			filter = tok + ".*"
+		} else if wholeTokens(prefix) {
+			// An index's entries of one value (saga.Find): the server
+			// sends only those, not every key of the bucket.
+			filter = prefix + ">"
 		}
 		l, err := kv.ListKeysFiltered(ctx, filter)
 		if err != nil {
@@ -49,4 +53,13 @@ func ListKeys(ctx context.Context, kv jetstream.KeyValue, prefix string) iter.Se
 			yield("", fmt.Errorf("kvstore: listing keys: %w", context.Cause(ctx)))
 		}
 	}
+}
+
+// wholeTokens reports whether prefix is one or more whole subject tokens,
+// each ended by a dot, without wildcards or spaces.
+func wholeTokens(prefix string) bool {
+	if !strings.HasSuffix(prefix, ".") || strings.ContainsAny(prefix, "*> \t") {
+		return false
+	}
+	return !strings.Contains(prefix, "..") && !strings.HasPrefix(prefix, ".")
 }
