@@ -728,8 +728,7 @@ func (x indexer) building(ctx context.Context, sagaName, name string) (bool, err
 }
 
 type buildState struct {
-	Done  bool   `json:"done"`
-	After string `json:"after,omitempty"` // the last record key indexed
+	Done bool `json:"done"`
 }
 
 // indexRecords puts indexedRecords in front of next if a saga of the

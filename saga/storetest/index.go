@@ -46,8 +46,19 @@ func (ixCheckout) MessageName() string   { return "storetest.ix.Checkout" }
 
 // ixSaga is an order saga named name with the indexes customer (not
 // unique), payment (unique), tag (several values) and bad (bad input).
-func ixSaga(name string) *saga.Definition[ixOrder] {
+func ixSaga(name string) *saga.Definition[ixOrder] { return ixSagaOf(name, true) }
+
+// ixSagaOf is ixSaga, without its indexes unless indexes.
+func ixSagaOf(name string, indexes bool) *saga.Definition[ixOrder] {
 	def := saga.Define[ixOrder](name, saga.WhenNotFound(saga.NotFoundPolicy{DeadLetter: true}))
+	if indexes {
+		declareIndexes(def)
+	}
+	addRoutes(def)
+	return def
+}
+
+func declareIndexes(def *saga.Definition[ixOrder]) {
 	saga.Index(def, "customer", func(o ixOrder) string { return o.Customer })
 	saga.Index(def, "payment", func(o ixOrder) string { return o.Payment }, saga.Unique())
 	saga.IndexValues(def, "tag", func(o ixOrder) []string { return o.Tags })
@@ -57,6 +68,9 @@ func ixSaga(name string) *saga.Definition[ixOrder] {
 		}
 		return o.Bad
 	})
+}
+
+func addRoutes(def *saga.Definition[ixOrder]) {
 	saga.StartedBy(def, saga.By(func(m ixPlaced) string { return m.ID }),
 		func(_ context.Context, c *saga.Context[ixOrder], m ixPlaced) error {
 			c.Data.Customer, c.Data.Payment, c.Data.Tags = m.Customer, m.Payment, []string{"new", m.Customer}
@@ -88,7 +102,6 @@ func ixSaga(name string) *saga.Definition[ixOrder] {
 			c.Data.Paid++
 			return nil
 		})
-	return def
 }
 
 // ixEnv runs dispatchers of an ixSaga on one store and reports each
@@ -108,6 +121,12 @@ type ixEnv struct {
 // keeps its keys apart from the other cases'.
 func newIxEnv(t *testing.T, store saga.Store, name string, n int) *ixEnv {
 	t.Helper()
+	return newIxEnvOf(t, store, ixSaga(name), n)
+}
+
+// newIxEnvOf runs n dispatchers of def on store.
+func newIxEnvOf(t *testing.T, store saga.Store, def *saga.Definition[ixOrder], n int) *ixEnv {
+	t.Helper()
 	if _, ok := store.(saga.ListingStore); !ok {
 		t.Skipf("the store (%T) is not a saga.ListingStore: indexes that are not unique need one", store)
 	}
@@ -116,7 +135,8 @@ func newIxEnv(t *testing.T, store saga.Store, name string, n int) *ixEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	e := &ixEnv{t: t, name: name, def: ixSaga(name), results: make(map[string][]saga.StepResult), changed: make(chan struct{}, 1)}
+	name := def.Name()
+	e := &ixEnv{t: t, name: name, def: def, results: make(map[string][]saga.StepResult), changed: make(chan struct{}, 1)}
 	hooks := saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, res saga.StepResult) {
 		e.mu.Lock()
 		e.results[info.MessageID] = append(e.results[info.MessageID], res)
@@ -458,5 +478,64 @@ func testIndexStepDied(t *testing.T, s saga.Store, _ Features) {
 	e.wantFound("customer", "c-2", "o2")
 	if got := e.paid("o1"); got != 0 {
 		t.Fatalf("o1 was reached %d times by messages for values it never held", got)
+	}
+}
+
+// raceStore runs race before the next Put of key once armed: a step on
+// the same record, committed between Reindex's read and its write.
+type raceStore struct {
+	listing
+	key   string
+	armed atomic.Bool
+	race  func()
+}
+
+func (s *raceStore) Put(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if key == s.key && s.armed.CompareAndSwap(true, false) {
+		s.race()
+	}
+	return s.Store.Put(ctx, key, value, rev)
+}
+
+// testIndexReindex: instances written before the saga had indexes are
+// not found until Reindex; Reindex, with a step committed on an instance
+// between its read and its write, loses no update; while it runs, Find
+// says the index is being built; run again, it writes nothing.
+func testIndexReindex(t *testing.T, s saga.Store, _ Features) {
+	const name = "storetestixre"
+	rs := &raceStore{listing: listing{s}, key: saga.StoreKey(name, "o3")}
+	old := newIxEnvOf(t, rs, ixSagaOf(name, false), 1)
+	for i := range 5 {
+		id := fmt.Sprint("o", i)
+		old.want("place-"+id, ixPlaced{id, "c-1", "p-" + id}, saga.Handled, nil)
+	}
+	e := newIxEnvOf(t, rs, ixSaga(name), 1)
+	e.wantFound("customer", "c-1") // not indexed yet
+	var building []error
+	rs.race = func() {
+		for _, err := range e.ds[0].Find(t.Context(), name, saga.Where("customer", "c-1")) {
+			if err != nil {
+				building = append(building, err)
+			}
+		}
+		e.want("change-o3", ixChanged{ID: "o3", Customer: "c-2", Payment: "p-o3"}, saga.Handled, nil)
+	}
+	rs.armed.Store(true)
+	res, err := e.ds[0].Reindex(t.Context(), e.def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Records != 5 || res.Indexed != 4 || len(res.Failed) != 0 {
+		t.Fatalf("Reindex: got %+v, want 5 records, 4 indexed (o3 by its step), none failed", res)
+	}
+	if len(building) != 1 || !errors.Is(building[0], saga.ErrIndexBuilding) {
+		t.Fatalf("Find during Reindex: got errors %v, want one ErrIndexBuilding", building)
+	}
+	e.wantFound("customer", "c-1", "o0", "o1", "o2", "o4")
+	e.wantFound("customer", "c-2", "o3")
+	e.wantFound("payment", "p-o4", "o4")
+	e.want("paid-o1", ixPaid{Payment: "p-o1"}, saga.Handled, nil)
+	if res, err := e.ds[0].Reindex(t.Context(), e.def); err != nil || res.Indexed != 0 || res.Records != 5 {
+		t.Fatalf("Reindex again: got %+v %v, want 5 records, none written", res, err)
 	}
 }

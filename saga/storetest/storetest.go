@@ -84,6 +84,7 @@ func Run(t *testing.T, newStore func(t *testing.T) saga.Store, f Features) {
 		{"IndexBadInput", testIndexBadInput},
 		{"IndexKilledBetweenWrites", testIndexKilledBetweenWrites},
 		{"IndexStepDied", testIndexStepDied},
+		{"IndexReindex", testIndexReindex},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
