@@ -255,21 +255,22 @@ func indexValues[S any](ix index[S], data S) (vals []string, err error) {
 	return vals, nil
 }
 
-// Entry keys. An index's keys start with "_ix." and never with a saga's
-// name, so that listing a saga's records ("NAME.") never lists them:
+// IndexKeyPrefix starts the keys of index entries in a Store, beside the
+// records ("NAME.ID"): no saga's name has its "=", so listing a saga's
+// records never lists them.
 //
-//	_ix.SAGA.INDEX.VALUE        unique: the entry names the holder
-//	_ix.SAGA.INDEX.VALUE.ID     not unique: one entry per instance
-//	_ixb.SAGA.INDEX             the state of a rebuild (Reindex)
+//	=ix.SAGA.INDEX.VALUE        unique: the entry names the holder
+//	=ix.SAGA.INDEX.VALUE.ID     not unique: one entry per instance
+//	=ixb.SAGA.INDEX             the state of a rebuild (Reindex)
 //
 // VALUE and ID are base64url without padding: any value is a safe key
 // and NATS subject token.
-const indexKeyPrefix = "_ix."
+const IndexKeyPrefix = "=ix."
 
 func enc(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 
 func uniqueKey(sagaName, name, value string) string {
-	return indexKeyPrefix + sagaName + "." + name + "." + enc(value)
+	return IndexKeyPrefix + sagaName + "." + name + "." + enc(value)
 }
 
 func entriesPrefix(sagaName, name, value string) string {
@@ -280,7 +281,7 @@ func entryKey(sagaName, name, value, id string) string {
 	return entriesPrefix(sagaName, name, value) + enc(id)
 }
 
-func buildKey(sagaName, name string) string { return "_ixb." + sagaName + "." + name }
+func buildKey(sagaName, name string) string { return "=ixb." + sagaName + "." + name }
 
 // indexEntry is an entry's value.
 type indexEntry struct {
@@ -418,10 +419,9 @@ func (x indexer) lookup(ctx context.Context, sagaName, name, value string) (ids,
 			pending = append(pending, id)
 		case entryStale:
 			// Only this version of it: one written since is a claim
-			// of its own.
-			if err := x.store.Delete(ctx, key, erev); err != nil && !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
-				return err
-			}
+			// of its own. Cleaning up is best effort: a stale entry is
+			// never taken anyway (and a read-only store refuses).
+			_ = x.store.Delete(ctx, key, erev)
 		}
 		return nil
 	}
@@ -559,24 +559,13 @@ func Find(ctx context.Context, d *Dispatcher, s Saga, q Query) iter.Seq2[*Instan
 // listing otherwise) and then each instance's record, one at a time.
 func (d *Dispatcher) Find(ctx context.Context, sagaName string, q Query) iter.Seq2[*Instance, error] {
 	return func(yield func(*Instance, error) bool) {
-		if err := q.validate(); err != nil {
+		ids, err := Lookup(ctx, d.store, sagaName, q)
+		building := errors.Is(err, ErrIndexBuilding)
+		if err != nil && !building {
 			yield(nil, err)
 			return
 		}
-		ix := d.indexer()
-		ids, _, err := ix.lookup(ctx, sagaName, q.index, q.value)
-		if err != nil {
-			yield(nil, fmt.Errorf("saga: finding %s by %s: %w", sagaName, q.index, err))
-			return
-		}
-		n := 0
 		for _, id := range ids {
-			if q.after != "" && id <= q.after {
-				continue
-			}
-			if q.limit > 0 && n >= q.limit {
-				return
-			}
 			inst, rec, err := d.instance(ctx, sagaName, id)
 			if errors.Is(err, ErrNotFound) {
 				continue
@@ -590,17 +579,50 @@ func (d *Dispatcher) Find(ctx context.Context, sagaName string, q Query) iter.Se
 			if rec.Completed || !slices.Contains(rec.Index[q.index], q.value) {
 				continue // changed since the lookup
 			}
-			n++
 			if !yield(inst, nil) {
 				return
 			}
 		}
-		if b, err := ix.building(ctx, sagaName, q.index); err != nil {
+		if building {
 			yield(nil, err)
-		} else if b {
-			yield(nil, fmt.Errorf("%w: saga %s: index %s", ErrIndexBuilding, sagaName, q.index))
 		}
 	}
+}
+
+// Lookup returns the IDs of the live instances of saga sagaName in store
+// whose index holds the query's value, in ID order, after the query's
+// After and up to its Limit, as Find finds them, for tools that read a
+// store without a dispatcher (the jetsaga command). It returns the IDs
+// with an error matching ErrIndexBuilding while the index is being
+// rebuilt, and an error matching ErrInvalidIndex or ErrInvalidIndexValue
+// for a bad query. It deletes the stale entries it reads.
+func Lookup(ctx context.Context, store Store, sagaName string, q Query) ([]string, error) {
+	if err := q.validate(); err != nil {
+		return nil, err
+	}
+	x := indexer{store: store, now: time.Now}
+	ids, _, err := x.lookup(ctx, sagaName, q.index, q.value)
+	if err != nil {
+		return nil, fmt.Errorf("saga: finding %s by %s: %w", sagaName, q.index, err)
+	}
+	if q.after != "" {
+		i, found := slices.BinarySearch(ids, q.after)
+		if found {
+			i++
+		}
+		ids = ids[i:]
+	}
+	if q.limit > 0 && len(ids) > q.limit {
+		ids = ids[:q.limit]
+	}
+	b, err := x.building(ctx, sagaName, q.index)
+	if err != nil {
+		return ids, err
+	}
+	if b {
+		return ids, fmt.Errorf("%w: saga %s: index %s", ErrIndexBuilding, sagaName, q.index)
+	}
+	return ids, nil
 }
 
 func (d *Dispatcher) indexer() indexer {

@@ -19,7 +19,7 @@ import (
 
 // The index cases: a saga with indexes (saga.Index) run by dispatchers on
 // the store under test, on an in-memory transport. Their entries are keys
-// of the store ("_ix.SAGA.INDEX.VALUE[.ID]") that must be written, loaded,
+// of the store ("=ix.SAGA.INDEX.VALUE[.ID]", saga.IndexKeyPrefix) that must be written, loaded,
 // deleted and listed by prefix as records are (see saga/index.go).
 
 type ixOrder struct {
@@ -320,7 +320,7 @@ func (g *createGate) Put(ctx context.Context, key string, value []byte, rev uint
 // make one instance, which each of them reaches.
 func testIndexUniqueStarts(t *testing.T, s saga.Store, _ Features) {
 	const name = "storetestixuniq"
-	e := newIxEnv(t, &createGate{listing: listing{s}, prefix: "_ix." + name + ".payment.", n: 3, all: make(chan struct{})}, name, 3)
+	e := newIxEnv(t, &createGate{listing: listing{s}, prefix: saga.IndexKeyPrefix + name + ".payment.", n: 3, all: make(chan struct{})}, name, 3)
 	const n = 12
 	for i := range n {
 		if _, err := e.ds[i%3].Send(t.Context(), ixCheckout{Payment: "p-1", Customer: "c-1"}, saga.WithMessageID(fmt.Sprint("co-", i))); err != nil {

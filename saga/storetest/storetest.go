@@ -17,7 +17,7 @@
 //
 // The Index cases run dispatchers of a saga with indexes ([saga.Index]) on
 // the store, on an in-memory transport: an index's entries are keys of
-// the store beside the records ("_ix.SAGA.INDEX.VALUE[.ID]"), listed by
+// the store beside the records ("=ix.SAGA.INDEX.VALUE[.ID]", saga.IndexKeyPrefix), listed by
 // prefix ([saga.ListingStore]; skipped, and said so, on a store that is
 // not one). They check that entries change with the record or not at
 // all — a step killed between its entries and its record never makes Find
