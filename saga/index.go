@@ -377,10 +377,16 @@ func (x indexer) write(ctx context.Context, sagaName string, spec indexSpec, val
 		e.ID, key = id, uniqueKey(sagaName, spec.name, value)
 	}
 	for range maxEntryTries {
+		// Most values are new: create the entry, and read it only if
+		// it is there.
+		err := x.putEntry(ctx, key, e, 0)
+		if !errors.Is(err, ErrConflict) {
+			return err
+		}
 		old, erev, err := x.loadEntry(ctx, key)
 		switch {
 		case errors.Is(err, ErrNotFound):
-			erev = 0
+			continue // deleted meanwhile
 		case err != nil:
 			return err
 		case spec.unique && old.ID != id:
