@@ -200,6 +200,7 @@ func specOf(rt sagaRuntime, name string) (indexSpec, bool) {
 // commit writes before the record.
 func (d *Definition[S]) setIndex(rec *record, data S) (err error) {
 	if len(d.indexes) == 0 {
+		rec.Index, rec.IndexNew = nil, nil // values of indexes no longer declared
 		return nil
 	}
 	before := rec.Index

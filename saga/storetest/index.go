@@ -538,4 +538,8 @@ func testIndexReindex(t *testing.T, s saga.Store, _ Features) {
 	if res, err := e.ds[0].Reindex(t.Context(), e.def); err != nil || res.Indexed != 0 || res.Records != 5 {
 		t.Fatalf("Reindex again: got %+v %v, want 5 records, none written", res, err)
 	}
+	// A step of a definition without the indexes drops the instance's
+	// values: it is no longer found.
+	old.want("change-o1", ixChanged{ID: "o1", Customer: "c-1", Payment: "p-o1"}, saga.Handled, nil)
+	e.wantFound("customer", "c-1", "o0", "o2", "o4")
 }
