@@ -371,23 +371,33 @@ const maxEntryTries = 8
 // entry is taken over only from a stale holder; a live one fails it with
 // ErrIndexValueTaken, a pending one with ErrConflict (the step runs again
 // on fresh state, by which time the holder has committed or not).
-func (x indexer) write(ctx context.Context, sagaName string, spec indexSpec, value, id string, rev uint64) error {
+//
+// In a unit (inUnit), it reads the entry first and writes it once: a
+// statement that fails may end the unit's transaction (PostgreSQL), and a
+// race with another writer fails the unit's commit instead, which runs
+// the step again.
+func (x indexer) write(ctx context.Context, sagaName string, spec indexSpec, value, id string, rev uint64, inUnit bool) error {
 	e := indexEntry{Rev: rev, At: x.now().UnixMilli()}
 	key := entryKey(sagaName, spec.name, value, id)
 	if spec.unique {
 		e.ID, key = id, uniqueKey(sagaName, spec.name, value)
 	}
 	for range maxEntryTries {
-		// Most values are new: create the entry, and read it only if
-		// it is there.
-		err := x.putEntry(ctx, key, e, 0)
-		if !errors.Is(err, ErrConflict) {
-			return err
+		if !inUnit {
+			// Most values are new: create the entry, and read it
+			// only if it is there.
+			err := x.putEntry(ctx, key, e, 0)
+			if !errors.Is(err, ErrConflict) {
+				return err
+			}
 		}
 		old, erev, err := x.loadEntry(ctx, key)
 		switch {
 		case errors.Is(err, ErrNotFound):
-			continue // deleted meanwhile
+			if !inUnit {
+				continue // deleted meanwhile
+			}
+			erev = 0
 		case err != nil:
 			return err
 		case spec.unique && old.ID != id:
@@ -403,7 +413,7 @@ func (x indexer) write(ctx context.Context, sagaName string, spec indexSpec, val
 			}
 		}
 		err = x.putEntry(ctx, key, e, erev)
-		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
+		if inUnit || !errors.Is(err, ErrConflict) && !errors.Is(err, ErrNotFound) {
 			return err
 		}
 	}
@@ -477,43 +487,65 @@ func (x indexer) lookup(ctx context.Context, sagaName, name, value string) (ids,
 }
 
 // indexedRecords are records whose commits write the index entries of
-// the values a step added (record.IndexNew) before the record. It sits
-// in front of every other records, so that on a UnitStore the entries
-// are written in the step's unit.
+// the values a step added (record.IndexNew) before the record; on a
+// UnitStore, in the step's unit, after it (they commit together). It
+// sits in front of every other records.
 type indexedRecords struct {
 	records
 	ix     indexer
 	byName map[string]sagaRuntime
+	units  bool // steps commit in a unit of the store (UnitStore)
 }
 
 func (r indexedRecords) commit(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
 	if rec.Completed {
 		rec.Index, rec.IndexNew = nil, nil // a completed instance leaves its indexes
 	}
-	if len(rec.IndexNew) > 0 {
-		sagaName, encID, _ := strings.Cut(key, ".")
-		id, err := base64.RawURLEncoding.DecodeString(encID)
-		rt := r.byName[sagaName]
-		if err != nil || rt == nil {
-			return 0, fmt.Errorf("saga: indexing %s: not an instance of a saga this dispatcher runs", key)
-		}
-		for _, name := range slices.Sorted(maps.Keys(rec.IndexNew)) {
-			spec, ok := specOf(rt, name)
-			if !ok {
-				continue
-			}
-			for _, v := range rec.IndexNew[name] {
-				if err := r.ix.write(ctx, sagaName, spec, v, string(id), rev); err != nil {
-					return 0, err
-				}
-			}
+	if len(rec.IndexNew) == 0 {
+		return r.records.commit(ctx, key, rec, rev)
+	}
+	if !r.units {
+		if err := r.writeEntries(ctx, key, rec, rev, false); err != nil {
+			return 0, err
 		}
 	}
 	n, err := r.records.commit(ctx, key, rec, rev)
-	if err == nil {
-		rec.IndexNew = nil
+	if err != nil {
+		return 0, err
 	}
-	return n, err
+	if r.units {
+		// A step's commit in its unit: the record and the entries
+		// commit together, and the record's write goes first, so that
+		// the store may hold it for the unit's commit (saga/pgstore
+		// does).
+		if err := r.writeEntries(ctx, key, rec, rev, true); err != nil {
+			return 0, err
+		}
+	}
+	rec.IndexNew = nil
+	return n, nil
+}
+
+// writeEntries writes the entries of the values rec adds.
+func (r indexedRecords) writeEntries(ctx context.Context, key string, rec *record, rev uint64, inUnit bool) error {
+	sagaName, encID, _ := strings.Cut(key, ".")
+	id, err := base64.RawURLEncoding.DecodeString(encID)
+	rt := r.byName[sagaName]
+	if err != nil || rt == nil {
+		return fmt.Errorf("saga: indexing %s: not an instance of a saga this dispatcher runs", key)
+	}
+	for _, name := range slices.Sorted(maps.Keys(rec.IndexNew)) {
+		spec, ok := specOf(rt, name)
+		if !ok {
+			continue
+		}
+		for _, v := range rec.IndexNew[name] {
+			if err := r.ix.write(ctx, sagaName, spec, v, string(id), rev, inUnit); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Query selects instances by an index value: Where makes one.
@@ -765,7 +797,8 @@ type buildState struct {
 func (d *Dispatcher) indexRecords(next records) records {
 	for _, rt := range d.byName {
 		if ix, ok := rt.(indexed); ok && len(ix.indexSpecs()) > 0 {
-			return indexedRecords{records: next, ix: d.indexer(), byName: d.byName}
+			_, units := d.store.(UnitStore)
+			return indexedRecords{records: next, ix: d.indexer(), byName: d.byName, units: units}
 		}
 	}
 	return next

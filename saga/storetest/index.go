@@ -254,6 +254,14 @@ func testIndexFind(t *testing.T, s saga.Store, _ Features) {
 	e.wantFound("customer", "c-1", "o1")
 	e.wantFound("customer", "c-2", "o2", "o3")
 
+	// A value dropped and taken again before any read: its old entry is
+	// still there when the step writes it again.
+	e.want("away-o1", ixChanged{ID: "o1", Customer: "c-9", Payment: "p-9"}, saga.Handled, nil)
+	e.want("back-o1", ixChanged{ID: "o1", Customer: "c-1", Payment: "p-1"}, saga.Handled, nil)
+	e.wantFound("customer", "c-1", "o1")
+	e.wantFound("payment", "p-1", "o1")
+	e.wantFound("customer", "c-9")
+
 	e.want("close-o3", ixClosed{ID: "o3"}, saga.Handled, nil)
 	e.wantFound("customer", "c-2", "o2")
 	e.wantFound("payment", "p-3")
