@@ -2,6 +2,7 @@ package kvstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"strings"
@@ -14,11 +15,35 @@ import (
 var _ saga.ListingStore = (*Store)(nil)
 
 // ListKeys yields the keys that start with prefix (every key if empty), in
-// no particular order: for saga.Dispatcher.StuckInstances. A prefix of one
-// key token and a dot ("order.", the keys of a saga type) is read with a
-// subject filter; any other prefix reads every key.
+// no particular order: for saga.Dispatcher.StuckInstances and saga.Find.
+// A prefix of one key token and a dot ("order.", the keys of a saga type)
+// is read with a subject filter, as is a prefix of several whole tokens
+// (an index value's entries), which on a bucket of one replica is first
+// asked for in one batched direct get; any other prefix reads every key.
 func (s *Store) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
-	return ListKeys(ctx, s.kv, prefix)
+	if s.directGet == "" || !wholeTokens(prefix) || !strings.Contains(strings.TrimSuffix(prefix, "."), ".") {
+		return ListKeys(ctx, s.kv, prefix)
+	}
+	return func(yield func(string, error) bool) {
+		keys, err := s.listDirect(ctx, prefix)
+		if errors.Is(err, errTooMany) {
+			for k, err := range ListKeys(ctx, s.kv, prefix) {
+				if !yield(k, err) {
+					return
+				}
+			}
+			return
+		}
+		if err != nil {
+			yield("", fmt.Errorf("kvstore: listing keys: %w", err))
+			return
+		}
+		for _, k := range keys {
+			if !yield(k, nil) {
+				return
+			}
+		}
+	}
 }
 
 // ListKeys yields the keys of kv that start with prefix, as Store.ListKeys
