@@ -124,12 +124,20 @@ func newIxEnv(t *testing.T, store saga.Store, name string, n int) *ixEnv {
 	return newIxEnvOf(t, store, ixSaga(name), n)
 }
 
+// indexCase runs an index case on a store that lists its keys, and skips
+// it, saying why, on one that does not.
+func indexCase(run func(t *testing.T, s saga.Store, f Features)) func(t *testing.T, s saga.Store, f Features) {
+	return func(t *testing.T, s saga.Store, f Features) {
+		if _, ok := s.(saga.ListingStore); !ok {
+			t.Skipf("the store (%T) is not a saga.ListingStore: indexes that are not unique need one", s)
+		}
+		run(t, s, f)
+	}
+}
+
 // newIxEnvOf runs n dispatchers of def on store.
 func newIxEnvOf(t *testing.T, store saga.Store, def *saga.Definition[ixOrder], n int) *ixEnv {
 	t.Helper()
-	if _, ok := store.(saga.ListingStore); !ok {
-		t.Skipf("the store (%T) is not a saga.ListingStore: indexes that are not unique need one", store)
-	}
 	b, err := transport.NewMemory()
 	if err != nil {
 		t.Fatal(err)
