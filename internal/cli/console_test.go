@@ -336,7 +336,10 @@ func TestConsoleBrowser(t *testing.T) {
 		b.eval(`document.querySelector("#find-index").value = ` + strconv.Quote(index) + `;
 			document.querySelector("#find-value").value = ` + strconv.Quote(value) + `;
 			document.querySelector("#find button").click()`)
-		b.awaitPage(func(href string) bool { return strings.Contains(href, "value=") })
+		b.awaitPage(func(href string) bool {
+			u, err := url.Parse(href)
+			return err == nil && u.Query().Get("index") == index && u.Query().Get("value") == value
+		})
 	}
 	find("shop", "main")
 	if n := b.evalInt(`document.querySelectorAll("tr.inst").length`); n != 2 {
