@@ -6,8 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/jetsaga/jetsaga/transport"
 )
 
 // Rebuilding indexes: Dispatcher.Reindex.
@@ -187,4 +191,91 @@ func (x indexer) setBuilding(ctx context.Context, sagaName string, names []strin
 		}
 	}
 	return nil
+}
+
+// ReindexMessageType is the type (TypeProperty) of a message that asks
+// the dispatchers of a queue to rebuild the indexes of the saga its
+// timeout.PropertySaga property names: one of them runs Reindex, renewing
+// the message's lock while it runs, and completes it; a dispatcher that
+// dies meanwhile leaves it for another, which resumes (Reindex is
+// idempotent). A dispatcher that does not run the saga, or a saga
+// without indexes, dead-letters it (ReasonPermanent). RequestReindex
+// sends one; so does `jetsaga sagas reindex`.
+const ReindexMessageType = "jetsaga.reindex"
+
+// RequestReindex asks the dispatchers of queue q that run saga sagaName to
+// rebuild its indexes (see ReindexMessageType), for an operator or a
+// deploy step that has no dispatcher of its own. IndexesBuilt tells when
+// it is done.
+func RequestReindex(ctx context.Context, q *transport.Queue, sagaName string) (transport.SendResult, error) {
+	if err := transport.ValidateQueueName(sagaName); err != nil {
+		return transport.SendResult{}, fmt.Errorf("%w: saga name %.64q", ErrInvalidIndex, sagaName)
+	}
+	return q.Send(ctx, &transport.Message{Properties: map[string]string{propType: ReindexMessageType, propSaga: sagaName}})
+}
+
+// IndexesBuilt reports whether every rebuild of saga sagaName's indexes
+// that was started (Reindex) has finished, reading store alone: true
+// also for a saga whose indexes were never rebuilt.
+func IndexesBuilt(ctx context.Context, store ListingStore, sagaName string) (bool, error) {
+	for key, err := range store.ListKeys(ctx, "=ixb."+sagaName+".") {
+		if err != nil {
+			return false, err
+		}
+		name := strings.TrimPrefix(key, "=ixb."+sagaName+".")
+		b, err := indexer{store: store}.building(ctx, sagaName, name)
+		if err != nil || b {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// reindexMessage runs the rebuild a message of ReindexMessageType asks
+// for, renewing its lock meanwhile, and settles it.
+func (d *Dispatcher) reindexMessage(ctx context.Context, del *transport.Delivery) StepResult {
+	name := del.Properties[propSaga]
+	rt, ok := d.byName[name]
+	if !ok {
+		return d.deadLetter(ctx, del, ReasonPermanent, Permanent(fmt.Errorf("%w: reindex: saga %.64q is not run by this dispatcher", ErrInvalidIndex, name)), nil)
+	}
+	renewed := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		every := 15 * time.Second // half the default LockDuration
+		if ld := d.cfg.queue.LockDuration; ld > 0 {
+			every = max(ld/2, 100*time.Millisecond)
+		}
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				_ = del.RenewLock(ctx)
+			}
+		}
+	}()
+	res, err := d.Reindex(ctx, rt.(Saga))
+	close(stop)
+	<-renewed
+	switch {
+	case errors.Is(err, ErrInvalidIndex):
+		return d.deadLetter(ctx, del, ReasonPermanent, Permanent(err), nil)
+	case err != nil:
+		_ = del.Abandon(ctx)
+		return StepResult{Outcome: Abandoned, Err: err}
+	}
+	d.cfg.logger.LogAttrs(ctx, slog.LevelInfo, "saga: indexes rebuilt", slog.String("saga.type", name),
+		slog.Int("records", res.Records), slog.Int("indexed", res.Indexed), slog.Int("failed", len(res.Failed)))
+	for _, f := range res.Failed {
+		d.cfg.logger.LogAttrs(ctx, slog.LevelWarn, "saga: instance not indexed", slog.String("saga.type", name),
+			slog.String("saga.id", f.ID), slog.Any("error", f.Err))
+	}
+	if err := del.Complete(ctx); err != nil {
+		return StepResult{Outcome: Abandoned, Err: err}
+	}
+	return StepResult{Outcome: Handled}
 }
