@@ -2,6 +2,7 @@ package saga
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -205,13 +206,15 @@ const ReindexMessageType = "jetsaga.reindex"
 
 // RequestReindex asks the dispatchers of queue q that run saga sagaName to
 // rebuild its indexes (see ReindexMessageType), for an operator or a
-// deploy step that has no dispatcher of its own. IndexesBuilt tells when
-// it is done.
-func RequestReindex(ctx context.Context, q *transport.Queue, sagaName string) (transport.SendResult, error) {
+// deploy step that has no dispatcher of its own, and returns the request
+// message's MessageID. IndexesBuilt tells when the rebuild is done.
+func RequestReindex(ctx context.Context, q *transport.Queue, sagaName string) (string, error) {
 	if err := transport.ValidateQueueName(sagaName); err != nil {
-		return transport.SendResult{}, fmt.Errorf("%w: saga name %.64q", ErrInvalidIndex, sagaName)
+		return "", fmt.Errorf("%w: saga name %.64q", ErrInvalidIndex, sagaName)
 	}
-	return q.Send(ctx, &transport.Message{Properties: map[string]string{propType: ReindexMessageType, propSaga: sagaName}})
+	id := "jetsaga-reindex-" + sagaName + "-" + rand.Text()
+	_, err := q.Send(ctx, &transport.Message{MessageID: id, Properties: map[string]string{propType: ReindexMessageType, propSaga: sagaName}})
+	return id, err
 }
 
 // IndexesBuilt reports whether every rebuild of saga sagaName's indexes

@@ -200,6 +200,14 @@ func testSagasAndTimeouts(t *testing.T, inQueue bool) {
 	w.must(ExitUsage, "sagas", "find", "order", "sh op=main")
 	w.must(ExitUsage, "sagas", "find", "order", "shop=a\x01b")
 
+	// A rebuild is asked of the application's dispatchers, on their queue.
+	rq := jsonOf[ReindexRequest](w, 0, "sagas", "reindex", "order", "--queue", "orders")
+	if rq.Saga != "order" || rq.Queue != "orders" || !strings.HasPrefix(rq.MessageID, "jetsaga-reindex-order-") {
+		t.Fatalf("sagas reindex: %+v", rq)
+	}
+	w.must(ExitUsage, "sagas", "reindex", "order")
+	w.must(ExitNotFound, "sagas", "reindex", "order", "--queue", "nosuch")
+
 	v := jsonOf[InstanceView](w, 0, "sagas", "show", "order", "o1")
 	if v.ID != "o1" || v.Completed || v.InboxSize != 1 || len(v.Timeouts) != 2 || !strings.Contains(compact(t, v.Data), `"Order":"o1"`) {
 		t.Fatalf("show o1: %+v", v)

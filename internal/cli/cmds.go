@@ -144,6 +144,18 @@ first "=" (quote it for the shell); it is never a subject or a pattern.`,
 			examples: []string{"jetsaga sagas find order customer=c-17", "jetsaga sagas find order payment=pay_3MtwBw --json | jq -r '.instances[].id'",
 				"jetsaga sagas find order customer=c-17 --limit 20 --after o-120"},
 			flags: fJSON | fPage, run: cmdSagasFind},
+		{path: "sagas reindex", args: "SAGA", minArgs: 1, maxArgs: 1,
+			short: "ask the dispatchers that run SAGA to rebuild its indexes (after an index was added)",
+			long: `Sends saga.RequestReindex's message to --queue, the queue of the application's
+dispatchers that run SAGA (required): one of them runs saga.Dispatcher.Reindex,
+which indexes the instances written before an index existed, beside live
+traffic, and is idempotent (a dispatcher that dies meanwhile leaves the request
+to another, which resumes). The index functions are the application's code,
+so this command only asks. While the rebuild runs, sagas find says the index
+is being built; a request a dispatcher cannot carry out (it does not run SAGA,
+or SAGA has no index) is dead-lettered on the queue with the reason.`,
+			examples: []string{"jetsaga sagas reindex order --queue orders", "jetsaga sagas reindex order --queue orders --json"},
+			flags:    fJSON | fQueue, run: cmdSagasReindex},
 		{path: "sagas show", args: "SAGA ID", minArgs: 2, maxArgs: 2,
 			short: "show an instance: state as JSON, pending timeouts with due times and engine, inbox size, last update",
 			long: `An instance of a saga with saga.CheckLiveness also shows what its last step
@@ -847,6 +859,36 @@ func writeInstances(w *tabwriter.Writer, vs []InstanceView) {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", printable(v.ID), state, fmtTime(v.Started), fmtTime(v.Updated), len(v.Timeouts), next)
 	}
+}
+
+// ReindexRequest is what sagas reindex sent.
+type ReindexRequest struct {
+	Saga      string `json:"saga"`
+	Queue     string `json:"queue"`
+	MessageID string `json:"message_id"` // the request message's
+}
+
+func cmdSagasReindex(c *call) error {
+	name := c.args[0]
+	if err := transport.ValidateQueueName(name); err != nil {
+		return fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, name)
+	}
+	if c.o.queue == "" {
+		return fmt.Errorf("%w: --queue is required: the queue of the dispatchers that run %s", ErrUsage, name)
+	}
+	q, err := c.env.queue(c.ctx, c.o.queue)
+	if err != nil {
+		return err
+	}
+	id, err := saga.RequestReindex(c.ctx, q, name)
+	if err != nil {
+		return err
+	}
+	r := ReindexRequest{Saga: name, Queue: c.o.queue, MessageID: id}
+	return c.out(r, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "asked the dispatchers of queue %s to rebuild the indexes of saga %s (message %s); sagas find says when it is done\n",
+			r.Queue, r.Saga, r.MessageID)
+	})
 }
 
 func cmdSagasShow(c *call) error {
