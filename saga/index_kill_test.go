@@ -45,12 +45,7 @@ func ixKillSaga() *saga.Definition[ixKillData] {
 }
 
 func ixKillOptions() []saga.Option {
-	return []saga.Option{
-		saga.WithSagas(ixKillSaga()),
-		saga.WithQueueConfig(transport.QueueConfig{Name: ixKillQueue, LockDuration: time.Second, MaxDeliveryCount: 30}),
-		saga.WithRetry(saga.RetryPolicy{Immediate: 3, Delayed: 5, Backoff: func(int) time.Duration { return 250 * time.Millisecond }}),
-		saga.WithDrainTimeout(3 * time.Second),
-	}
+	return workerOptions(ixKillSaga(), transport.QueueConfig{Name: ixKillQueue, LockDuration: time.Second, MaxDeliveryCount: 30})
 }
 
 // TestIndexKillWorkerHelper is a worker process of
@@ -60,24 +55,10 @@ func TestIndexKillWorkerHelper(t *testing.T) {
 	if url == "" {
 		return
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	go func() {
-		_, _ = os.Stdin.Read(make([]byte, 1)) // EOF: the parent stops this worker
-		stop()
-	}()
 	n := newNode(t, url)
-	hooks := saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, res saga.StepResult) {
-		fmt.Printf("R1STAT %s %d %d\n", res.Outcome, res.Conflicts, info.DeliveryCount)
-	}}
-	d := n.dispatcher(t, n.store, ixKillQueue, append(ixKillOptions(), saga.WithHooks(hooks))...)
-	if err := d.Open(ctx); err != nil {
-		t.Fatalf("open queue: %v", err)
-	}
-	fmt.Println("R1STAT ready 0 1")
-	if err := d.Run(ctx); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	runWorker(t, func(hooks saga.Option) *saga.Dispatcher {
+		return n.dispatcher(t, n.store, ixKillQueue, append(ixKillOptions(), hooks)...)
+	})
 }
 
 // TestUniqueIndexUnderKills: three worker processes take checkouts, four

@@ -167,9 +167,13 @@ func r1QueueConfigIn(inQueue bool) transport.QueueConfig {
 // in a synced file store (see saga/queuestore), which is not what this
 // test is about; a worker's SIGKILL loses nothing kept in the server's
 // memory either.
-func r1Options(inQueue bool) []saga.Option {
+func r1Options(inQueue bool) []saga.Option { return workerOptions(r1Saga(), r1QueueConfigIn(inQueue)) }
+
+// workerOptions are the options of a worker process's dispatcher running
+// s on a queue of config q: fast retries, a short drain.
+func workerOptions(s saga.Saga, q transport.QueueConfig) []saga.Option {
 	return []saga.Option{
-		saga.WithSagas(r1Saga()), saga.WithQueueConfig(r1QueueConfigIn(inQueue)),
+		saga.WithSagas(s), saga.WithQueueConfig(q),
 		saga.WithRetry(saga.RetryPolicy{Immediate: 3, Delayed: 5, Backoff: func(int) time.Duration { return 250 * time.Millisecond }}),
 		saga.WithDrainTimeout(3 * time.Second),
 	}
@@ -184,18 +188,27 @@ func TestKillWorkerHelper(t *testing.T) {
 	if url == "" {
 		return
 	}
+	n := newNode(t, url)
+	inQueue := os.Getenv(r1StoreEnv) == "queue"
+	runWorker(t, func(hooks saga.Option) *saga.Dispatcher {
+		return n.dispatcher(t, r1Store(n, inQueue), r1Queue, append(r1Options(inQueue), hooks)...)
+	})
+}
+
+// runWorker runs, in a worker process, the dispatcher newDispatcher makes
+// with the hooks it is given, which report each step on stdout (R1STAT),
+// until the process is killed or its stdin closes (the parent stopped it,
+// or died).
+func runWorker(t *testing.T, newDispatcher func(hooks saga.Option) *saga.Dispatcher) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		stop()
 	}()
-	n := newNode(t, url)
-	hooks := saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, res saga.StepResult) {
+	d := newDispatcher(saga.WithHooks(saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, res saga.StepResult) {
 		fmt.Printf("R1STAT %s %d %d\n", res.Outcome, res.Conflicts, info.DeliveryCount)
-	}}
-	inQueue := os.Getenv(r1StoreEnv) == "queue"
-	d := n.dispatcher(t, r1Store(n, inQueue), r1Queue, append(r1Options(inQueue), saga.WithHooks(hooks))...)
+	}}))
 	// Open the queue now, so that this worker's stream updates are over
 	// when it reports ready.
 	if err := d.Open(ctx); err != nil {
