@@ -100,11 +100,7 @@ func TestUniqueIndexUnderKills(t *testing.T) {
 	var workers [3]*r1Worker
 	kills := 0
 	for c := range cycles {
-		for i := range workers {
-			if workers[i] == nil {
-				workers[i] = fleet.start()
-			}
-		}
+		fleet.fill(workers[:])
 		life := time.Duration(200+rng.IntN(1001)) * time.Millisecond
 		alive := time.Now()
 		batch := msgs[c*len(msgs)/cycles : (c+1)*len(msgs)/cycles]
@@ -124,11 +120,7 @@ func TestUniqueIndexUnderKills(t *testing.T) {
 			kills++
 		}
 	}
-	for i := range workers {
-		if workers[i] == nil {
-			workers[i] = fleet.start()
-		}
-	}
+	fleet.fill(workers[:])
 	def := ixKillSaga()
 	var last string
 	deadline := time.Now().Add(60 * time.Second)

@@ -270,11 +270,7 @@ func testKillWorkers(t *testing.T, inQueue bool) {
 	var workers [2]*r1Worker
 	kills := 0
 	for c := range cycles {
-		for i := range workers {
-			if workers[i] == nil {
-				workers[i] = fleet.start()
-			}
-		}
+		fleet.fill(workers[:])
 		// Feed this cycle's share of the instances while both workers run,
 		// spread over the time until the kill, so that kills land on
 		// steps in flight rather than on idle workers.
@@ -302,11 +298,7 @@ func testKillWorkers(t *testing.T, inQueue bool) {
 	killPhase := time.Since(began)
 
 	// Workers run undisturbed until every instance is done.
-	for i := range workers {
-		if workers[i] == nil {
-			workers[i] = fleet.start()
-		}
-	}
+	fleet.fill(workers[:])
 	within := 45 * time.Second
 	if testing.Short() {
 		within = 30 * time.Second
@@ -554,6 +546,16 @@ func (f *r1Fleet) start() *r1Worker {
 		f.t.Fatalf("worker %d not set up within 30s", w.n)
 	}
 	return w
+}
+
+// fill starts a worker in each empty place of workers.
+func (f *r1Fleet) fill(workers []*r1Worker) {
+	f.t.Helper()
+	for i := range workers {
+		if workers[i] == nil {
+			workers[i] = f.start()
+		}
+	}
 }
 
 // kill sends SIGKILL to a worker and reaps it. A worker that already
