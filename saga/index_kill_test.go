@@ -3,9 +3,7 @@ package saga_test
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,15 +65,7 @@ func TestIndexKillWorkerHelper(t *testing.T) {
 // one instance, which every one of its checkouts reached once, and no
 // other instance exists.
 func TestUniqueIndexUnderKills(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(r1SeedEnv); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("%s=%q: %v", r1SeedEnv, s, err)
-		}
-	}
-	t.Logf("seed %d (rerun with %s=%d)", seed, r1SeedEnv, seed)
-	rng := rand.New(rand.NewPCG(seed, 0x49584b4c))
+	rng := killRand(t, 0x49584b4c)
 	payments, perPayment, cycles := 48, 4, 6
 	if testing.Short() {
 		payments, cycles = 18, 3

@@ -237,15 +237,7 @@ func TestKillWorkers(t *testing.T) {
 }
 
 func testKillWorkers(t *testing.T, inQueue bool) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(r1SeedEnv); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("%s=%q: %v", r1SeedEnv, s, err)
-		}
-	}
-	t.Logf("seed %d (rerun with %s=%d)", seed, r1SeedEnv, seed)
-	rng := rand.New(rand.NewPCG(seed, 0x52315231))
+	rng := killRand(t, 0x52315231)
 	instances, cycles := 640, 16
 	if testing.Short() {
 		instances, cycles = 60, 3
@@ -546,6 +538,22 @@ func (f *r1Fleet) start() *r1Worker {
 		f.t.Fatalf("worker %d not set up within 30s", w.n)
 	}
 	return w
+}
+
+// killRand returns the random source of a kill test's choices, seeded by
+// the clock or by r1SeedEnv to rerun a failed run; stream tells tests
+// apart.
+func killRand(t *testing.T, stream uint64) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(r1SeedEnv); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("%s=%q: %v", r1SeedEnv, s, err)
+		}
+	}
+	t.Logf("seed %d (rerun with %s=%d)", seed, r1SeedEnv, seed)
+	return rand.New(rand.NewPCG(seed, stream))
 }
 
 // fill starts a worker in each empty place of workers.
