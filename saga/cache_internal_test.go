@@ -46,6 +46,8 @@ func sampleRecord() *record {
 		Originator:   &address{ReplyTo: "r", CorrelationID: "rc"},
 		Completed:    true,
 		PartitionKey: "tenant-1",
+		Index:        map[string][]string{"customer": {"c-1", "c-2"}},
+		IndexNew:     map[string][]string{"customer": {"c-2"}},
 		Started:      time.Unix(2, 0).UTC(),
 		Updated:      time.Unix(5, 0).UTC(),
 	}
@@ -84,6 +86,8 @@ func mutateRecord(r *record) {
 	r.Outbox[1].Ref = "changed"
 	r.Originator.ReplyTo, r.Originator.CorrelationID = "s", "sc"
 	r.PartitionKey = "tenant-2"
+	r.Index["customer"][0] = "c-9"
+	r.IndexNew["customer"][0] = "c-9"
 }
 
 // unset lists the fields, at any depth, that v leaves zero, but for

@@ -26,6 +26,8 @@ type Definition[S any] struct {
 	upcasters []Upcaster // upcasters[i]: version i+1 to i+2
 
 	machine *machineDescription // DescribeStates (catalog.go)
+
+	indexes []index[S] // Index, IndexValues (index.go)
 }
 
 // Handler handles a message of type M for a saga with data S. It reads and
@@ -305,6 +307,9 @@ func (d *Definition[S]) run(ctx context.Context, s *stepState, msgType string, m
 		err = r.handler(ctx, c, m)
 	}
 	if err != nil {
+		return err
+	}
+	if err := d.setIndex(s.rec, c.Data); err != nil {
 		return err
 	}
 	data, err := s.codec.Marshal(&c.Data)

@@ -135,6 +135,7 @@ func NewDispatcher(b *transport.Broker, store Store, queue string, opts ...Optio
 	if types := d.eventTypes(); c.topic != nil && len(types) > maxEventTypes {
 		return nil, fmt.Errorf("%w: WithTopic: the sagas start or handle %d message types, a subscription filters on at most %d", ErrInvalidOption, len(types), maxEventTypes)
 	}
+	d.records = d.indexRecords(d.records)
 	return d, nil
 }
 

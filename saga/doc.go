@@ -374,6 +374,32 @@
 // test that leaves one, and [Dispatcher.StuckInstances] lists them, over
 // a store that can list its keys ([ListingStore]).
 //
+// # Indexes
+//
+// [Index] and [IndexValues] declare values of a saga's data that find
+// its instances: [Find] (and [Dispatcher.Find]) lists the live instances
+// that hold a value, in ID order, and [ByIndex] correlates a message to
+// the instance that holds the message's value, instead of an instance ID.
+// A [Unique] index holds each value for one live instance: a start
+// correlated by it reaches the instance that holds its value, from any
+// process, and a step that gives a value another live instance holds
+// fails with [ErrIndexValueTaken]. Several live instances holding a
+// value a handled message is correlated by fail it with
+// [ErrAmbiguousIndex]; none sends it to the [NotFoundPolicy].
+//
+// Index values change with the record, on any Store: the instance's
+// values are kept in its record, and each new value's entry, a key of the
+// store beside it ([IndexKeyPrefix]), is written before the record; the
+// record is the truth, so an entry whose record does not hold its value
+// (a step that died between the two writes) is never taken, and is
+// deleted when read. On a [UnitStore] (saga/pgstore) the entries commit
+// with the record in the step's transaction. A completed instance leaves
+// its indexes at its completing step; its tombstone is never found.
+// [Dispatcher.Reindex] indexes the instances written before an index
+// existed. Values are 1–[MaxIndexValueLen] bytes of UTF-8 without control
+// characters ([ErrInvalidIndexValue]); they reach store keys only
+// base64url-encoded. See docs/indexes.md.
+//
 // # Diagrams
 //
 // [Definition.Mermaid] draws a saga from what its definition declares,

@@ -167,9 +167,13 @@ func r1QueueConfigIn(inQueue bool) transport.QueueConfig {
 // in a synced file store (see saga/queuestore), which is not what this
 // test is about; a worker's SIGKILL loses nothing kept in the server's
 // memory either.
-func r1Options(inQueue bool) []saga.Option {
+func r1Options(inQueue bool) []saga.Option { return workerOptions(r1Saga(), r1QueueConfigIn(inQueue)) }
+
+// workerOptions are the options of a worker process's dispatcher running
+// s on a queue of config q: fast retries, a short drain.
+func workerOptions(s saga.Saga, q transport.QueueConfig) []saga.Option {
 	return []saga.Option{
-		saga.WithSagas(r1Saga()), saga.WithQueueConfig(r1QueueConfigIn(inQueue)),
+		saga.WithSagas(s), saga.WithQueueConfig(q),
 		saga.WithRetry(saga.RetryPolicy{Immediate: 3, Delayed: 5, Backoff: func(int) time.Duration { return 250 * time.Millisecond }}),
 		saga.WithDrainTimeout(3 * time.Second),
 	}
@@ -184,18 +188,27 @@ func TestKillWorkerHelper(t *testing.T) {
 	if url == "" {
 		return
 	}
+	n := newNode(t, url)
+	inQueue := os.Getenv(r1StoreEnv) == "queue"
+	runWorker(t, func(hooks saga.Option) *saga.Dispatcher {
+		return n.dispatcher(t, r1Store(n, inQueue), r1Queue, append(r1Options(inQueue), hooks)...)
+	})
+}
+
+// runWorker runs, in a worker process, the dispatcher newDispatcher makes
+// with the hooks it is given, which report each step on stdout (R1STAT),
+// until the process is killed or its stdin closes (the parent stopped it,
+// or died).
+func runWorker(t *testing.T, newDispatcher func(hooks saga.Option) *saga.Dispatcher) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		stop()
 	}()
-	n := newNode(t, url)
-	hooks := saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, res saga.StepResult) {
+	d := newDispatcher(saga.WithHooks(saga.Hooks{StepDone: func(_ context.Context, info saga.StepInfo, res saga.StepResult) {
 		fmt.Printf("R1STAT %s %d %d\n", res.Outcome, res.Conflicts, info.DeliveryCount)
-	}}
-	inQueue := os.Getenv(r1StoreEnv) == "queue"
-	d := n.dispatcher(t, r1Store(n, inQueue), r1Queue, append(r1Options(inQueue), saga.WithHooks(hooks))...)
+	}}))
 	// Open the queue now, so that this worker's stream updates are over
 	// when it reports ready.
 	if err := d.Open(ctx); err != nil {
@@ -224,15 +237,7 @@ func TestKillWorkers(t *testing.T) {
 }
 
 func testKillWorkers(t *testing.T, inQueue bool) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(r1SeedEnv); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("%s=%q: %v", r1SeedEnv, s, err)
-		}
-	}
-	t.Logf("seed %d (rerun with %s=%d)", seed, r1SeedEnv, seed)
-	rng := rand.New(rand.NewPCG(seed, 0x52315231))
+	rng := killRand(t, 0x52315231)
 	instances, cycles := 640, 16
 	if testing.Short() {
 		instances, cycles = 60, 3
@@ -257,11 +262,7 @@ func testKillWorkers(t *testing.T, inQueue bool) {
 	var workers [2]*r1Worker
 	kills := 0
 	for c := range cycles {
-		for i := range workers {
-			if workers[i] == nil {
-				workers[i] = fleet.start()
-			}
-		}
+		fleet.fill(workers[:])
 		// Feed this cycle's share of the instances while both workers run,
 		// spread over the time until the kill, so that kills land on
 		// steps in flight rather than on idle workers.
@@ -289,11 +290,7 @@ func testKillWorkers(t *testing.T, inQueue bool) {
 	killPhase := time.Since(began)
 
 	// Workers run undisturbed until every instance is done.
-	for i := range workers {
-		if workers[i] == nil {
-			workers[i] = fleet.start()
-		}
-	}
+	fleet.fill(workers[:])
 	within := 45 * time.Second
 	if testing.Short() {
 		within = 30 * time.Second
@@ -541,6 +538,32 @@ func (f *r1Fleet) start() *r1Worker {
 		f.t.Fatalf("worker %d not set up within 30s", w.n)
 	}
 	return w
+}
+
+// killRand returns the random source of a kill test's choices, seeded by
+// the clock or by r1SeedEnv to rerun a failed run; stream tells tests
+// apart.
+func killRand(t *testing.T, stream uint64) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(r1SeedEnv); s != "" {
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("%s=%q: %v", r1SeedEnv, s, err)
+		}
+	}
+	t.Logf("seed %d (rerun with %s=%d)", seed, r1SeedEnv, seed)
+	return rand.New(rand.NewPCG(seed, stream))
+}
+
+// fill starts a worker in each empty place of workers.
+func (f *r1Fleet) fill(workers []*r1Worker) {
+	f.t.Helper()
+	for i := range workers {
+		if workers[i] == nil {
+			workers[i] = f.start()
+		}
+	}
 }
 
 // kill sends SIGKILL to a worker and reaps it. A worker that already

@@ -248,6 +248,10 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, h hold
 		info.Saga, info.ID = del.Properties[propSaga], del.Properties[propSagaID]
 		ctx = d.stepStarted(ctx, info)
 		res = d.settleFlush(ctx, del, d.flushMessage(ctx, del))
+	} else if info.MessageType == ReindexMessageType {
+		info.Saga = del.Properties[propSaga]
+		ctx = d.stepStarted(ctx, info)
+		res = d.reindexMessage(ctx, del) // reindex.go
 	} else {
 		var st stepped
 		ctx, st = d.run(ctx, del, h, &info)

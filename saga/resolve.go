@@ -79,7 +79,7 @@ func (d *Dispatcher) correlate(ctx context.Context, del *transport.Delivery, t *
 	if err != nil {
 		t.err = Permanent(fmt.Errorf("%w: %s: %w", ErrMalformed, typ, err))
 	} else if t.kind != routeTimeout {
-		t.in = incomingCtx{ctx, del.Message}
+		t.in = incomingCtx{ctx, del.Message, d, t.kind}
 		id, t.err = t.rt.find(&t.in, typ, m)
 	}
 	if verr := validateID(id); verr != nil {
@@ -99,7 +99,9 @@ type incomingKey struct{}
 // on every message).
 type incomingCtx struct {
 	context.Context
-	m *transport.Message
+	m    *transport.Message
+	d    *Dispatcher // for ByIndex
+	kind routeKind
 }
 
 func (c *incomingCtx) Value(key any) any {

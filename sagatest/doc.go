@@ -157,6 +157,9 @@
 //
 //   - [Env.Timeouts]: an instance's pending timeouts and their due times;
 //
+//   - [Env.Find]: the running instances an index value finds (saga.Index,
+//     saga.Where), in ID order;
+//
 //   - [Sent], [Env.AssertSent], [Env.Messages]: the messages sent to a
 //     queue, decoded or raw (with Seq and EnqueuedAt), in order. Nothing
 //     receives from these queues in the Env, so they keep everything;

@@ -719,6 +719,24 @@ func (e *Env) Timeouts(s saga.Saga, id string) []saga.PendingTimeout {
 	return nil
 }
 
+// Find settles and returns the IDs of the running instances of s whose
+// index holds the query's value (saga.Index, saga.Where), in ID order, as
+// saga.Find finds them. An error of the query (an index s does not
+// declare, a bad value) fails the test.
+func (e *Env) Find(s saga.Saga, q saga.Query) []string {
+	e.t.Helper()
+	e.settle()
+	var ids []string
+	for inst, err := range saga.Find(e.ctx, e.d, s, q) {
+		if err != nil {
+			e.t.Fatalf("sagatest: Find in %s: %v", s.Name(), err)
+			return nil
+		}
+		ids = append(ids, inst.ID)
+	}
+	return ids
+}
+
 // Failures returns the steps that ended with an error so far, in order:
 // handler errors (retried or dead-lettered), undecodable or unknown
 // messages. Calling it tells Run that the test looked at them, including

@@ -177,6 +177,37 @@ func testSagasAndTimeouts(t *testing.T, inQueue bool) {
 		t.Fatalf("sagas list table:\n%s", r.stdout)
 	}
 
+	// By an index (saga.Index): live instances only, by ID, paged.
+	f := jsonOf[FoundPage](w, 0, "sagas", "find", "order", "shop=main", "--limit", "1")
+	if len(f.Instances) != 1 || f.Instances[0].ID != "o1" || f.Next != "o1" || f.Building {
+		t.Fatalf("find shop=main, page 1: %+v", f)
+	}
+	f = jsonOf[FoundPage](w, 0, "sagas", "find", "order", "shop=main", "--after", f.Next)
+	if len(f.Instances) != 1 || f.Instances[0].ID != "o2" || f.Next != "" {
+		t.Fatalf("find shop=main, page 2 (o3 completed): %+v", f)
+	}
+	if f := jsonOf[FoundPage](w, 0, "sagas", "find", "order", "order=o1"); len(f.Instances) != 1 || f.Instances[0].ID != "o1" {
+		t.Fatalf("find order=o1: %+v", f)
+	}
+	if f := jsonOf[FoundPage](w, 0, "sagas", "find", "order", "order=o1.*.>"); len(f.Instances) != 0 {
+		t.Fatalf("find order=o1.*.> (a value, never a pattern): %+v", f)
+	}
+	r = w.must(0, "sagas", "find", "order", "shop=main")
+	if !regexpLine(r.stdout, `^o1\s+running`) || !strings.Contains(r.stdout, `2 instances with shop="main"`) {
+		t.Fatalf("sagas find table:\n%s", r.stdout)
+	}
+	w.must(ExitUsage, "sagas", "find", "order", "shop")
+	w.must(ExitUsage, "sagas", "find", "order", "sh op=main")
+	w.must(ExitUsage, "sagas", "find", "order", "shop=a\x01b")
+
+	// A rebuild is asked of the application's dispatchers, on their queue.
+	rq := jsonOf[ReindexRequest](w, 0, "sagas", "reindex", "order", "--queue", "orders")
+	if rq.Saga != "order" || rq.Queue != "orders" || !strings.HasPrefix(rq.MessageID, "jetsaga-reindex-order-") {
+		t.Fatalf("sagas reindex: %+v", rq)
+	}
+	w.must(ExitUsage, "sagas", "reindex", "order")
+	w.must(ExitNotFound, "sagas", "reindex", "order", "--queue", "nosuch")
+
 	v := jsonOf[InstanceView](w, 0, "sagas", "show", "order", "o1")
 	if v.ID != "o1" || v.Completed || v.InboxSize != 1 || len(v.Timeouts) != 2 || !strings.Contains(compact(t, v.Data), `"Order":"o1"`) {
 		t.Fatalf("show o1: %+v", v)

@@ -132,6 +132,30 @@ be a topic's subscription (TOPIC/Subscriptions/NAME).`,
 ID order, --limit per page; pass the page's "next" as --after for the next.`,
 			examples: []string{"jetsaga sagas list", "jetsaga sagas list twofactor --limit 20", "jetsaga sagas list twofactor --after l42 --json"},
 			flags:    fJSON | fPage, run: cmdSagasList},
+		{path: "sagas find", args: "SAGA NAME=VALUE", minArgs: 2, maxArgs: 2,
+			short: "find the instances whose index NAME holds VALUE (saga.Index), paged, by ID",
+			long: `Runs saga.Lookup, as saga.Find does: the live instances of SAGA whose index
+NAME holds VALUE, in ID order, --limit per page; pass the page's "next" as
+--after for the next. Completed instances have left their indexes. An index
+added to a saga that already had instances finds the older ones only once
+the application rebuilt it (saga.Dispatcher.Reindex); until then this
+command says the index is being built. VALUE is taken as is, after the
+first "=" (quote it for the shell); it is never a subject or a pattern.`,
+			examples: []string{"jetsaga sagas find order customer=c-17", "jetsaga sagas find order payment=pay_3MtwBw --json | jq -r '.instances[].id'",
+				"jetsaga sagas find order customer=c-17 --limit 20 --after o-120"},
+			flags: fJSON | fPage, run: cmdSagasFind},
+		{path: "sagas reindex", args: "SAGA", minArgs: 1, maxArgs: 1,
+			short: "ask the dispatchers that run SAGA to rebuild its indexes (after an index was added)",
+			long: `Sends saga.RequestReindex's message to --queue, the queue of the application's
+dispatchers that run SAGA (required): one of them runs saga.Dispatcher.Reindex,
+which indexes the instances written before an index existed, beside live
+traffic, and is idempotent (a dispatcher that dies meanwhile leaves the request
+to another, which resumes). The index functions are the application's code,
+so this command only asks. While the rebuild runs, sagas find says the index
+is being built; a request a dispatcher cannot carry out (it does not run SAGA,
+or SAGA has no index) is dead-lettered on the queue with the reason.`,
+			examples: []string{"jetsaga sagas reindex order --queue orders", "jetsaga sagas reindex order --queue orders --json"},
+			flags:    fJSON | fQueue, run: cmdSagasReindex},
 		{path: "sagas show", args: "SAGA ID", minArgs: 2, maxArgs: 2,
 			short: "show an instance: state as JSON, pending timeouts with due times and engine, inbox size, last update",
 			long: `An instance of a saga with saga.CheckLiveness also shows what its last step
@@ -798,23 +822,84 @@ func cmdSagasList(c *call) error {
 		return err
 	}
 	return c.out(page, func(w *tabwriter.Writer) {
-		fmt.Fprintln(w, "ID\tSTATE\tSTARTED\tUPDATED\tTIMEOUTS\tNEXT DUE")
-		for _, v := range page.Instances {
-			state, next := "running", "-"
-			if v.Completed {
-				state = "completed"
-			}
-			if len(v.Timeouts) > 0 {
-				next = fmtTime(v.Timeouts[0].At)
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", v.ID, state, fmtTime(v.Started), fmtTime(v.Updated), len(v.Timeouts), next)
-		}
+		writeInstances(w, page.Instances)
 		w.Flush()
 		fmt.Fprintf(c.stdout, "%d of %d instances", len(page.Instances), page.Total)
 		if page.Next != "" {
 			fmt.Fprintf(c.stdout, "; next page: --after %s", page.Next)
 		}
 		fmt.Fprintln(c.stdout)
+	})
+}
+
+func cmdSagasFind(c *call) error {
+	name, value, ok := strings.Cut(c.args[1], "=")
+	if !ok {
+		return fmt.Errorf("%w: %q: want NAME=VALUE", ErrUsage, c.args[1])
+	}
+	if c.o.limit < 1 {
+		return fmt.Errorf("%w: --limit must be at least 1", ErrUsage)
+	}
+	page, err := c.env.find(c.ctx, c.args[0], name, value, c.o.after, c.o.limit)
+	if err != nil {
+		return err
+	}
+	return c.out(page, func(w *tabwriter.Writer) {
+		writeInstances(w, page.Instances)
+		w.Flush()
+		fmt.Fprintf(c.stdout, "%d instances with %s=%q", len(page.Instances), name, value)
+		if page.Next != "" {
+			fmt.Fprintf(c.stdout, "; next page: --after %s", page.Next)
+		}
+		if page.Building {
+			fmt.Fprint(c.stdout, "; the index is being built: instances written before it may be missing")
+		}
+		fmt.Fprintln(c.stdout)
+	})
+}
+
+// writeInstances writes a table of instances, one a line.
+func writeInstances(w *tabwriter.Writer, vs []InstanceView) {
+	fmt.Fprintln(w, "ID\tSTATE\tSTARTED\tUPDATED\tTIMEOUTS\tNEXT DUE")
+	for _, v := range vs {
+		state, next := "running", "-"
+		if v.Completed {
+			state = "completed"
+		}
+		if len(v.Timeouts) > 0 {
+			next = fmtTime(v.Timeouts[0].At)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", printable(v.ID), state, fmtTime(v.Started), fmtTime(v.Updated), len(v.Timeouts), next)
+	}
+}
+
+// ReindexRequest is what sagas reindex sent.
+type ReindexRequest struct {
+	Saga      string `json:"saga"`
+	Queue     string `json:"queue"`
+	MessageID string `json:"message_id"` // the request message's
+}
+
+func cmdSagasReindex(c *call) error {
+	name := c.args[0]
+	if err := transport.ValidateQueueName(name); err != nil {
+		return fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, name)
+	}
+	if c.o.queue == "" {
+		return fmt.Errorf("%w: --queue is required: the queue of the dispatchers that run %s", ErrUsage, name)
+	}
+	q, err := c.env.queue(c.ctx, c.o.queue)
+	if err != nil {
+		return err
+	}
+	id, err := saga.RequestReindex(c.ctx, q, name)
+	if err != nil {
+		return err
+	}
+	r := ReindexRequest{Saga: name, Queue: c.o.queue, MessageID: id}
+	return c.out(r, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "asked the dispatchers of queue %s to rebuild the indexes of saga %s (message %s); sagas find says when it is done\n",
+			r.Queue, r.Saga, r.MessageID)
 	})
 }
 

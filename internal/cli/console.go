@@ -490,7 +490,25 @@ func (c *console) subscriptionPage(r *http.Request) (string, string, any, error)
 
 func (c *console) sagaPage(r *http.Request) (string, string, any, error) {
 	name := r.PathValue("saga")
-	page, err := c.env.instances(r.Context(), name, r.URL.Query().Get("after"), 50)
+	q := r.URL.Query()
+	var (
+		page InstancePage
+		err  error
+		find sagaFind
+	)
+	if find.Index, find.Value = q.Get("index"), q.Get("value"); find.Index != "" || find.Value != "" {
+		// The search box: the instances an index value finds (saga.Lookup).
+		find.On = true
+		var fp FoundPage
+		fp, err = c.env.find(r.Context(), name, find.Index, find.Value, q.Get("after"), 50)
+		find.Building = fp.Building
+		if errors.Is(err, ErrUsage) {
+			find.Error, err = strings.TrimPrefix(err.Error(), ErrUsage.Error()+": "), nil
+		}
+		page = InstancePage{Saga: name, Total: len(fp.Instances), Instances: fp.Instances, Next: fp.Next}
+	} else {
+		page, err = c.env.instances(r.Context(), name, q.Get("after"), 50)
+	}
 	if err != nil {
 		return "saga " + name, "saga", nil, err
 	}
@@ -515,7 +533,16 @@ func (c *console) sagaPage(r *http.Request) (string, string, any, error) {
 		InstancePage
 		Rows    []instanceRow
 		Diagram sagaDiagram
-	}{page, rows, d}, nil
+		Find    sagaFind
+	}{page, rows, d, find}, nil
+}
+
+// sagaFind is the saga page's search by an index value (saga.Index).
+type sagaFind struct {
+	On           bool // a search was asked for
+	Index, Value string
+	Error        string // a bad index name or value, shown on the page
+	Building     bool   // the index is being rebuilt
 }
 
 // instanceRow is a row of the saga page's table: an instance and the

@@ -328,6 +328,39 @@ func TestConsoleBrowser(t *testing.T) {
 		t.Errorf("o1's state:\n%s", got)
 	}
 
+	// The saga page's search box: by an index value (saga.Index), typed
+	// in and submitted as a person would.
+	b.navigate(srv.URL+"/sagas/order", is("/sagas/order"))
+	find := func(index, value string) {
+		t.Helper()
+		b.eval(`document.querySelector("#find-index").value = ` + strconv.Quote(index) + `;
+			document.querySelector("#find-value").value = ` + strconv.Quote(value) + `;
+			document.querySelector("#find button").click()`)
+		b.awaitPage(func(href string) bool {
+			u, err := url.Parse(href)
+			return err == nil && u.Query().Get("index") == index && u.Query().Get("value") == value
+		})
+	}
+	find("shop", "main")
+	if n := b.evalInt(`document.querySelectorAll("tr.inst").length`); n != 2 {
+		t.Errorf("shop = main: %d instances, want 2 (o3 completed):\n%s", n, b.evalString(`document.body.innerText`))
+	}
+	if got := b.evalString(`document.querySelector("#found").innerText`); !strings.Contains(got, "2 live instances with shop = main") {
+		t.Errorf("shop = main: %q", got)
+	}
+	find("order", "o1.*.>")
+	if n := b.evalInt(`document.querySelectorAll("tr.inst").length`); n != 0 {
+		t.Errorf("order = o1.*.> (a value, never a pattern): %d instances, want 0", n)
+	}
+	find("order", "o2")
+	if got := b.evalString(`document.querySelector("tr.inst td").innerText`); got != "o2" {
+		t.Errorf("order = o2: first row %q", got)
+	}
+	find("no such", "x")
+	if got := b.evalString(`document.querySelector("#find-error").innerText`); !strings.Contains(got, "invalid index") {
+		t.Errorf("a bad index name: %q", got)
+	}
+
 	// The allowed action: cancel the first scheduled message with its button.
 	b.navigate(srv.URL+"/queues/orders?state=scheduled", is("/queues/orders?state=scheduled"))
 	seq := b.evalString(`document.querySelector("tr.msg td").innerText`)

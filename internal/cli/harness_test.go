@@ -169,6 +169,8 @@ func sendAll(t *testing.T, d *saga.Dispatcher, msgs ...any) {
 
 func (w *workload) orderSaga() saga.Saga {
 	d := saga.Define[orderState]("order")
+	saga.Index(d, "order", func(s orderState) string { return s.Order }, saga.Unique())
+	saga.Index(d, "shop", func(s orderState) string { return "main" })
 	saga.StartedBy(d, saga.By(func(m OrderPlaced) string { return m.Order }),
 		func(ctx context.Context, c *saga.Context[orderState], m OrderPlaced) error {
 			if m.Fragile && w.broken.Load() {

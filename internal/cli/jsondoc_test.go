@@ -277,6 +277,8 @@ func TestJSONOutputAsDocumented(t *testing.T) {
 		{"sagas list", 0, nil},
 		{"sagas list", 0, []string{"order"}},
 		{"sagas show", 0, []string{"order", "o1"}},
+		{"sagas find", 0, []string{"order", "order=o1"}},
+		{"sagas reindex", 0, []string{"order", "--queue", w.queue}},
 		{"sagas stuck", 0, nil},
 		{"timeouts list", 0, nil},
 		{"scheduled cancel", 0, []string{w.queue, transport.FormatSeq(sched.Messages[0].Seq), "--yes"}},

@@ -337,6 +337,54 @@ func (e *env) instances(ctx context.Context, sagaType, after string, limit int) 
 	return page, nil
 }
 
+// FoundPage is a page of the instances an index value finds, by ID.
+type FoundPage struct {
+	Saga      string         `json:"saga"`
+	Index     string         `json:"index"`
+	Value     string         `json:"value"`
+	Instances []InstanceView `json:"instances"`
+	// Next is the --after of the next page; empty on the last.
+	Next string `json:"next,omitempty"`
+	// Building: the index is being rebuilt (saga.ErrIndexBuilding), and
+	// instances written before it existed may be missing.
+	Building bool `json:"building,omitempty"`
+}
+
+// find lists up to limit instances of sagaType whose index name holds
+// value, with IDs after after, with saga.Lookup.
+func (e *env) find(ctx context.Context, sagaType, name, value, after string, limit int) (FoundPage, error) {
+	if err := transport.ValidateQueueName(sagaType); err != nil {
+		return FoundPage{}, fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, sagaType)
+	}
+	store, err := e.records(ctx)
+	if err != nil {
+		return FoundPage{}, err
+	}
+	ids, err := saga.Lookup(ctx, store, sagaType, saga.Where(name, value).After(after).Limit(limit+1))
+	page := FoundPage{Saga: sagaType, Index: name, Value: value, Instances: []InstanceView{}, Building: errors.Is(err, saga.ErrIndexBuilding)}
+	switch {
+	case errors.Is(err, saga.ErrInvalidIndex), errors.Is(err, saga.ErrInvalidIndexValue):
+		return page, fmt.Errorf("%w: %w", ErrUsage, err)
+	case err != nil && !page.Building:
+		return page, err
+	}
+	for i, id := range ids {
+		if i == limit {
+			page.Next = ids[i-1]
+			break
+		}
+		v, err := e.instanceIn(ctx, store, sagaType, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // completed and expired meanwhile
+		}
+		if err != nil {
+			return page, err
+		}
+		page.Instances = append(page.Instances, v)
+	}
+	return page, nil
+}
+
 // cancelSagaTimeouts cancels an instance's pending timeouts with
 // saga.Dispatcher.CancelTimeouts, the same step an application runs:
 // it commits the cancel in the record (optimistic concurrency, no race

@@ -62,6 +62,17 @@ type Record struct {
 	// within 128 bytes.
 	PartitionKey string `json:"partition_key,omitempty"`
 
+	// Index holds the instance's values of its saga's indexes (saga.Index)
+	// as its last step computed them, by index name: the truth an index
+	// entry is checked against on every read. Empty for a saga without
+	// indexes and for records written before its indexes existed (until
+	// the index is rebuilt).
+	Index map[string][]string `json:"index,omitempty"`
+	// IndexNew are the values of Index the step that made this record
+	// added (those the record it loaded did not hold), whose entries the
+	// commit writes before the record: a mark of the step, not content.
+	IndexNew map[string][]string `json:"-"`
+
 	// FromCache marks a record the runtime's record cache served, not
 	// the store: a mark of this value, not content.
 	FromCache bool `json:"-"`
@@ -427,6 +438,8 @@ func (r *Record) Clone() *Record {
 	c.InboxOlder = slices.Clone(r.InboxOlder)
 	c.InboxTimes = slices.Clone(r.InboxTimes)
 	c.Expects = slices.Clone(r.Expects)
+	c.Index = cloneIndex(r.Index)
+	c.IndexNew = cloneIndex(r.IndexNew)
 	if r.Outbox != nil {
 		c.Outbox = make([]Effect, len(r.Outbox))
 		for i, e := range r.Outbox {
@@ -450,4 +463,15 @@ func (e *Envelope) Clone() *Envelope {
 	m.Body = slices.Clone(m.Body)
 	m.Properties = maps.Clone(m.Properties)
 	return &m
+}
+
+func cloneIndex(m map[string][]string) map[string][]string {
+	if m == nil {
+		return nil
+	}
+	c := make(map[string][]string, len(m))
+	for k, v := range m {
+		c[k] = slices.Clone(v)
+	}
+	return c
 }

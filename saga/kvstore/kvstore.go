@@ -36,6 +36,7 @@ const DefaultMarkerTTL = time.Hour
 // Store is a saga.ExpiringStore on a JetStream KV bucket.
 type Store struct {
 	leaderGet string // API subject of leader reads, on replicated buckets
+	directGet string // API subject of direct gets, on buckets of one replica (listDirect)
 	kv        jetstream.KeyValue
 	js        jetstream.JetStream
 	prefix    string // the subject prefix of the bucket's keys
@@ -77,16 +78,24 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, error
 	st := &Store{kv: kv, js: js, prefix: "$KV." + cfg.Bucket + ".", markerTTL: cfg.MarkerTTL}
 	if cfg.Replicas > 1 {
 		st.readFromLeader(js, cfg.Bucket)
+	} else {
+		st.directGet = apiPrefix(js) + ".DIRECT.GET.KV_" + cfg.Bucket
 	}
 	return st, nil
 }
 
 func (s *Store) readFromLeader(js jetstream.JetStream, bucket string) {
+	s.leaderGet = apiPrefix(js) + ".STREAM.MSG.GET.KV_" + bucket
+	s.directGet = "" // a replica may answer a direct get
+}
+
+// apiPrefix is the JetStream API's subject prefix, without its last dot.
+func apiPrefix(js jetstream.JetStream) string {
 	prefix := js.Options().APIPrefix
 	if prefix == "" {
 		prefix = jetstream.DefaultAPIPrefix
 	}
-	s.leaderGet = strings.TrimSuffix(prefix, ".") + ".STREAM.MSG.GET.KV_" + bucket
+	return strings.TrimSuffix(prefix, ".")
 }
 
 // Load returns the value and revision of key, or saga.ErrNotFound.

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
@@ -55,28 +54,8 @@ func counterSaga() saga.Saga {
 //
 //	go test -run '^$' -bench SagaSteps -benchtime 5000x ./saga/pgstore
 func BenchmarkSagaSteps(b *testing.B) {
-	srv := testutil.StartServer(b, embedded.Options{})
-	nc, err := srv.Connect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	broker, err := transport.NewJetStream(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pool, err := pgxpool.New(b.Context(), pg.NewDatabase(b))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	if err := pgstore.Migrate(b.Context(), pool); err != nil {
-		b.Fatal(err)
-	}
+	e := newBenchEnv(b)
+	broker, js, pool := e.broker, e.js, e.pool
 	var round atomic.Int64
 	stores := []struct {
 		name string

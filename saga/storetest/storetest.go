@@ -14,6 +14,17 @@
 // matters most: a revision is never reused for a key, also after the
 // record was deleted or expired. On a [saga.ExpiringStore] it also checks
 // that PutTTL expires a record and that a later Put keeps it for good.
+//
+// The Index cases run dispatchers of a saga with indexes ([saga.Index]) on
+// the store, on an in-memory transport: an index's entries are keys of
+// the store beside the records ("=ix.SAGA.INDEX.VALUE[.ID]", saga.IndexKeyPrefix), listed by
+// prefix ([saga.ListingStore]; skipped, and said so, on a store that is
+// not one). They check that entries change with the record or not at
+// all — a step killed between its entries and its record never makes Find
+// or ByIndex return an instance whose record lacks the value, nor miss
+// one whose record has it — that a unique index keeps one instance per
+// value under concurrent starts from three dispatchers, and that bad
+// index values are refused.
 package storetest
 
 import (
@@ -66,6 +77,14 @@ func Run(t *testing.T, newStore func(t *testing.T) saga.Store, f Features) {
 		{"Expiry", testExpiry},
 		{"RevisionsNeverReusedAfterExpiry", testNoReuseAfterExpiry},
 		{"PutKeepsForGood", testPutClearsTTL},
+		{"IndexFind", indexCase(testIndexFind)},
+		{"IndexByIndex", indexCase(testByIndex)},
+		{"IndexUniqueStarts", indexCase(testIndexUniqueStarts)},
+		{"IndexUniqueTaken", indexCase(testIndexUniqueTaken)},
+		{"IndexBadInput", indexCase(testIndexBadInput)},
+		{"IndexKilledBetweenWrites", indexCase(testIndexKilledBetweenWrites)},
+		{"IndexStepDied", indexCase(testIndexStepDied)},
+		{"IndexReindex", indexCase(testIndexReindex)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
