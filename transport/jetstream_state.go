@@ -257,12 +257,41 @@ func (q *jsQueue) deleteState(ctx context.Context, key string, rev uint64, p int
 	case raw.Sequence != rev:
 		return fmt.Errorf("%w: %s is at revision %d, not %d", ErrStateConflict, key, raw.Sequence, rev)
 	}
-	err = q.d.tries(ctx, func(tctx context.Context) error { return part.sched.DeleteMsg(tctx, rev) })
-	if isNotFound(err) || err != nil && strings.Contains(err.Error(), "no message found") {
-		return fmt.Errorf("%w: %s changed while being deleted", ErrStateConflict, key)
+	err = q.d.tries(ctx, func(tctx context.Context) error {
+		err := part.sched.DeleteMsg(tctx, rev)
+		if err == nil {
+			err = loseAnswer(tctx)
+		}
+		return err
+	})
+	if err == nil {
+		return nil
+	}
+	if isNotFound(err) || isSeqNotFound(err) || strings.Contains(err.Error(), "no message found") {
+		// Gone: by this delete, whose answer a try lost (the next try finds
+		// the sequence deleted), or by another client's. What the record
+		// is now tells which the caller must hear.
+		raw, lerr := q.d.getLast(ctx, part.sched, part.stateSubject(key))
+		switch {
+		case isNotFound(lerr):
+			return nil // no record: what the delete was for
+		case lerr != nil:
+			return q.d.mapErr(lerr)
+		}
+		return fmt.Errorf("%w: %s changed while being deleted (now at revision %d)", ErrStateConflict, key, raw.Sequence)
 	}
 	return q.d.mapErr(err)
 }
+
+// isSeqNotFound reports JetStream's answer to a delete of a sequence the
+// stream no longer holds (error 10043, "sequence N not found").
+func isSeqNotFound(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsSequenceNotFound
+}
+
+// jsSequenceNotFound is JetStream's error code for "sequence not found".
+const jsSequenceNotFound jetstream.ErrorCode = 10043
 
 func (q *jsQueue) stateKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
 	return func(yield func(string, error) bool) {

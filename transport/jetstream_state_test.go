@@ -1,6 +1,7 @@
 package transport_test
 
 import (
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,5 +59,33 @@ func TestCommitStateAfterLostAnswer(t *testing.T) {
 				t.Errorf("commit %d: scheduled message %d has seq %#x, CommitState reported %#x", i, j, m.Seq, r.Seqs[j])
 			}
 		}
+	}
+}
+
+// A delete whose answer was lost (it took effect; the try waited out its
+// limit) is asked again, finds the sequence gone, and returns nil rather
+// than the server's "sequence not found".
+func TestDeleteStateAfterLostAnswer(t *testing.T) {
+	_, _, b := startServer(t, embedded.Options{})
+	ctx := t.Context()
+	q, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "lost-delete"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lose atomic.Bool
+	t.Cleanup(transport.SetAnswerLost(func() bool { return lose.CompareAndSwap(true, false) }))
+	r, err := q.CommitState(ctx, transport.StateCommit{Key: "k", Value: []byte("v1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lose.Store(true)
+	if err := q.DeleteState(ctx, "k", r.Rev); err != nil {
+		t.Fatalf("DeleteState, its first answer lost: %v", err)
+	}
+	if lose.Load() {
+		t.Fatal("no answer was lost")
+	}
+	if _, _, err := q.LoadState(ctx, "k"); !errors.Is(err, transport.ErrStateNotFound) {
+		t.Errorf("LoadState after the delete: %v, want ErrStateNotFound", err)
 	}
 }

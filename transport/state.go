@@ -107,7 +107,9 @@ func (q *Queue) CommitState(ctx context.Context, c StateCommit) (StateResult, er
 }
 
 // DeleteState removes the record under key if its revision is rev;
-// otherwise ErrStateConflict. A missing record is ErrStateNotFound.
+// otherwise ErrStateConflict. A missing record is ErrStateNotFound. A
+// delete asked again after its answer was lost, which finds the record
+// gone, returns nil.
 func (q *Queue) DeleteState(ctx context.Context, key string, rev uint64) error {
 	if err := validStateKey(key); err != nil {
 		return err
