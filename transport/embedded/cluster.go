@@ -500,17 +500,35 @@ func (c *Cluster) awaitLeader(ctx context.Context, stream string, not int) (int,
 }
 
 // StepDown makes stream's leader step down and returns the index of the
-// new leader, once elected.
+// new leader, once elected: another node than the old leader (it asks
+// again every 5 s while the old one wins the election again).
 func (c *Cluster) StepDown(ctx context.Context, stream string) (int, error) {
 	old, err := c.LeaderOf(ctx, stream)
 	if err != nil {
 		return -1, err
 	}
-	if _, err := c.api(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream); err != nil {
-		return -1, fmt.Errorf("embedded: step down: %w", err)
+	for {
+		if _, err := c.api(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream); err != nil {
+			return -1, fmt.Errorf("embedded: step down: %w", err)
+		}
+		// A leader that steps down while no other replica is current (one
+		// that just restarted and still catches up) can win the election
+		// again: ask again, until another node leads or ctx ends.
+		actx, cancel := context.WithTimeout(ctx, stepDownWait)
+		next, err := c.awaitLeader(actx, stream, old)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			if err != nil {
+				return c.awaitLeader(ctx, stream, old) // ctx's error, with why
+			}
+			return next, nil
+		}
 	}
-	return c.awaitLeader(ctx, stream, old)
 }
+
+// stepDownWait is how long StepDown waits for another leader before it
+// asks the leader to step down again.
+const stepDownWait = 5 * time.Second
 
 // Close stops every node gracefully (one that does not stop within 10s
 // is killed), closes the proxies and removes the store directories.
