@@ -77,6 +77,9 @@ func newConsole(e *env, token string, allowActions, loopback bool, log *slog.Log
 			}
 			return n * 100 / max
 		},
+		"add": func(a, b int) int { return a + b },
+		"div": func(a, b int) int { return a / max(b, 1) },
+		"mod": func(a, b int) int { return a % max(b, 1) },
 	}).Parse(consoleHTML))
 	return c
 }
@@ -392,6 +395,8 @@ type messagesPage struct {
 	// Keys is a queue's waiting work by PartitionKey (its "all" tab),
 	// as jetsaga queues show counts it.
 	Keys *QueueShow
+	// Due is a queue's scheduled messages by due time (its "all" tab).
+	Due *ComingDue
 }
 
 // consoleKeyRead bounds the messages the queue page reads to count the
@@ -452,6 +457,11 @@ func (c *console) queuePage(r *http.Request) (string, string, any, error) {
 	}
 	keys, err := showQueue(r.Context(), q, 0, consoleKeyRead)
 	p.Keys = &keys
+	if err != nil {
+		return title, "messages", p, err
+	}
+	due, err := comingDue(r.Context(), q, cmp.Or(r.URL.Query().Get("span"), "hour"), c.now())
+	p.Due = &due
 	return title, "messages", p, err
 }
 

@@ -84,7 +84,7 @@ func TestConsoleDiagramBrowser(t *testing.T) {
 		t.Errorf("counted note: %q", got)
 	}
 	shot := b.screenshot()
-	checkScreenshot(t, shot)
+	checkScreenshot(t, shot, true)
 	if p := os.Getenv("JETSAGA_DIAGRAM_SCREENSHOT"); p != "" {
 		_ = os.WriteFile(p, shot, 0o644)
 	}
