@@ -3,8 +3,8 @@ package cli
 import (
 	"bytes"
 	"context"
-	"image/png"
 	"fmt"
+	"image/png"
 	"os"
 	"strings"
 	"testing"
