@@ -34,6 +34,19 @@ import (
 
 var soak = flag.Bool("jetsaga.soak", os.Getenv("JETSAGA_SOAK") != "", "run the cluster soak (also JETSAGA_SOAK=1)")
 
+// startCluster starts a 3-node cluster that t closes.
+func startCluster(t *testing.T) *embedded.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c, err := embedded.StartCluster(ctx, embedded.ClusterOptions{})
+	if err != nil {
+		t.Fatalf("start a 3-node cluster: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // clusterNode connects to node i of c first and builds a broker and an R3
 // KV store on the connection.
 func clusterNode(t *testing.T, c *embedded.Cluster, i int) *node {
@@ -80,13 +93,7 @@ func testClusterSagas(t *testing.T, inQueue bool) {
 		t.Log("quick form: 200 instances, every node killed once (the soak runs with -jetsaga.soak or JETSAGA_SOAK=1)")
 	}
 	began := time.Now()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	c, err := embedded.StartCluster(ctx, embedded.ClusterOptions{})
-	cancel()
-	if err != nil {
-		t.Fatalf("start a 3-node cluster: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := startCluster(t)
 
 	// Create the queues and the bucket before any dispatcher runs.
 	admin := clusterNode(t, c, 0)

@@ -10,7 +10,6 @@ import (
 	"github.com/jetsaga/jetsaga/saga"
 	"github.com/jetsaga/jetsaga/saga/kvstore"
 	"github.com/jetsaga/jetsaga/transport"
-	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
 // The saga store's KV bucket (R3) without a leader — two of the three
@@ -21,13 +20,7 @@ import (
 // exactly once and nothing is dead-lettered.
 func TestLeaderlessBucketWaits(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	c, err := embedded.StartCluster(ctx, embedded.ClusterOptions{})
-	cancel()
-	if err != nil {
-		t.Fatalf("start a 3-node cluster: %v", err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := startCluster(t)
 
 	qcfg := transport.QueueConfig{Name: "leaderless", LockDuration: 2 * time.Second}
 	probe := clusterNode(t, c, 0)

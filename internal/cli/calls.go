@@ -13,11 +13,7 @@ import (
 // whose intent is older than olderThan, with
 // saga.Dispatcher.CallsInDoubt, the API an application calls.
 func (e *env) callsInDoubt(ctx context.Context, olderThan time.Duration) ([]saga.CallInDoubt, error) {
-	store, err := e.records(ctx)
-	if err != nil {
-		return nil, err
-	}
-	d, err := saga.NewDispatcher(e.broker, store, placeholder.Name(), saga.WithSagas(placeholder), saga.WithLogger(e.rc.logger))
+	d, err := e.reader(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -37,11 +37,7 @@ func (e *env) stuck(ctx context.Context, sagaType string) ([]StuckView, error) {
 			return nil, fmt.Errorf("%w: saga type %q: 1-64 characters of [A-Za-z0-9_-]", ErrUsage, sagaType)
 		}
 	}
-	store, err := e.records(ctx)
-	if err != nil {
-		return nil, err
-	}
-	d, err := saga.NewDispatcher(e.broker, store, placeholder.Name(), saga.WithSagas(placeholder), saga.WithLogger(e.rc.logger))
+	d, err := e.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +55,17 @@ func (e *env) stuck(ctx context.Context, sagaType string) ([]StuckView, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// reader is a dispatcher with the placeholder saga and the existing
+// store (see records), which reads records and writes nothing: for the
+// listings a Dispatcher makes (StuckInstances, CallsInDoubt).
+func (e *env) reader(ctx context.Context) (*saga.Dispatcher, error) {
+	store, err := e.records(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return saga.NewDispatcher(e.broker, store, placeholder.Name(), saga.WithSagas(placeholder), saga.WithLogger(e.rc.logger))
 }
 
 // ListKeys makes the operator's store a saga.ListingStore.
