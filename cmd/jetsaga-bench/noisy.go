@@ -194,6 +194,9 @@ func noisyRun(ctx context.Context, e *env, parts int, withOthers bool) (noisyOut
 func benchNoisy(ctx context.Context, e *env) ([]Result, error) {
 	var res []Result
 	for level := range strings.SplitSeq(e.cfg.noisyLevels, ",") {
+		if level == "" {
+			continue // -noisy-levels= runs the quiet hour alone
+		}
 		var run func(parts int, withOthers bool) (noisyOutcome, error)
 		what := "received-due"
 		switch level {
