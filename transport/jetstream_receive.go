@@ -293,6 +293,7 @@ func (q *jsQueue) puller(part *jsPartition) *pull.Puller {
 	p := q.pullers[part]
 	if p == nil {
 		p = pull.New(q.d.pullConn(), part.cons, q.cfg.LockDuration)
+		p.SetBell(&q.bell)
 		q.pullers[part] = p
 	}
 	return p
@@ -438,21 +439,40 @@ func (q *jsQueue) waitAny(ctx context.Context, parts []*jsPartition) error {
 	}
 	// The first wait to end with a message, or with its pull's expiry,
 	// ends the others (a pull that failed at once does not: the others
-	// may still bring one): a context of their own, whose end releases
-	// nothing.
-	any, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	defer context.AfterFunc(ctx, stop)()
-	var wg sync.WaitGroup
-	for _, l := range pulls {
-		wg.Go(func() {
-			l.p.Wait(any, l.pl, l.pl.Expires().Add(pull.Slack))
-			if ended, err := l.pl.Ended(); !ended || err == nil || l.p.Ready() {
-				stop()
+	// may still bring one). One wait on the queue's bell, which every
+	// puller rings, rather than a goroutine per partition: the receivers
+	// of a quiet queue all wait here, and each message wakes them.
+	done := q.d.pullConn().Done
+	for ctx.Err() == nil && q.d.check() == nil {
+		bell := q.bell.C()
+		stop, failed := false, true
+		next := time.Time{}
+		for _, l := range pulls {
+			until := l.pl.Expires().Add(pull.Slack)
+			ready, at := l.p.ReadyBy(until)
+			ended, err := l.pl.Ended()
+			if ready || (ended && err == nil) || !time.Now().Before(until) {
+				stop = true
 			}
-		})
+			if !ended || err == nil {
+				failed = false
+			}
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+		if stop || failed {
+			break
+		}
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-bell:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-done:
+		}
+		t.Stop()
 	}
-	wg.Wait()
 	switch {
 	case stopping(ctx):
 		for _, l := range pulls {

@@ -65,6 +65,42 @@ type Puller struct {
 	// empty: the consumer's last answer said it had nothing more to
 	// give (see Empty).
 	empty bool
+	bell  *Bell // rung with wake, if set (see SetBell)
+}
+
+// Bell tells one who waits on several pullers that one of them has news:
+// a message arrived, or a pull ended. A receive over several consumers
+// waits on it rather than on each puller.
+type Bell struct {
+	mu sync.Mutex
+	ch chan struct{} // closed by ring; nil while no one waits
+}
+
+// C returns a channel closed at the next ring.
+func (b *Bell) C() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *Bell) ring() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+}
+
+// SetBell has p ring b whenever what it holds grows or a pull ends (as
+// Wait wakes).
+func (p *Puller) SetBell(b *Bell) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bell = b
 }
 
 // Request is one pull request.
@@ -329,6 +365,9 @@ func (p *Puller) endLocked(pl *Request, err error) {
 func (p *Puller) signalLocked() {
 	close(p.wake)
 	p.wake = make(chan struct{})
+	if p.bell != nil {
+		p.bell.ring()
+	}
 }
 
 // renewLocked makes sure held messages are being kept locked.
@@ -427,6 +466,15 @@ func (p *Puller) Ready() bool {
 	defer p.mu.Unlock()
 	ready, _ := p.readyLocked(time.Now(), time.Time{})
 	return ready
+}
+
+// ReadyBy reports whether Take would return a message now, and else the
+// earliest time before until at which a held-back message may be taken
+// (until if none).
+func (p *Puller) ReadyBy(until time.Time) (bool, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.readyLocked(time.Now(), until)
 }
 
 // readyLocked reports whether Take would return a message at now, and
