@@ -10,6 +10,13 @@ func SetAnswerLost(f func() bool) (undo func()) {
 	return func() { answerLost = nil }
 }
 
+// SetAnswerErr makes JetStream writes that took effect return the error
+// f returns instead, when it is not nil; the returned function undoes it.
+func SetAnswerErr(f func() error) (undo func()) {
+	answerErr = f
+	return func() { answerErr = nil }
+}
+
 // SetSizeStale sets how old a queue's size may be when Send checks
 // MaxBytes; the returned function undoes it.
 func SetSizeStale(d time.Duration) (undo func()) {

@@ -93,7 +93,17 @@ func (q *jsQueue) store(ctx context.Context, part *jsPartition, key string, msg 
 // the try waits out its limit.
 var answerLost func() bool
 
+// answerErr, set by tests, makes a try that was answered return the
+// error it returns instead (not nil): the write took effect, and the try
+// reports a failure that is not its time running out.
+var answerErr func() error
+
 func loseAnswer(tctx context.Context) error {
+	if answerErr != nil {
+		if err := answerErr(); err != nil {
+			return err
+		}
+	}
 	if answerLost == nil || !answerLost() {
 		return nil
 	}

@@ -122,7 +122,11 @@ func (q *jsQueue) commitState(ctx context.Context, c StateCommit, p int) (StateR
 	if !isWrongLastSeq(err) {
 		return StateResult{}, q.d.mapErr(err)
 	}
-	return StateResult{}, q.refusal(ctx, part, c, rec, keys, err)
+	seq, err = q.refusal(ctx, part, c, rec, keys, err)
+	if err != nil {
+		return StateResult{}, err
+	}
+	return result(seq), nil
 }
 
 // refusal tells why the server refused a commit with a wrong-last-sequence
@@ -134,15 +138,20 @@ func (q *jsQueue) commitState(ctx context.Context, c StateCommit, p int) (StateR
 // caller that reloaded and retried at once, as on a conflict, would find
 // the same record and the same refusal), else a conflict: the caller
 // loads the record again and retries. If an unanswered try's commit
-// turns out stored, that is success, but the commit is reported as a
-// conflict all the same: the caller's next load sees it.
-func (q *jsQueue) refusal(ctx context.Context, part *jsPartition, c StateCommit, rec *nats.Msg, keys []string, cause error) error {
+// turns out stored (the record carries the commit's own ID), that is
+// success: refusal returns the record's revision and no error.
+func (q *jsQueue) refusal(ctx context.Context, part *jsPartition, c StateCommit, rec *nats.Msg, keys []string, cause error) (uint64, error) {
 	raw, err := q.d.getLast(ctx, part.sched, rec.Subject)
 	switch {
 	case err != nil && !isNotFound(err):
-		return q.d.mapErr(err)
+		return 0, q.d.mapErr(err)
+	case err == nil && raw.Header.Get(hdrCommit) == rec.Header.Get(hdrCommit):
+		// Refused because an earlier try of this very commit was stored
+		// (its answer lost, or its error not one that says so): the
+		// commit stands.
+		return raw.Sequence, nil
 	case err == nil && raw.Sequence != c.Rev, err != nil && c.Rev != 0:
-		return fmt.Errorf("%w: %s: %w", ErrStateConflict, c.Key, cause)
+		return 0, fmt.Errorf("%w: %s: %w", ErrStateConflict, c.Key, cause)
 	}
 	for i, key := range keys {
 		if c.Schedule[i].MessageID == "" {
@@ -150,16 +159,16 @@ func (q *jsQueue) refusal(ctx context.Context, part *jsPartition, c StateCommit,
 		}
 		found, err := q.d.lastBySubject(ctx, part.n.sched, part.n.sSubj+"."+key+".>")
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if found {
-			return fmt.Errorf("%w: message %d (MessageID %.64q): %w", ErrDuplicateMessage, i, c.Schedule[i].MessageID, cause)
+			return 0, fmt.Errorf("%w: message %d (MessageID %.64q): %w", ErrDuplicateMessage, i, c.Schedule[i].MessageID, cause)
 		}
 	}
 	if isInFlight(cause) {
-		return q.inFlight(ctx, part, c, rec, cause)
+		return 0, q.inFlight(ctx, part, c, rec, cause)
 	}
-	return fmt.Errorf("%w: %s: %w", ErrStateConflict, c.Key, cause)
+	return 0, fmt.Errorf("%w: %s: %w", ErrStateConflict, c.Key, cause)
 }
 
 // inFlight tells what a refusal because an earlier write is not applied

@@ -2,9 +2,12 @@ package transport_test
 
 import (
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/jetsaga/jetsaga/transport"
 	"github.com/jetsaga/jetsaga/transport/embedded"
@@ -87,5 +90,44 @@ func TestDeleteStateAfterLostAnswer(t *testing.T) {
 	}
 	if _, _, err := q.LoadState(ctx, "k"); !errors.Is(err, transport.ErrStateNotFound) {
 		t.Errorf("LoadState after the delete: %v, want ErrStateNotFound", err)
+	}
+}
+
+// A commit stored by a try that then failed with an error other than its
+// time running out (a timeout answered by the client library, say) is
+// asked again, refused because its own write holds the record, and
+// reports that write's revision rather than a conflict.
+func TestCommitStateStoredByAFailedTry(t *testing.T) {
+	_, _, b := startServer(t, embedded.Options{})
+	ctx := t.Context()
+	q, err := b.OpenQueue(ctx, transport.QueueConfig{Name: "failed-try"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fail atomic.Bool
+	t.Cleanup(transport.SetAnswerErr(func() error {
+		if fail.CompareAndSwap(true, false) {
+			return nats.ErrTimeout
+		}
+		return nil
+	}))
+	for i, rev := range []uint64{0, 1} {
+		if i > 0 {
+			_, rev, err = q.LoadState(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		fail.Store(true)
+		r, err := q.CommitState(ctx, transport.StateCommit{Key: "k", Value: fmt.Appendf(nil, "v%d", i), Rev: rev})
+		if fail.Load() {
+			t.Fatalf("commit %d: no try failed", i)
+		}
+		if err != nil {
+			t.Fatalf("commit %d (rev %d), stored by a try that failed: %v", i, rev, err)
+		}
+		if v, got, err := q.LoadState(ctx, "k"); err != nil || got != r.Rev || string(v) != fmt.Sprintf("v%d", i) {
+			t.Errorf("commit %d: LoadState = %q rev %d, %v; want v%d rev %d", i, v, got, err, i, r.Rev)
+		}
 	}
 }
