@@ -39,12 +39,10 @@ type config struct {
 	burstProfile string
 	svgDir       string
 	// millionParts is the partition count of the million bench's queue.
-	millionParts     int
-	noisyParts       int
-	noisyKeyLimit    int
-	noisyConcurrency int
-	noisyLevels      string
-	noisyQuiet       bool
+	millionParts  int
+	noisyParts    int
+	noisyKeyLimit int
+	noisyLevels   string
 	// millionNoWait: the million bench's receivers complete with
 	// CompleteNoWait instead of Complete.
 	millionNoWait bool
