@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,14 +138,14 @@ func killWorkers(t *testing.T, run, ride string) {
 		}
 	}
 	testutil.Await(t, 90*time.Second, func() string {
-		open := 0
+		var open []string
 		for _, id := range ids {
-			if booked(t, d, id) != -2 {
-				open++
+			if n := booked(t, d, id); n != -2 {
+				open = append(open, fmt.Sprintf("%s (booked %d)", id, n))
 			}
 		}
-		if open > 0 {
-			return fmt.Sprintf("%d of %d sagas not completed", open, len(ids))
+		if len(open) > 0 {
+			return fmt.Sprintf("%d of %d sagas not completed: %s", len(open), len(ids), strings.Join(open[:min(len(open), 10)], ", "))
 		}
 		return ""
 	})
