@@ -126,11 +126,8 @@ func paySaga(p *provider, runs *atomic.Int64, keys *sync.Map, failFirst bool, op
 				}
 				return r, nil
 			}, opts...)
-			if errors.Is(err, saga.ErrCallInDoubt) {
-				return err
-			}
 			if err != nil {
-				return err
+				return err // ErrCallInDoubt too: dead-lettered as CallInDoubt
 			}
 			c.Data.Receipt = r
 			return nil

@@ -75,13 +75,12 @@ func TestSagasWaitForTemporal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for h := d.Health(); !(h.Waiting && h.Attempts >= 5); h = d.Health() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the dispatcher did not wait for Temporal: %+v", h)
+	testutil.Await(t, 60*time.Second, func() string {
+		if h := d.Health(); !(h.Waiting && h.Attempts >= 5) {
+			return fmt.Sprintf("the dispatcher did not wait for Temporal: %+v", h)
 		}
-		time.Sleep(50 * time.Millisecond) // polling the dispatcher's state: there is nothing to wait on
-	}
+		return ""
+	})
 	t.Logf("waiting: %+v", d.Health())
 	if err := srv.Restart(t.Context()); err != nil {
 		t.Fatal(err)
