@@ -127,6 +127,9 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	}
 	c := &call{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr, rc: rc}
 	err := c.run(args)
+	if code, ok := errors.AsType[exitStatus](err); ok {
+		return int(code)
+	}
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(stderr, "jetsaga: %v\n", err)
 	}
@@ -179,7 +182,7 @@ func (c *call) run(args []string) error {
 			c.groupUsage(c.stderr, g)
 			return fmt.Errorf("%w: %q needs a subcommand", ErrUsage, strings.Join(rest, " "))
 		}
-		return fmt.Errorf("%w: unknown command %q (jetsaga help)", ErrUsage, rest[0])
+		return c.runPlugin(rest[0], rest[1:]) // plugin.go
 	}
 	c.cmd = cmd
 	fs := flag.NewFlagSet("jetsaga "+cmd.path, flag.ContinueOnError)

@@ -233,6 +233,11 @@ Commands:
 		fmt.Fprintf(tw, "  %s %s\t%s\n", cmd.path, cmd.args, cmd.short)
 	}
 	tw.Flush()
+	fmt.Fprint(w, "\nPlugins (a program jetsaga-NAME on PATH runs as jetsaga NAME):\n")
+	for _, p := range knownPlugins {
+		fmt.Fprintf(tw, "  %s\t%s\n  \t  %s\n", p.name, p.short, p.install)
+	}
+	tw.Flush()
 	fmt.Fprint(w, `
 Connection: --server URLs (comma-separated) or $NATS_URL, --creds, --nkey,
 --user/--password, --tlscert/--tlskey/--tlsca, --prefix (default JETSAGA),

@@ -1,10 +1,12 @@
-// Command holidaycal writes the calendar file (see calendar.Load) of a
-// country's holidays for a range of years, for the jetsaga command's
+// Command jetsaga-calendars writes the calendar file (see calendar.Load)
+// of a country's holidays for a range of years, for the jetsaga command's
 // --calendar flags (timeouts replan, schedules show) and for services that
-// load calendars from files:
+// load calendars from files. Installed on PATH, it is the jetsaga
+// command's "calendars" plugin:
 //
-//	go run github.com/jetsaga/jetsaga/calendar/holidays/cmd/holidaycal pl 2027..2030 > pl.cal
-//	go run github.com/jetsaga/jetsaga/calendar/holidays/cmd/holidaycal -list
+//	go install github.com/jetsaga/jetsaga/calendar/holidays/cmd/jetsaga-calendars@latest
+//	jetsaga calendars export pl 2027..2030 > pl.cal
+//	jetsaga calendars list
 //
 // The file's first lines say what it was built from: the calendar's name
 // and version (holidays.Country's), which a service gives calendar.New
@@ -14,7 +16,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,33 +27,45 @@ import (
 
 func main() {
 	if err := run(os.Stdout, os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "holidaycal:", err)
+		fmt.Fprintln(os.Stderr, "jetsaga calendars:", err)
 		os.Exit(2)
 	}
 }
 
-var errUsage = errors.New("usage: holidaycal CODE FIRST..LAST (holidaycal -list for the codes)")
+var errUsage = errors.New(`usage: jetsaga calendars export CODE FIRST..LAST | jetsaga calendars list`)
 
 func run(out io.Writer, args []string) error {
-	fs := flag.NewFlagSet("holidaycal", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	list := fs.Bool("list", false, "list the country and region codes")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if *list {
-		_, err := fmt.Fprintln(out, strings.Join(holidays.Codes(), "\n"))
-		return err
-	}
-	if fs.NArg() != 2 {
+	if len(args) == 0 {
 		return errUsage
 	}
-	code := strings.ToLower(fs.Arg(0))
-	a, b, ok := strings.Cut(fs.Arg(1), "..")
+	switch cmd, args := args[0], args[1:]; cmd {
+	case "list":
+		if len(args) != 0 {
+			return errUsage
+		}
+		_, err := fmt.Fprintln(out, strings.Join(holidays.Codes(), "\n"))
+		return err
+	case "export":
+		if len(args) != 2 {
+			return errUsage
+		}
+		return export(out, strings.ToLower(args[0]), args[1])
+	case "help", "-h", "--help":
+		_, err := fmt.Fprintln(out, errUsage.Error())
+		return err
+	default:
+		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+	}
+}
+
+// export writes the calendar file of code's holidays in the years
+// FIRST..LAST.
+func export(out io.Writer, code, years string) error {
+	a, b, ok := strings.Cut(years, "..")
 	first, err1 := strconv.Atoi(a)
 	last, err2 := strconv.Atoi(b)
 	if !ok || err1 != nil || err2 != nil {
-		return fmt.Errorf("%w: years %q: FIRST..LAST, such as 2027..2030", errUsage, fs.Arg(1))
+		return fmt.Errorf("%w: years %q: FIRST..LAST, such as 2027..2030", errUsage, years)
 	}
 	days, err := holidays.Days(code, first, last)
 	if err != nil {
