@@ -122,4 +122,57 @@ func TestBinary(t *testing.T) {
 			t.Errorf("bash completion of %q: %q, want %q among them", tc.line, got, tc.want)
 		}
 	}
+	pathEnv := "PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH")
+
+	// zsh, as a user has it: an interactive zsh (on a pseudo-terminal,
+	// zsh/zpty) with compinit and the script loaded, typing the line and
+	// a tab; the line the shell shows afterwards must be completed.
+	script, code = run("completion", "zsh")
+	if code != 0 {
+		t.Fatalf("completion zsh: exit %d", code)
+	}
+	zdir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(zdir, "_jetsaga"), script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const typeTab = `zmodload zsh/zpty
+zpty z zsh -f -i
+zpty -w z "PS1='> '; autoload -U compinit; compinit -u -D; fpath=($1 \$fpath); source $1/_jetsaga"
+zpty -w -n z "$2"$'\t'
+zpty -r z out "*$3*" && print -r -- "$3"`
+	for _, tc := range []struct{ line, want string }{
+		{"jetsaga queues br", "jetsaga queues browse"},
+		{"jetsaga queues show ma", "jetsaga queues show mail"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		sh := exec.CommandContext(ctx, "zsh", "-f", "-c", typeTab, "zsh", zdir, tc.line, tc.want)
+		sh.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL(), pathEnv)
+		out, err := sh.Output()
+		cancel()
+		if err != nil || strings.TrimSpace(string(out)) != tc.want {
+			t.Errorf("zsh completion of %q: %v, %q; want the line to become %q", tc.line, err, out, tc.want)
+		}
+	}
+
+	// fish: its own completion engine (complete -C) with the script loaded.
+	script, code = run("completion", "fish")
+	if code != 0 {
+		t.Fatalf("completion fish: exit %d", code)
+	}
+	fishFile := filepath.Join(t.TempDir(), "jetsaga.fish")
+	if err := os.WriteFile(fishFile, script, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ line, want string }{
+		{"jetsaga que", "queues"},
+		{"jetsaga queues browse --sta", "--state"},
+		{"jetsaga queues show ma", "mail"},
+	} {
+		sh := exec.Command("fish", "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, fishFile, tc.line)
+		sh.Env = append(os.Environ(), "NATS_URL="+srv.ClientURL(), pathEnv)
+		out, err := sh.Output()
+		if got := strings.Fields(string(out)); err != nil || !slices.Contains(got, tc.want) {
+			t.Errorf("fish completion of %q: %v, %q; want %q among them", tc.line, err, got, tc.want)
+		}
+	}
 }
