@@ -50,6 +50,7 @@ type Dispatcher struct {
 	outage *circuit     // steps waiting for a dependency (circuit.go)
 	kill   *killSwitch  // WithKillSwitch; nil: off
 	calls  callOutcomes // outcomes of Calls of steps not committed yet (call.go)
+	recent recentStats  // the last hour's steps, for the health record (recent.go)
 }
 
 // NewDispatcher returns a dispatcher for queue on broker b, keeping saga

@@ -19,19 +19,23 @@ import (
 // record in the state of its queue (see HealthRecord).
 const HealthKeyPrefix = "=health."
 
-// Health records are written every healthEvery, and within a second of
-// a change of Health, and expire healthTTL after their last write.
+// Health records are written every healthEvery, every healthBusy while
+// steps run, and within a second of a change of Health, and expire
+// healthTTL after their last write.
 const (
 	healthEvery = 30 * time.Second
+	healthBusy  = 5 * time.Second
 	healthTTL   = 3 * healthEvery
 )
 
 // HealthRecord is what a running dispatcher publishes about itself in its
 // queue's state, so that operators (the jetsaga console, `jetsaga queues
 // show`) see every dispatcher of a queue and whether it waits out an
-// outage: written as Run starts, every 30 s, and within a second of a
-// change (a wait beginning or ending); removed as Run returns; it expires
-// 90 s after its last write (a process that died).
+// outage, and what it did in the last hour: written as Run starts, every
+// 30 s (every 5 s while steps run), and within a second of a change (a
+// wait beginning or ending); removed as Run returns; it expires 90 s after
+// its last write (a process that died, whose last hour goes with it: for
+// a history that outlives processes, export saga/sagaotel's metrics).
 type HealthRecord struct {
 	Queue   string    `json:"queue"`
 	Host    string    `json:"host"`
@@ -43,6 +47,9 @@ type HealthRecord struct {
 	Since    time.Time `json:"since,omitzero"`
 	Attempts int       `json:"attempts,omitempty"`
 	Error    string    `json:"error,omitempty"`
+	// Recent is the dispatcher's last hour by minute and saga type, oldest
+	// first: minutes without steps are left out.
+	Recent []RecentMinute `json:"recent,omitempty"`
 }
 
 // reportHealth publishes d's HealthRecord in q's state until ctx ends,
@@ -60,6 +67,7 @@ func (d *Dispatcher) reportHealth(ctx context.Context, q *transport.Queue) {
 		if h.Err != nil {
 			rec.Error = truncate(h.Err.Error(), 512)
 		}
+		rec.Recent = d.recent.snapshot(rec.Updated)
 		value, _ := json.Marshal(rec)
 		res, err := q.CommitState(ctx, transport.StateCommit{Key: key, Value: value, Rev: rev, TTL: healthTTL})
 		switch {
@@ -89,7 +97,8 @@ func (d *Dispatcher) reportHealth(ctx context.Context, q *transport.Queue) {
 			}
 			return
 		case <-tick.C:
-			if w := d.Health().Waiting; w != last || time.Since(wrote) >= healthEvery {
+			since := time.Since(wrote)
+			if w := d.Health().Waiting; w != last || since >= healthEvery || since >= healthBusy && d.recent.hasNews() {
 				write()
 				last, wrote = w, time.Now()
 			}

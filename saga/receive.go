@@ -258,6 +258,7 @@ func (d *Dispatcher) handle(ctx context.Context, del *transport.Delivery, h hold
 		res = d.settle(ctx, del, st, &info)
 	}
 	res.Duration = d.cfg.now().Sub(start)
+	d.recent.add(&info, res)
 	if done := d.cfg.hooks.StepDone; done != nil {
 		done(ctx, info, res)
 	}

@@ -15,6 +15,8 @@ import (
 // planned occurrences) by due time over a span ahead, as the console's
 // queue page draws it: is a burst coming?
 type ComingDue struct {
+	Base    string // the page's URL path, for the span links
+	Saga    string // the saga type whose timeouts are counted; empty: every message
 	Span    string // "hour", "day" or "month"
 	Spans   []string
 	Bars    []DueBar
@@ -55,36 +57,49 @@ var spans = map[string]struct {
 // comingDueRead bounds the scheduled messages the chart reads.
 const comingDueRead = 200_000
 
-// comingDue reads q's scheduled messages (up to comingDueRead) and counts
-// them by due time (a timeout's PropertyDue, else ScheduledAt) over span
-// from now.
-func comingDue(ctx context.Context, q *transport.Queue, span string, now time.Time) (ComingDue, error) {
+// comingDue reads the scheduled messages of qs (up to comingDueRead in
+// all) and counts them by due time (a timeout's PropertyDue, else
+// ScheduledAt) over span from now: those of every kind, or with sagaName
+// the timeouts of that saga type only.
+func comingDue(ctx context.Context, qs []*transport.Queue, sagaName, span string, now time.Time) (ComingDue, error) {
 	sp, ok := spans[span]
 	if !ok {
 		return ComingDue{}, fmt.Errorf("%w: span %q: hour, day or month", ErrUsage, span)
 	}
-	cd := ComingDue{Span: span, Spans: []string{"hour", "day", "month"}, Width: 960, Height: 160}
+	cd := ComingDue{Saga: sagaName, Span: span, Spans: []string{"hour", "day", "month"}, Width: 960, Height: 160}
 	start := now.Truncate(sp.step)
 	for i := range sp.bars {
 		from := start.Add(time.Duration(i) * sp.step)
 		cd.Bars = append(cd.Bars, DueBar{From: from, Label: from.UTC().Format(sp.fmt), keys: map[string]int{}})
 	}
-	for m, err := range q.Browse(ctx, transport.ScheduledBit) {
-		if err != nil {
+	for _, q := range qs {
+		if err := cd.count(ctx, q, sagaName, start, now, sp.step); err != nil || cd.Partial {
 			return cd, err
 		}
-		if m.State != transport.Scheduled {
+	}
+	cd.draw()
+	return cd, nil
+}
+
+// count adds q's scheduled messages (sagaName's timeouts, if not empty)
+// to cd's bars, from start in steps of step.
+func (cd *ComingDue) count(ctx context.Context, q *transport.Queue, sagaName string, start, now time.Time, step time.Duration) error {
+	for m, err := range q.Browse(ctx, transport.ScheduledBit) {
+		if err != nil {
+			return err
+		}
+		if m.State != transport.Scheduled || sagaName != "" && m.Properties[timeout.PropertySaga] != sagaName {
 			continue
 		}
 		if cd.Read++; cd.Read > comingDueRead {
 			cd.Read, cd.Partial = comingDueRead, true
-			break
+			return nil
 		}
 		due := m.ScheduledAt
 		if t, err := time.Parse(time.RFC3339Nano, m.Properties[timeout.PropertyDue]); err == nil {
 			due = t
 		}
-		switch i := int(due.Sub(start) / sp.step); {
+		switch i := int(due.Sub(start) / step); {
 		case due.Before(now):
 			cd.Overdue++
 		case i >= len(cd.Bars):
@@ -96,6 +111,11 @@ func comingDue(ctx context.Context, q *transport.Queue, span string, now time.Ti
 			cd.Total++
 		}
 	}
+	return nil
+}
+
+// draw places cd's bars in the chart and finds the burst.
+func (cd *ComingDue) draw() {
 	big := -1
 	for i, b := range cd.Bars {
 		if b.Count > cd.Max {
@@ -121,5 +141,4 @@ func comingDue(ctx context.Context, q *transport.Queue, span string, now time.Ti
 		slices.SortFunc(cd.BurstKeys, func(a, b KeyWork) int { return cmp.Or(b.Scheduled-a.Scheduled, cmp.Compare(a.Key, b.Key)) })
 		cd.BurstKeys = cd.BurstKeys[:min(len(cd.BurstKeys), 5)]
 	}
-	return cd, nil
 }

@@ -102,7 +102,7 @@ func TestComingDueChart(t *testing.T) {
 	if got := b.evalInt(`Math.max(...Array.from(document.querySelectorAll("#due .due-bar")).map(r => +r.dataset.count))`); got < n {
 		t.Errorf("month: the largest day holds %d, want the burst's %d at least", got, n)
 	}
-	if _, err := comingDue(ctx, q, "week", now); err == nil {
+	if _, err := comingDue(ctx, []*transport.Queue{q}, "", "week", now); err == nil {
 		t.Error("span week: no error")
 	}
 }
@@ -111,6 +111,12 @@ func TestComingDueChart(t *testing.T) {
 // PNG.
 func barPixels(t *testing.T, b []byte) int {
 	t.Helper()
+	return colourPixels(t, b, 0x45, 0x7b, 0x9d)
+}
+
+// colourPixels counts the pixels of colour #rrggbb in a PNG.
+func colourPixels(t *testing.T, b []byte, rr, gg, bb uint32) int {
+	t.Helper()
 	img, err := png.Decode(bytes.NewReader(b))
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +124,7 @@ func barPixels(t *testing.T, b []byte) int {
 	n := 0
 	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y; y++ {
 		for x := img.Bounds().Min.X; x < img.Bounds().Max.X; x++ {
-			if r, g, bl, _ := img.At(x, y).RGBA(); r>>8 == 0x45 && g>>8 == 0x7b && bl>>8 == 0x9d {
+			if r, g, bl, _ := img.At(x, y).RGBA(); r>>8 == rr && g>>8 == gg && bl>>8 == bb {
 				n++
 			}
 		}

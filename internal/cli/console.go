@@ -397,6 +397,8 @@ type messagesPage struct {
 	Keys *QueueShow
 	// Due is a queue's scheduled messages by due time (its "all" tab).
 	Due *ComingDue
+	// Recent is a queue's last hour of steps (its "all" tab).
+	Recent *RecentHour
 }
 
 // consoleKeyRead bounds the messages the queue page reads to count the
@@ -460,8 +462,15 @@ func (c *console) queuePage(r *http.Request) (string, string, any, error) {
 	if err != nil {
 		return title, "messages", p, err
 	}
-	due, err := comingDue(r.Context(), q, cmp.Or(r.URL.Query().Get("span"), "hour"), c.now())
+	due, err := comingDue(r.Context(), []*transport.Queue{q}, "", cmp.Or(r.URL.Query().Get("span"), "hour"), c.now())
+	due.Base = p.Base
 	p.Due = &due
+	if err != nil {
+		return title, "messages", p, err
+	}
+	ds, err := dispatchers(r.Context(), q)
+	rh := recentHour(ds, "", c.now())
+	p.Recent = &rh
 	return title, "messages", p, err
 }
 
@@ -539,12 +548,47 @@ func (c *console) sagaPage(r *http.Request) (string, string, any, error) {
 			}
 		}
 	}
+	var due *ComingDue
+	var recent *RecentHour
+	if !find.On {
+		due, recent, err = c.sagaTime(r, name)
+	}
 	return "saga " + name, "saga", struct {
 		InstancePage
 		Rows    []instanceRow
 		Diagram sagaDiagram
 		Find    sagaFind
-	}{page, rows, d, find}, nil
+		Due     *ComingDue
+		Recent  *RecentHour
+	}{page, rows, d, find, due, recent}, err
+}
+
+// sagaTime is the saga page's pictures: name's timeouts coming due on
+// every queue, and the last hour of its steps on every queue's running
+// dispatchers.
+func (c *console) sagaTime(r *http.Request, name string) (*ComingDue, *RecentHour, error) {
+	ctx := r.Context()
+	infos, err := c.env.listQueues(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var qs []*transport.Queue
+	var records []saga.HealthRecord
+	for _, qi := range infos {
+		q, err := c.env.broker.Queue(ctx, qi.Name)
+		if err != nil {
+			return nil, nil, err
+		}
+		ds, err := dispatchers(ctx, q)
+		if err != nil {
+			return nil, nil, err
+		}
+		qs, records = append(qs, q), append(records, ds...)
+	}
+	due, err := comingDue(ctx, qs, name, cmp.Or(r.URL.Query().Get("span"), "hour"), c.now())
+	due.Base = "/sagas/" + url.PathEscape(name)
+	rh := recentHour(records, name, c.now())
+	return &due, &rh, err
 }
 
 // sagaFind is the saga page's search by an index value (saga.Index).
