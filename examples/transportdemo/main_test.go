@@ -1,19 +1,21 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
 )
 
 // TestDemoRuns runs the demo end to end on an embedded server and checks
 // what it prints: the cancelled reminder never arrives, the others arrive
 // with the next sequence numbers, never before their due time.
 func TestDemoRuns(t *testing.T) {
-	var out bytes.Buffer
+	var out testutil.Buffer
 	if err := run(t.Context(), &out, "", 300*time.Millisecond); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
@@ -28,7 +30,7 @@ func TestDemoRuns(t *testing.T) {
 			t.Errorf("output lacks %s:\n%s", want, got)
 		}
 	}
-	if bytes.Contains(out.Bytes(), []byte(`received "reminder-2"`)) {
+	if strings.Contains(out.String(), `received "reminder-2"`) {
 		t.Errorf("cancelled reminder was delivered:\n%s", got)
 	}
 	lateness, err := latenesses(got)

@@ -1,8 +1,10 @@
 package embedded
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -42,6 +44,11 @@ type Options struct {
 	SyncAlways bool
 	// Debug enables the server's own logging to stderr. Default: false.
 	Debug bool
+	// Logger receives the server's warnings and errors (a stream whose
+	// store cannot be created, a disk that is full, a route that fails),
+	// as "nats-server: ..." at Warn and Error. Default: nil, dropped
+	// (with Debug they go to stderr too).
+	Logger *slog.Logger
 	// ReadyTimeout bounds the wait for the server to accept connections.
 	// Default: 10s.
 	ReadyTimeout time.Duration
@@ -136,7 +143,7 @@ func (s *Server) start() error {
 	// nats-server reports a listener it cannot open through its logger's
 	// Fatalf and then never gets ready: catch that, so that a port taken
 	// fails the start at once.
-	fl := &fatalLogger{fatal: make(chan string, 1)}
+	fl := &fatalLogger{fatal: make(chan string, 1), slog: s.opts.Logger}
 	if s.opts.Debug {
 		fl.inner = logger.NewStdLogger(true, false, false, true, true) // as ConfigureLogger makes it
 	}
@@ -214,6 +221,7 @@ const bindRetryWait = 100 * time.Millisecond
 // its first fatal error on fatal. It never exits the process.
 type fatalLogger struct {
 	inner server.Logger
+	slog  *slog.Logger // Options.Logger: warnings and errors
 	fatal chan string
 }
 
@@ -222,6 +230,7 @@ func (l *fatalLogger) Fatalf(format string, v ...any) {
 	if l.inner != nil {
 		l.inner.Errorf("%s", msg)
 	}
+	l.report(slog.LevelError, msg)
 	select {
 	case l.fatal <- msg:
 	default:
@@ -229,10 +238,23 @@ func (l *fatalLogger) Fatalf(format string, v ...any) {
 }
 
 func (l *fatalLogger) Noticef(format string, v ...any) { l.log(server.Logger.Noticef, format, v) }
-func (l *fatalLogger) Warnf(format string, v ...any)   { l.log(server.Logger.Warnf, format, v) }
-func (l *fatalLogger) Errorf(format string, v ...any)  { l.log(server.Logger.Errorf, format, v) }
-func (l *fatalLogger) Debugf(format string, v ...any)  { l.log(server.Logger.Debugf, format, v) }
-func (l *fatalLogger) Tracef(format string, v ...any)  { l.log(server.Logger.Tracef, format, v) }
+func (l *fatalLogger) Warnf(format string, v ...any) {
+	l.log(server.Logger.Warnf, format, v)
+	l.report(slog.LevelWarn, fmt.Sprintf(format, v...))
+}
+func (l *fatalLogger) Errorf(format string, v ...any) {
+	l.log(server.Logger.Errorf, format, v)
+	l.report(slog.LevelError, fmt.Sprintf(format, v...))
+}
+
+// report gives msg to Options.Logger, if any.
+func (l *fatalLogger) report(level slog.Level, msg string) {
+	if l.slog != nil {
+		l.slog.Log(context.Background(), level, "nats-server: "+msg)
+	}
+}
+func (l *fatalLogger) Debugf(format string, v ...any) { l.log(server.Logger.Debugf, format, v) }
+func (l *fatalLogger) Tracef(format string, v ...any) { l.log(server.Logger.Tracef, format, v) }
 
 func (l *fatalLogger) log(f func(server.Logger, string, ...any), format string, v []any) {
 	if l.inner != nil {

@@ -18,8 +18,10 @@ import (
 // Connect connects to the NATS server at url with opts or, if url is
 // empty, starts an embedded nats-server with a temporary store and
 // connects to that. It says which on out in one line: "connected to URL"
-// or "started an embedded nats-server at URL". cleanup closes the
-// connection and shuts the embedded server down.
+// or "started an embedded nats-server at URL"; the embedded server's
+// warnings and errors go to out too, so out must be safe for concurrent
+// writes (os.Stdout is). cleanup closes the connection and shuts the
+// embedded server down.
 func Connect(url string, out io.Writer, opts ...nats.Option) (nc *nats.Conn, cleanup func(), err error) {
 	if url != "" {
 		nc, err := nats.Connect(url, append([]nats.Option{transport.ReconnectForever(nil)}, opts...)...)
@@ -29,7 +31,9 @@ func Connect(url string, out io.Writer, opts ...nats.Option) (nc *nats.Conn, cle
 		fmt.Fprintf(out, "connected to %s\n", url)
 		return nc, nc.Close, nil
 	}
-	srv, err := embedded.Start(embedded.Options{})
+	// The server's warnings go to out: the reason of a failure the server
+	// reports only in its log (a store it cannot create, a full disk).
+	srv, err := embedded.Start(embedded.Options{Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) {
 // once and that its Paid event carries the service's charge.
 func TestDemo(t *testing.T) {
 	const orders = 60
-	var out bytes.Buffer
+	var out testutil.Buffer
 	res, err := run(t.Context(), &out, options{Orders: orders, Workers: 3, KillEvery: 300 * time.Millisecond, Drop: 0.05})
 	t.Log(out.String())
 	if err != nil {

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/jetsaga/jetsaga/examples/tenants"
+	"github.com/jetsaga/jetsaga/internal/testutil"
 )
 
 // TestDemo plays a smaller burst (1,500 of the noisy tenant's reminders,
@@ -16,7 +16,7 @@ import (
 // test's (cmd/jetsaga-bench -only noisy); the demo prints it.
 func TestDemo(t *testing.T) {
 	const noisy, quiet, each = 1500, 10, 3
-	var out bytes.Buffer
+	var out testutil.Buffer
 	outs, err := run(t.Context(), &out, options{Noisy: noisy, Quiet: quiet, Each: each, Fair: tenants.Fair,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
