@@ -103,6 +103,9 @@ func TestRecentHourChart(t *testing.T) {
 	if got := sum("#due .due-bar", "count"); got != good {
 		t.Errorf("saga page: %d timeouts in the coming-due chart, want %d", got, good)
 	}
+	t.Logf("the saga page's charts: coming due %d bytes, steps %d bytes, lateness %d bytes of SVG; the page %d bytes",
+		b.evalInt(`document.querySelector("#due").outerHTML.length`), b.evalInt(`document.querySelector("#recent-steps").outerHTML.length`),
+		b.evalInt(`document.querySelector("#recent-late").outerHTML.length`), b.evalInt(`document.documentElement.outerHTML.length`))
 	b.eval(`document.querySelector("#recent-steps").scrollIntoView()`)
 	shot := b.screenshot()
 	checkScreenshot(t, shot, false)
