@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -377,11 +378,7 @@ const maxEntryTries = 8
 // race with another writer fails the unit's commit instead, which runs
 // the step again.
 func (x indexer) write(ctx context.Context, sagaName string, spec indexSpec, value, id string, rev uint64, inUnit bool) error {
-	e := indexEntry{Rev: rev, At: x.now().UnixMilli()}
-	key := entryKey(sagaName, spec.name, value, id)
-	if spec.unique {
-		e.ID, key = id, uniqueKey(sagaName, spec.name, value)
-	}
+	key, e := x.entryFor(sagaName, spec, value, id, rev)
 	for range maxEntryTries {
 		if !inUnit {
 			// Most values are new: create the entry, and read it
@@ -418,6 +415,26 @@ func (x indexer) write(ctx context.Context, sagaName string, spec indexSpec, val
 		}
 	}
 	return fmt.Errorf("%w: saga %s: index %s: entry for %.64q kept changing", ErrConflict, sagaName, spec.name, value)
+}
+
+// create writes the entry of value for instance id of an index, against
+// the record's revision rev, in the step's unit, without reading it: it
+// creates it, and a store refuses the create (ErrConflict), at once or at
+// the unit's commit, if there is an entry (see createdEntries).
+func (x indexer) create(ctx context.Context, sagaName string, spec indexSpec, value, id string, rev uint64) error {
+	key, e := x.entryFor(sagaName, spec, value, id, rev)
+	return x.putEntry(ctx, key, e, 0)
+}
+
+// entryFor returns the key and value of the entry of value for instance
+// id of an index, written against the record's revision rev.
+func (x indexer) entryFor(sagaName string, spec indexSpec, value, id string, rev uint64) (string, indexEntry) {
+	e := indexEntry{Rev: rev, At: x.now().UnixMilli()}
+	if spec.unique {
+		e.ID = id
+		return uniqueKey(sagaName, spec.name, value), e
+	}
+	return entryKey(sagaName, spec.name, value, id), e
 }
 
 // lookup returns the IDs of the instances whose entries for value of
@@ -495,6 +512,9 @@ type indexedRecords struct {
 	ix     indexer
 	byName map[string]sagaRuntime
 	units  bool // steps commit in a unit of the store (UnitStore)
+	// created, in a dispatcher whose steps commit in units, picks the
+	// steps that create their entries unread.
+	created *createdEntries
 }
 
 func (r indexedRecords) commit(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
@@ -505,7 +525,7 @@ func (r indexedRecords) commit(ctx context.Context, key string, rec *record, rev
 		return r.records.commit(ctx, key, rec, rev)
 	}
 	if !r.units {
-		if err := r.writeEntries(ctx, key, rec, rev, false); err != nil {
+		if err := r.writeEntries(ctx, key, rec, rev, entriesFirst); err != nil {
 			return 0, err
 		}
 	}
@@ -517,8 +537,12 @@ func (r indexedRecords) commit(ctx context.Context, key string, rec *record, rev
 		// A step's commit in its unit: the record and the entries
 		// commit together, and the record's write goes first, so that
 		// the store may hold it for the unit's commit (saga/pgstore
-		// does).
-		if err := r.writeEntries(ctx, key, rec, rev, true); err != nil {
+		// does, and the entries' creates with it: no round trip).
+		mode := entriesInUnit
+		if r.created != nil && r.created.try(key, rev) {
+			mode = entriesCreated
+		}
+		if err := r.writeEntries(ctx, key, rec, rev, mode); err != nil {
 			return 0, err
 		}
 	}
@@ -526,8 +550,18 @@ func (r indexedRecords) commit(ctx context.Context, key string, rec *record, rev
 	return n, nil
 }
 
+// entriesMode is how a commit writes the entries of the values its
+// record adds.
+type entriesMode int
+
+const (
+	entriesFirst   entriesMode = iota // before the record, each on its own (indexer.write)
+	entriesInUnit                     // in the step's unit, each read first (indexer.write)
+	entriesCreated                    // in the step's unit, created unread (indexer.create)
+)
+
 // writeEntries writes the entries of the values rec adds.
-func (r indexedRecords) writeEntries(ctx context.Context, key string, rec *record, rev uint64, inUnit bool) error {
+func (r indexedRecords) writeEntries(ctx context.Context, key string, rec *record, rev uint64, mode entriesMode) error {
 	sagaName, encID, _ := strings.Cut(key, ".")
 	id, err := base64.RawURLEncoding.DecodeString(encID)
 	rt := r.byName[sagaName]
@@ -540,12 +574,79 @@ func (r indexedRecords) writeEntries(ctx context.Context, key string, rec *recor
 			continue
 		}
 		for _, v := range rec.IndexNew[name] {
-			if err := r.ix.write(ctx, sagaName, spec, v, string(id), rev, inUnit); err != nil {
+			if mode == entriesCreated {
+				err = r.ix.create(ctx, sagaName, spec, v, string(id), rev)
+			} else {
+				err = r.ix.write(ctx, sagaName, spec, v, string(id), rev, mode == entriesInUnit)
+			}
+			if err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// createdEntries decides which steps in a unit create their entries
+// without reading them (indexer.create): most values a step adds have no
+// entry yet, and creates that a store holds for the unit's commit (as
+// saga/pgstore does) cost no round trip. A create that finds an entry
+// (a value taken again, a stale entry, a claim, another holder) fails
+// the unit's commit with a conflict, and the step runs again from the
+// same revision of its record: that run reads the entries first
+// (indexer.write), which tells a stale entry from a live holder. It notes
+// the record's key and revision of each step that created, and forgets
+// the oldest notes beyond maxCreatedNotes.
+type createdEntries struct {
+	mu    sync.Mutex
+	at    map[string]uint64
+	order []string
+}
+
+const maxCreatedNotes = 4096
+
+func newCreatedEntries() *createdEntries {
+	return &createdEntries{at: make(map[string]uint64)}
+}
+
+// try reports whether the commit of key at rev may create its entries
+// unread: not if a commit created them at the same revision before (it
+// did not commit, or the record would have moved on).
+func (c *createdEntries) try(key string, rev uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at, ok := c.at[key]; ok {
+		if at == rev {
+			delete(c.at, key)
+			return false
+		}
+		c.at[key] = rev
+		return true
+	}
+	for len(c.at) >= maxCreatedNotes && len(c.order) > 0 {
+		delete(c.at, c.order[0])
+		c.order = c.order[1:]
+	}
+	if len(c.order) >= 2*maxCreatedNotes {
+		c.order = slices.DeleteFunc(c.order, func(k string) bool { _, ok := c.at[k]; return !ok })
+	}
+	c.at[key] = rev
+	c.order = append(c.order, key)
+	return true
+}
+
+// readFirst notes that the commit of key at rev must read its entries
+// first: a claim (ByIndex) wrote one already.
+func (c *createdEntries) readFirst(key string, rev uint64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.at[key]; !ok {
+		c.order = append(c.order, key)
+	}
+	c.at[key] = rev
 }
 
 // Query selects instances by an index value: Where makes one.
@@ -798,7 +899,11 @@ func (d *Dispatcher) indexRecords(next records) records {
 	for _, rt := range d.byName {
 		if ix, ok := rt.(indexed); ok && len(ix.indexSpecs()) > 0 {
 			_, units := d.store.(UnitStore)
-			return indexedRecords{records: next, ix: d.indexer(), byName: d.byName, units: units}
+			r := indexedRecords{records: next, ix: d.indexer(), byName: d.byName, units: units}
+			if units {
+				r.created = newCreatedEntries()
+			}
+			return r
 		}
 	}
 	return next

@@ -1,0 +1,123 @@
+package pgstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
+	"github.com/jetsaga/jetsaga/saga"
+	"github.com/jetsaga/jetsaga/saga/pgstore"
+	"github.com/jetsaga/jetsaga/transport"
+	"github.com/jetsaga/jetsaga/transport/embedded"
+)
+
+// TestIndexedStepRoundTrips counts the round trips to PostgreSQL of the
+// steps of a saga with two indexes (one unique), beside the same saga
+// without them: a step that starts an instance writes its two index
+// entries in its COMMIT's batch, with its record, so that it costs the
+// two round trips of a step without indexes (BEGIN+SELECT+nextval, then
+// the writes+COMMIT); so does a step whose values do not change.
+func TestIndexedStepRoundTrips(t *testing.T) {
+	for _, indexed := range []bool{false, true} {
+		name := "plain"
+		if indexed {
+			name = "indexed"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			count := new(tripCounter)
+			pc, err := pgxpool.ParseConfig(pg.NewDatabase(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pc.MaxConns = 1 // one connection: its statement cache warms with the first instance
+			pc.ConnConfig.Tracer = count
+			pool, err := pgxpool.NewWithConfig(ctx, pc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			if err := pgstore.Migrate(ctx, pool); err != nil {
+				t.Fatal(err)
+			}
+			store, err := pgstore.New(ctx, pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := testutil.StartServer(t, embedded.Options{})
+			nc, err := srv.Connect()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			broker, err := transport.NewJetStream(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const queue = "ixtrips"
+			def := ixCounterSaga(indexed)
+			var last saga.StepResult // Handle runs the hook before it returns
+			hooks := saga.Hooks{StepDone: func(_ context.Context, _ saga.StepInfo, res saga.StepResult) { last = res }}
+			d, err := saga.NewDispatcher(broker, store, queue, saga.WithSagas(def), saga.WithHooks(hooks), saga.WithLogger(testutil.Logger()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Open(ctx); err != nil {
+				t.Fatal(err)
+			}
+			q, err := broker.Queue(ctx, queue)
+			if err != nil {
+				t.Fatal(err)
+			}
+			step := func(instance string) int64 {
+				t.Helper()
+				if _, err := d.Send(ctx, tick{Instance: instance}); err != nil {
+					t.Fatal(err)
+				}
+				var del *transport.Delivery
+				testutil.Await(t, 10*time.Second, func() string {
+					ds, err := q.Receive(ctx, 1)
+					if err != nil {
+						return err.Error()
+					}
+					if len(ds) == 0 {
+						return "no message"
+					}
+					del = ds[0]
+					return ""
+				})
+				t0 := count.trips.Load()
+				d.Handle(ctx, del)
+				if res := last; res.Outcome != saga.Handled {
+					t.Fatalf("step on %s: %s, %v", instance, res.Outcome, res.Err)
+				}
+				return count.trips.Load() - t0
+			}
+			step("warm-1") // the connection's statement cache
+			step("warm-1")
+			if trips := step("inst-12"); trips != 2 {
+				t.Errorf("a step that starts an instance: %d round trips, want 2", trips)
+			}
+			if trips := step("inst-12"); trips != 2 {
+				t.Errorf("a step whose values do not change: %d round trips, want 2", trips)
+			}
+			if indexed {
+				for _, q := range []saga.Query{saga.Where("key", "inst-12"), saga.Where("group", "inst-1")} {
+					var ids []string
+					for inst, err := range saga.Find(ctx, d, def, q) {
+						if err != nil {
+							t.Fatal(err)
+						}
+						ids = append(ids, inst.ID)
+					}
+					if len(ids) != 1 || ids[0] != "inst-12" {
+						t.Errorf("Find(%v): got %q, want [inst-12]", q, ids)
+					}
+				}
+			}
+		})
+	}
+}
