@@ -804,6 +804,18 @@ func ByIndex[S, M any](d *Definition[S], name string, value func(m M) string) Fi
 		}
 		ix := in.d.indexer()
 		start := in.kind == routeStart
+		if spec.unique && !start && !in.lookUp {
+			// The entry names the instance; the step checks, on the
+			// record it loads, that it holds the value (indexCheck).
+			e, _, err := ix.loadEntry(in.Context, uniqueKey(d.name, name, v))
+			if err == nil && validateID(e.ID) == nil {
+				in.check = &indexCheck{name: name, value: v}
+				return e.ID, nil
+			}
+			if !errors.Is(err, ErrNotFound) && err != nil {
+				return "", err
+			}
+		}
 		ids, pending, err := ix.lookup(in.Context, d.name, name, v)
 		if err != nil {
 			return "", err
@@ -827,8 +839,30 @@ func ByIndex[S, M any](d *Definition[S], name string, value func(m M) string) Fi
 		case !spec.unique:
 			return rand.Text(), nil
 		}
-		return ix.claim(in.Context, d.name, name, v)
+		id, err := ix.claim(in.Context, d.name, name, v)
+		if r, ok := in.d.records.(indexedRecords); ok && err == nil {
+			r.created.readFirst(storeKey(d.name, id), 0) // its entry is written
+		}
+		return id, err
 	}
+}
+
+// indexCheck is the index value an instance correlated by its entry
+// alone (ByIndex on a unique index) must hold: the step checks it on the
+// record it loads, and commits on that record's revision, so that the
+// message reaches the instance only if it held the value when the step
+// committed. One that does not hold it fails the attempt with
+// errIndexMoved, and the message is correlated again by a full lookup.
+type indexCheck struct{ name, value string }
+
+// errIndexMoved: the instance an index entry named does not hold the
+// value (see indexCheck).
+var errIndexMoved = errors.New("saga: the instance an index entry names does not hold the value")
+
+// heldBy reports whether rec, live, holds the value; a nil check holds
+// for any record.
+func (c *indexCheck) heldBy(rec *record) bool {
+	return c == nil || !rec.Completed && slices.Contains(rec.Index[c.name], c.value)
 }
 
 func callValue[M any](value func(M) string, m M) (v string, err error) {

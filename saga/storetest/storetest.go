@@ -79,6 +79,7 @@ func Run(t *testing.T, newStore func(t *testing.T) saga.Store, f Features) {
 		{"PutKeepsForGood", testPutClearsTTL},
 		{"IndexFind", indexCase(testIndexFind)},
 		{"IndexByIndex", indexCase(testByIndex)},
+		{"IndexByIndexMoved", indexCase(testByIndexMoved)},
 		{"IndexUniqueStarts", indexCase(testIndexUniqueStarts)},
 		{"IndexUniqueTaken", indexCase(testIndexUniqueTaken)},
 		{"IndexBadInput", indexCase(testIndexBadInput)},
