@@ -441,66 +441,89 @@ func (x indexer) entryFor(sagaName string, spec indexSpec, value, id string, rev
 // index name are live, and of those whose entries are pending, each in ID
 // order; it deletes the stale entries it reads.
 func (x indexer) lookup(ctx context.Context, sagaName, name, value string) (ids, pending []string, err error) {
-	take := func(key, id string, e indexEntry, erev uint64) error {
-		st, err := x.check(ctx, sagaName, name, value, id, e)
-		if err != nil {
-			return err
-		}
-		switch st {
-		case entryLive:
-			ids = append(ids, id)
-		case entryPending:
-			pending = append(pending, id)
-		case entryStale:
-			// Only this version of it: one written since is a claim
-			// of its own. Cleaning up is best effort: a stale entry is
-			// never taken anyway (and a read-only store refuses).
-			_ = x.store.Delete(ctx, key, erev)
-		}
-		return nil
+	cands, err := x.candidates(ctx, sagaName, name, value)
+	if err != nil {
+		return nil, nil, err
 	}
+	for _, c := range cands {
+		switch st, err := x.settle(ctx, sagaName, name, value, c); {
+		case err != nil:
+			return nil, nil, err
+		case st == entryLive:
+			ids = append(ids, c.id)
+		case st == entryPending:
+			pending = append(pending, c.id)
+		}
+	}
+	return slices.Compact(ids), slices.Compact(pending), nil
+}
+
+// candidate is an instance an entry names, not checked yet.
+type candidate struct {
+	id, key string
+	e       *indexEntry // the entry, if read (a unique index's is)
+	erev    uint64
+}
+
+// candidates returns the instances the entries for value of index name
+// name, in ID order, without reading their records: the one a unique
+// index's entry names (read), and those of the entries listed under the
+// value's prefix (not read).
+func (x indexer) candidates(ctx context.Context, sagaName, name, value string) ([]candidate, error) {
+	var cands []candidate
 	ukey := uniqueKey(sagaName, name, value)
 	e, erev, err := x.loadEntry(ctx, ukey)
 	switch {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:
-		return nil, nil, err
+		return nil, err
 	default:
-		if err := take(ukey, e.ID, e, erev); err != nil {
-			return nil, nil, err
-		}
+		cands = append(cands, candidate{id: e.ID, key: ukey, e: &e, erev: erev})
 	}
 	ls, ok := x.store.(ListingStore)
 	if !ok {
-		return ids, pending, nil // a unique index needs no listing
+		return cands, nil // a unique index needs no listing
 	}
 	prefix := entriesPrefix(sagaName, name, value)
-	var keys []string
 	for k, err := range ls.ListKeys(ctx, prefix) {
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		keys = append(keys, k)
-	}
-	for _, k := range keys {
 		raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(k, prefix))
 		if err != nil || strings.Contains(k[len(prefix):], ".") {
 			continue
 		}
-		e, erev, err := x.loadEntry(ctx, k)
+		cands = append(cands, candidate{id: string(raw), key: k})
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int { return strings.Compare(a.id, b.id) })
+	return cands, nil
+}
+
+// settle checks candidate c's entry against its record: live, pending,
+// or stale (deleted), or 0 if the entry is gone.
+func (x indexer) settle(ctx context.Context, sagaName, name, value string, c candidate) (entryState, error) {
+	e, erev := c.e, c.erev
+	if e == nil {
+		le, lrev, err := x.loadEntry(ctx, c.key)
 		if errors.Is(err, ErrNotFound) {
-			continue
+			return 0, nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return 0, err
 		}
-		if err := take(k, string(raw), e, erev); err != nil {
-			return nil, nil, err
-		}
+		e, erev = &le, lrev
 	}
-	slices.Sort(ids)
-	slices.Sort(pending)
-	return slices.Compact(ids), slices.Compact(pending), nil
+	st, err := x.check(ctx, sagaName, name, value, c.id, *e)
+	if err != nil {
+		return 0, err
+	}
+	if st == entryStale {
+		// Only this version of it: one written since is a claim of its
+		// own. Cleaning up is best effort: a stale entry is never taken
+		// anyway (and a read-only store refuses).
+		_ = x.store.Delete(ctx, c.key, erev)
+	}
+	return st, nil
 }
 
 // indexedRecords are records whose commits write the index entries of
@@ -689,41 +712,61 @@ func Find(ctx context.Context, d *Dispatcher, s Saga, q Query) iter.Seq2[*Instan
 // query's value, in index order (by instance ID for one value), from
 // after the query's After, up to its Limit. Completed instances have left
 // their indexes (their tombstones are not found). An entry is taken only
-// if the instance's record holds the value, and stale entries it reads
+// if the instance's record holds the value, and stale entries it meets
 // are deleted. A query with an invalid name or value yields an error
 // matching ErrInvalidIndex or ErrInvalidIndexValue; while the index is
 // being rebuilt (Reindex), the instances found are followed by an error
 // matching ErrIndexBuilding.
 //
-// It reads the entries of the value (one key for a unique index, a key
-// listing otherwise) and then each instance's record, one at a time.
+// It lists the entries of the value (one key for a unique index, a key
+// listing otherwise) and reads the record of each instance they name, one
+// at a time, from after the query's After until it has yielded Limit: a
+// page costs the listing and a read per instance of the page.
 func (d *Dispatcher) Find(ctx context.Context, sagaName string, q Query) iter.Seq2[*Instance, error] {
 	return func(yield func(*Instance, error) bool) {
-		ids, err := Lookup(ctx, d.store, sagaName, q)
-		building := errors.Is(err, ErrIndexBuilding)
-		if err != nil && !building {
+		if err := q.validate(); err != nil {
 			yield(nil, err)
 			return
 		}
-		for _, id := range ids {
-			inst, rec, err := d.instance(ctx, sagaName, id)
-			if errors.Is(err, ErrNotFound) {
+		x := d.indexer()
+		cands, err := x.candidates(ctx, sagaName, q.index, q.value)
+		if err != nil {
+			yield(nil, fmt.Errorf("saga: finding %s by %s: %w", sagaName, q.index, err))
+			return
+		}
+		n := 0
+		for i, c := range cands {
+			id := c.id
+			if i > 0 && cands[i-1].id == id || q.after != "" && id <= q.after {
 				continue
 			}
-			if err != nil {
+			if q.limit > 0 && n == q.limit {
+				break
+			}
+			inst, rec, err := d.instance(ctx, sagaName, id)
+			if err != nil && !errors.Is(err, ErrNotFound) {
 				if !yield(nil, err) {
 					return
 				}
 				continue
 			}
-			if rec.Completed || !slices.Contains(rec.Index[q.index], q.value) {
-				continue // changed since the lookup
+			if err != nil || rec.Completed || !slices.Contains(rec.Index[q.index], q.value) {
+				// A stale entry, or a step's not committed yet: the
+				// check tells, and deletes a stale one.
+				if _, err := x.settle(ctx, sagaName, q.index, q.value, c); err != nil && !yield(nil, err) {
+					return
+				}
+				continue
 			}
+			n++
 			if !yield(inst, nil) {
 				return
 			}
 		}
-		if building {
+		if b, err := x.building(ctx, sagaName, q.index); err != nil || b {
+			if err == nil {
+				err = fmt.Errorf("%w: saga %s: index %s", ErrIndexBuilding, sagaName, q.index)
+			}
 			yield(nil, err)
 		}
 	}

@@ -3,7 +3,9 @@ package saga_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -15,11 +17,12 @@ import (
 
 type btData struct {
 	Payment string
+	Group   string
 	Paid    int // BtPaid messages committed on the instance
 }
 
 type (
-	BtOpened  struct{ ID, Payment string }
+	BtOpened  struct{ ID, Payment, Group string }
 	BtChanged struct{ ID, Payment string }
 	BtPaid    struct{ Payment string }
 )
@@ -31,9 +34,10 @@ func (BtPaid) MessageName() string    { return "bt.Paid" }
 func btSaga() *saga.Definition[btData] {
 	def := saga.Define[btData]("bt", saga.WhenNotFound(saga.NotFoundPolicy{DeadLetter: true}))
 	saga.Index(def, "payment", func(d btData) string { return d.Payment }, saga.Unique())
+	saga.Index(def, "group", func(d btData) string { return d.Group })
 	saga.StartedBy(def, saga.By(func(m BtOpened) string { return m.ID }),
 		func(_ context.Context, c *saga.Context[btData], m BtOpened) error {
-			c.Data.Payment = m.Payment
+			c.Data.Payment, c.Data.Group = m.Payment, m.Group
 			return nil
 		})
 	saga.Handles(def, saga.By(func(m BtChanged) string { return m.ID }),
@@ -110,7 +114,7 @@ func TestByIndexLoads(t *testing.T) {
 	store := &loadCounter{Store: memstore.New()}
 	var last saga.StepResult
 	d := btDispatcher(t, b, store, &last)
-	handle(t, b, d, BtOpened{"o1", "p-1"})
+	handle(t, b, d, BtOpened{"o1", "p-1", ""})
 	handle(t, b, d, BtChanged{"o1", "p-1"})
 	byID := store.loads.Load()
 	handle(t, b, d, BtChanged{"o1", "p-1"})
@@ -141,7 +145,7 @@ func TestByIndexStaleCache(t *testing.T) {
 	var lastA, lastB saga.StepResult
 	a := btDispatcher(t, b, store, &lastA)
 	other := btDispatcher(t, b, store, &lastB)
-	handle(t, b, a, BtOpened{"o1", "p-1"})      // a caches o1 holding p-1
+	handle(t, b, a, BtOpened{"o1", "p-1", ""})  // a caches o1 holding p-1
 	handle(t, b, other, BtChanged{"o1", "p-2"}) // o1 drops p-1
 	if lastB.Outcome != saga.Handled {
 		t.Fatalf("change: %v %v", lastB.Outcome, lastB.Err)
@@ -160,4 +164,39 @@ func btPaid(t *testing.T, d *saga.Dispatcher, id string) int {
 		t.Fatal(err)
 	}
 	return data.Paid
+}
+
+// TestFindPageReads: a page of Find on an index that is not unique reads
+// the listing of the value's entries and the record of each instance on
+// the page, not every entry and record of the value.
+func TestFindPageReads(t *testing.T) {
+	b, err := transport.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	store := &loadCounter{Store: memstore.New()}
+	var last saga.StepResult
+	d := btDispatcher(t, b, store, &last)
+	const n, page = 40, 5
+	for i := range n {
+		handle(t, b, d, BtOpened{fmt.Sprintf("o%02d", i), fmt.Sprint("p-", i), "g"})
+	}
+	before := store.loads.Load()
+	var ids []string
+	for inst, err := range d.Find(t.Context(), "bt", saga.Where("group", "g").After("o09").Limit(page)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, inst.ID)
+	}
+	reads := store.loads.Load() - before
+	if want := []string{"o10", "o11", "o12", "o13", "o14"}; !slices.Equal(ids, want) {
+		t.Fatalf("page: got %q, want %q", ids, want)
+	}
+	// The page's records, the unique entry's key and the index's build
+	// state.
+	if reads > page+2 {
+		t.Errorf("a page of %d among %d instances read the store %d times, want at most %d", page, n, reads, page+2)
+	}
 }
