@@ -826,8 +826,12 @@ func (d *Dispatcher) indexer() indexer {
 // declare, fails it with a Permanent error matching ErrInvalidIndexValue
 // or ErrInvalidIndex.
 //
-// It costs one read of the entry and one of the record per message (a
-// listing and a read per entry on an index that is not unique).
+// On a unique index, a handled message costs one read of the entry: the
+// step checks, on the record it loads (cached or not), that the instance
+// holds the value, and commits on that revision; if it does not, the
+// message is looked up in full. A starting message, and any message on an
+// index that is not unique, is looked up in full: the entry (or a listing
+// and a read per entry) and the record of each instance named.
 func ByIndex[S, M any](d *Definition[S], name string, value func(m M) string) Finder[M] {
 	return func(ctx context.Context, m M) (string, error) {
 		in, _ := ctx.(*incomingCtx)
