@@ -784,19 +784,22 @@ func Lookup(ctx context.Context, store Store, sagaName string, q Query) ([]strin
 		return nil, err
 	}
 	x := indexer{store: store, now: time.Now}
-	ids, _, err := x.lookup(ctx, sagaName, q.index, q.value)
+	cands, err := x.candidates(ctx, sagaName, q.index, q.value)
+	var ids []string
+	for _, c := range cands {
+		if err != nil || q.limit > 0 && len(ids) == q.limit {
+			break
+		}
+		if q.after != "" && c.id <= q.after || len(ids) > 0 && ids[len(ids)-1] == c.id {
+			continue
+		}
+		var st entryState
+		if st, err = x.settle(ctx, sagaName, q.index, q.value, c); st == entryLive {
+			ids = append(ids, c.id)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("saga: finding %s by %s: %w", sagaName, q.index, err)
-	}
-	if q.after != "" {
-		i, found := slices.BinarySearch(ids, q.after)
-		if found {
-			i++
-		}
-		ids = ids[i:]
-	}
-	if q.limit > 0 && len(ids) > q.limit {
-		ids = ids[:q.limit]
 	}
 	b, err := x.building(ctx, sagaName, q.index)
 	if err != nil {

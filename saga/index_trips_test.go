@@ -83,6 +83,20 @@ func btDispatcher(t *testing.T, b *transport.Broker, store saga.Store, last *sag
 	return d
 }
 
+// countedBt is a dispatcher of btSaga on a memstore whose loads are
+// counted, on an in-memory broker, and the result of its last step.
+func countedBt(t *testing.T) (*transport.Broker, *loadCounter, *saga.Dispatcher, *saga.StepResult) {
+	t.Helper()
+	b, err := transport.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	store := &loadCounter{Store: memstore.New()}
+	last := new(saga.StepResult)
+	return b, store, btDispatcher(t, b, store, last), last
+}
+
 // handle sends m and hands it to d, as its receive loop would.
 func handle(t *testing.T, b *transport.Broker, d *saga.Dispatcher, m any) {
 	t.Helper()
@@ -106,14 +120,7 @@ func handle(t *testing.T, b *transport.Broker, d *saga.Dispatcher, m any) {
 // instance's record is checked on the step's own load, here from the
 // dispatcher's record cache.
 func TestByIndexLoads(t *testing.T) {
-	b, err := transport.NewMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	store := &loadCounter{Store: memstore.New()}
-	var last saga.StepResult
-	d := btDispatcher(t, b, store, &last)
+	b, store, d, last := countedBt(t)
 	handle(t, b, d, BtOpened{"o1", "p-1", ""})
 	handle(t, b, d, BtChanged{"o1", "p-1"})
 	byID := store.loads.Load()
@@ -170,14 +177,7 @@ func btPaid(t *testing.T, d *saga.Dispatcher, id string) int {
 // the listing of the value's entries and the record of each instance on
 // the page, not every entry and record of the value.
 func TestFindPageReads(t *testing.T) {
-	b, err := transport.NewMemory()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	store := &loadCounter{Store: memstore.New()}
-	var last saga.StepResult
-	d := btDispatcher(t, b, store, &last)
+	b, store, d, _ := countedBt(t)
 	const n, page = 40, 5
 	for i := range n {
 		handle(t, b, d, BtOpened{fmt.Sprintf("o%02d", i), fmt.Sprint("p-", i), "g"})

@@ -3,15 +3,9 @@ package pgstore_test
 import (
 	"context"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
-	"github.com/jetsaga/jetsaga/saga/pgstore"
-	"github.com/jetsaga/jetsaga/transport"
-	"github.com/jetsaga/jetsaga/transport/embedded"
 )
 
 // TestIndexedStepRoundTrips counts the round trips to PostgreSQL of the
@@ -28,35 +22,7 @@ func TestIndexedStepRoundTrips(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
-			count := new(tripCounter)
-			pc, err := pgxpool.ParseConfig(pg.NewDatabase(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			pc.MaxConns = 1 // one connection: its statement cache warms with the first instance
-			pc.ConnConfig.Tracer = count
-			pool, err := pgxpool.NewWithConfig(ctx, pc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
-			if err := pgstore.Migrate(ctx, pool); err != nil {
-				t.Fatal(err)
-			}
-			store, err := pgstore.New(ctx, pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := testutil.StartServer(t, embedded.Options{})
-			nc, err := srv.Connect()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			broker, err := transport.NewJetStream(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			count, _, store, broker := countedStore(t)
 			const queue = "ixtrips"
 			def := ixCounterSaga(indexed)
 			var last saga.StepResult // Handle runs the hook before it returns
@@ -77,18 +43,7 @@ func TestIndexedStepRoundTrips(t *testing.T) {
 				if _, err := d.Send(ctx, tick{Instance: instance}); err != nil {
 					t.Fatal(err)
 				}
-				var del *transport.Delivery
-				testutil.Await(t, 10*time.Second, func() string {
-					ds, err := q.Receive(ctx, 1)
-					if err != nil {
-						return err.Error()
-					}
-					if len(ds) == 0 {
-						return "no message"
-					}
-					del = ds[0]
-					return ""
-				})
+				del := receiveOne(t, q)
 				t0 := count.trips.Load()
 				d.Handle(ctx, del)
 				if res := last; res.Outcome != saga.Handled {

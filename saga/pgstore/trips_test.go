@@ -37,6 +37,62 @@ func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatch
 }
 func (*tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
+// countedStore returns a Store on a database of its own whose pool, of
+// one connection (its statement cache warms with the first step), counts
+// what it sends PostgreSQL, and a broker on an embedded nats-server.
+func countedStore(t *testing.T) (*tripCounter, *pgxpool.Pool, *pgstore.Store, *transport.Broker) {
+	t.Helper()
+	ctx := t.Context()
+	count := new(tripCounter)
+	pc, err := pgxpool.ParseConfig(pg.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1
+	pc.ConnConfig.Tracer = count
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := pgstore.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgstore.New(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testutil.StartServer(t, embedded.Options{})
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	broker, err := transport.NewJetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return count, pool, store, broker
+}
+
+// receiveOne receives the next message of q, as a receive loop would.
+func receiveOne(t *testing.T, q *transport.Queue) *transport.Delivery {
+	t.Helper()
+	var del *transport.Delivery
+	testutil.Await(t, 10*time.Second, func() string {
+		ds, err := q.Receive(t.Context(), 1)
+		if err != nil {
+			return err.Error()
+		}
+		if len(ds) == 0 {
+			return "no message"
+		}
+		del = ds[0]
+		return ""
+	})
+	return del
+}
+
 // The two-step workflow of the peers benchmark (workload e): step one
 // inserts an order in the step's transaction and sends the message of
 // step two (or requests a timeout), step two confirms the order and
@@ -76,36 +132,8 @@ func TestStepRoundTrips(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			count := new(tripCounter)
-			pc, err := pgxpool.ParseConfig(pg.NewDatabase(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			pc.MaxConns = 1 // one connection: its statement cache warms with the first instance
-			pc.ConnConfig.Tracer = count
-			pool, err := pgxpool.NewWithConfig(ctx, pc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
+			count, pool, store, broker := countedStore(t)
 			if _, err := pool.Exec(ctx, "CREATE TABLE trip_orders (id int PRIMARY KEY, state text NOT NULL)"); err != nil {
-				t.Fatal(err)
-			}
-			if err := pgstore.Migrate(ctx, pool); err != nil {
-				t.Fatal(err)
-			}
-			store, err := pgstore.New(ctx, pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := testutil.StartServer(t, embedded.Options{})
-			nc, err := srv.Connect()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			broker, err := transport.NewJetStream(nc)
-			if err != nil {
 				t.Fatal(err)
 			}
 			const queue = "trips"
@@ -157,18 +185,7 @@ func TestStepRoundTrips(t *testing.T) {
 			// PostgreSQL.
 			next := func() (stmts, trips int64) {
 				t.Helper()
-				var del *transport.Delivery
-				testutil.Await(t, 10*time.Second, func() string {
-					ds, err := q.Receive(ctx, 1)
-					if err != nil {
-						return err.Error()
-					}
-					if len(ds) == 0 {
-						return "no message"
-					}
-					del = ds[0]
-					return ""
-				})
+				del := receiveOne(t, q)
 				s0, t0 := count.stmts.Load(), count.trips.Load()
 				d.Handle(ctx, del)
 				if res := last; res.Outcome != saga.Handled {
