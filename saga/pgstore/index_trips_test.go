@@ -1,10 +1,8 @@
 package pgstore_test
 
 import (
-	"context"
 	"testing"
 
-	"github.com/jetsaga/jetsaga/internal/testutil"
 	"github.com/jetsaga/jetsaga/saga"
 )
 
@@ -25,28 +23,14 @@ func TestIndexedStepRoundTrips(t *testing.T) {
 			count, _, store, broker := countedStore(t)
 			const queue = "ixtrips"
 			def := ixCounterSaga(indexed)
-			var last saga.StepResult // Handle runs the hook before it returns
-			hooks := saga.Hooks{StepDone: func(_ context.Context, _ saga.StepInfo, res saga.StepResult) { last = res }}
-			d, err := saga.NewDispatcher(broker, store, queue, saga.WithSagas(def), saga.WithHooks(hooks), saga.WithLogger(testutil.Logger()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := d.Open(ctx); err != nil {
-				t.Fatal(err)
-			}
-			q, err := broker.Queue(ctx, queue)
-			if err != nil {
-				t.Fatal(err)
-			}
+			d, handleNext := stepper(t, broker, store, queue, def)
 			step := func(instance string) int64 {
 				t.Helper()
 				if _, err := d.Send(ctx, tick{Instance: instance}); err != nil {
 					t.Fatal(err)
 				}
-				del := receiveOne(t, q)
 				t0 := count.trips.Load()
-				d.Handle(ctx, del)
-				if res := last; res.Outcome != saga.Handled {
+				if res := handleNext(); res.Outcome != saga.Handled {
 					t.Fatalf("step on %s: %s, %v", instance, res.Outcome, res.Err)
 				}
 				return count.trips.Load() - t0

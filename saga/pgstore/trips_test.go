@@ -75,22 +75,42 @@ func countedStore(t *testing.T) (*tripCounter, *pgxpool.Pool, *pgstore.Store, *t
 	return count, pool, store, broker
 }
 
-// receiveOne receives the next message of q, as a receive loop would.
-func receiveOne(t *testing.T, q *transport.Queue) *transport.Delivery {
+// stepper returns a dispatcher of def on queue and a function that
+// hands it the next message of the queue, as a receive loop would, and
+// returns its step's result.
+func stepper(t *testing.T, broker *transport.Broker, store saga.Store, queue string, def saga.Saga) (*saga.Dispatcher, func() saga.StepResult) {
 	t.Helper()
-	var del *transport.Delivery
-	testutil.Await(t, 10*time.Second, func() string {
-		ds, err := q.Receive(t.Context(), 1)
-		if err != nil {
-			return err.Error()
-		}
-		if len(ds) == 0 {
-			return "no message"
-		}
-		del = ds[0]
-		return ""
-	})
-	return del
+	ctx := t.Context()
+	var last saga.StepResult // Handle runs the hook before it returns
+	hooks := saga.Hooks{StepDone: func(_ context.Context, _ saga.StepInfo, res saga.StepResult) { last = res }}
+	d, err := saga.NewDispatcher(broker, store, queue, saga.WithSagas(def), saga.WithHooks(hooks), saga.WithLogger(testutil.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q, err := broker.Queue(ctx, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, func() saga.StepResult {
+		t.Helper()
+		var del *transport.Delivery
+		testutil.Await(t, 10*time.Second, func() string {
+			ds, err := q.Receive(ctx, 1)
+			if err != nil {
+				return err.Error()
+			}
+			if len(ds) == 0 {
+				return "no message"
+			}
+			del = ds[0]
+			return ""
+		})
+		d.Handle(ctx, del)
+		return last
+	}
 }
 
 // The two-step workflow of the peers benchmark (workload e): step one
@@ -167,28 +187,13 @@ func TestStepRoundTrips(t *testing.T) {
 					return nil
 				})
 			saga.OnTimeout(def, func(context.Context, *saga.Context[tripData], tripDue) error { return nil })
-			var last saga.StepResult // Handle runs the hook before it returns
-			hooks := saga.Hooks{StepDone: func(_ context.Context, _ saga.StepInfo, res saga.StepResult) { last = res }}
-			d, err := saga.NewDispatcher(broker, store, queue, saga.WithSagas(def), saga.WithHooks(hooks), saga.WithLogger(testutil.Logger()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := d.Open(ctx); err != nil {
-				t.Fatal(err)
-			}
-			q, err := broker.Queue(ctx, queue)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// next hands the next message of the queue to the dispatcher,
-			// as a receive loop would, and returns what its step sent
-			// PostgreSQL.
+			d, handleNext := stepper(t, broker, store, queue, def)
+			// next hands the next message of the queue to the dispatcher
+			// and returns what its step sent PostgreSQL.
 			next := func() (stmts, trips int64) {
 				t.Helper()
-				del := receiveOne(t, q)
 				s0, t0 := count.stmts.Load(), count.trips.Load()
-				d.Handle(ctx, del)
-				if res := last; res.Outcome != saga.Handled {
+				if res := handleNext(); res.Outcome != saga.Handled {
 					t.Fatalf("step: %s, %v", res.Outcome, res.Err)
 				}
 				return count.stmts.Load() - s0, count.trips.Load() - t0
