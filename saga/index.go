@@ -440,8 +440,9 @@ func (x indexer) entryFor(sagaName string, spec indexSpec, value, id string, rev
 // lookup returns the IDs of the instances whose entries for value of
 // index name are live, and of those whose entries are pending, each in ID
 // order; it deletes the stale entries it reads.
-func (x indexer) lookup(ctx context.Context, sagaName, name, value string) (ids, pending []string, err error) {
-	cands, err := x.candidates(ctx, sagaName, name, value)
+func (x indexer) lookup(ctx context.Context, sagaName string, spec indexSpec, value string) (ids, pending []string, err error) {
+	name := spec.name
+	cands, err := x.candidates(ctx, sagaName, name, value, spec.unique)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -468,8 +469,8 @@ type candidate struct {
 // candidates returns the instances the entries for value of index name
 // name, in ID order, without reading their records: the one a unique
 // index's entry names (read), and those of the entries listed under the
-// value's prefix (not read).
-func (x indexer) candidates(ctx context.Context, sagaName, name, value string) ([]candidate, error) {
+// value's prefix (not read), unless the index is known to be unique.
+func (x indexer) candidates(ctx context.Context, sagaName, name, value string, unique bool) ([]candidate, error) {
 	var cands []candidate
 	ukey := uniqueKey(sagaName, name, value)
 	e, erev, err := x.loadEntry(ctx, ukey)
@@ -481,7 +482,7 @@ func (x indexer) candidates(ctx context.Context, sagaName, name, value string) (
 		cands = append(cands, candidate{id: e.ID, key: ukey, e: &e, erev: erev})
 	}
 	ls, ok := x.store.(ListingStore)
-	if !ok {
+	if !ok || unique {
 		return cands, nil // a unique index needs no listing
 	}
 	prefix := entriesPrefix(sagaName, name, value)
@@ -729,7 +730,8 @@ func (d *Dispatcher) Find(ctx context.Context, sagaName string, q Query) iter.Se
 			return
 		}
 		x := d.indexer()
-		cands, err := x.candidates(ctx, sagaName, q.index, q.value)
+		spec, _ := specOf(d.byName[sagaName], q.index)
+		cands, err := x.candidates(ctx, sagaName, q.index, q.value, spec.unique)
 		if err != nil {
 			yield(nil, fmt.Errorf("saga: finding %s by %s: %w", sagaName, q.index, err))
 			return
@@ -784,7 +786,7 @@ func Lookup(ctx context.Context, store Store, sagaName string, q Query) ([]strin
 		return nil, err
 	}
 	x := indexer{store: store, now: time.Now}
-	cands, err := x.candidates(ctx, sagaName, q.index, q.value)
+	cands, err := x.candidates(ctx, sagaName, q.index, q.value, false)
 	var ids []string
 	for _, c := range cands {
 		if err != nil || q.limit > 0 && len(ids) == q.limit {
@@ -866,7 +868,7 @@ func ByIndex[S, M any](d *Definition[S], name string, value func(m M) string) Fi
 				return "", err
 			}
 		}
-		ids, pending, err := ix.lookup(in.Context, d.name, name, v)
+		ids, pending, err := ix.lookup(in.Context, d.name, spec, v)
 		if err != nil {
 			return "", err
 		}

@@ -53,10 +53,10 @@ func btSaga() *saga.Definition[btData] {
 	return def
 }
 
-// loadCounter counts a store's loads.
+// loadCounter counts a store's loads and listings.
 type loadCounter struct {
 	*memstore.Store
-	loads atomic.Int64
+	loads, lists atomic.Int64
 }
 
 func (s *loadCounter) Load(ctx context.Context, key string) ([]byte, uint64, error) {
@@ -65,6 +65,7 @@ func (s *loadCounter) Load(ctx context.Context, key string) ([]byte, uint64, err
 }
 
 func (s *loadCounter) ListKeys(ctx context.Context, prefix string) iter.Seq2[string, error] {
+	s.lists.Add(1)
 	return s.Store.ListKeys(ctx, prefix)
 }
 
@@ -198,5 +199,20 @@ func TestFindPageReads(t *testing.T) {
 	// state.
 	if reads > page+2 {
 		t.Errorf("a page of %d among %d instances read the store %d times, want at most %d", page, n, reads, page+2)
+	}
+
+	// A unique index: its entry, the record, the build state; no
+	// listing.
+	loads, lists := store.loads.Load(), store.lists.Load()
+	ids = ids[:0]
+	for inst, err := range d.Find(t.Context(), "bt", saga.Where("payment", "p-7")) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, inst.ID)
+	}
+	loads, lists = store.loads.Load()-loads, store.lists.Load()-lists
+	if !slices.Equal(ids, []string{"o07"}) || loads > 3 || lists != 0 {
+		t.Errorf("Find by a unique index: got %q in %d reads and %d listings, want [o07] in at most 3 reads and none", ids, loads, lists)
 	}
 }
