@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -377,11 +378,7 @@ const maxEntryTries = 8
 // race with another writer fails the unit's commit instead, which runs
 // the step again.
 func (x indexer) write(ctx context.Context, sagaName string, spec indexSpec, value, id string, rev uint64, inUnit bool) error {
-	e := indexEntry{Rev: rev, At: x.now().UnixMilli()}
-	key := entryKey(sagaName, spec.name, value, id)
-	if spec.unique {
-		e.ID, key = id, uniqueKey(sagaName, spec.name, value)
-	}
+	key, e := x.entryFor(sagaName, spec, value, id, rev)
 	for range maxEntryTries {
 		if !inUnit {
 			// Most values are new: create the entry, and read it
@@ -420,70 +417,114 @@ func (x indexer) write(ctx context.Context, sagaName string, spec indexSpec, val
 	return fmt.Errorf("%w: saga %s: index %s: entry for %.64q kept changing", ErrConflict, sagaName, spec.name, value)
 }
 
+// create writes the entry of value for instance id of an index, against
+// the record's revision rev, in the step's unit, without reading it: it
+// creates it, and a store refuses the create (ErrConflict), at once or at
+// the unit's commit, if there is an entry (see createdEntries).
+func (x indexer) create(ctx context.Context, sagaName string, spec indexSpec, value, id string, rev uint64) error {
+	key, e := x.entryFor(sagaName, spec, value, id, rev)
+	return x.putEntry(ctx, key, e, 0)
+}
+
+// entryFor returns the key and value of the entry of value for instance
+// id of an index, written against the record's revision rev.
+func (x indexer) entryFor(sagaName string, spec indexSpec, value, id string, rev uint64) (string, indexEntry) {
+	e := indexEntry{Rev: rev, At: x.now().UnixMilli()}
+	if spec.unique {
+		e.ID = id
+		return uniqueKey(sagaName, spec.name, value), e
+	}
+	return entryKey(sagaName, spec.name, value, id), e
+}
+
 // lookup returns the IDs of the instances whose entries for value of
 // index name are live, and of those whose entries are pending, each in ID
 // order; it deletes the stale entries it reads.
-func (x indexer) lookup(ctx context.Context, sagaName, name, value string) (ids, pending []string, err error) {
-	take := func(key, id string, e indexEntry, erev uint64) error {
-		st, err := x.check(ctx, sagaName, name, value, id, e)
-		if err != nil {
-			return err
-		}
-		switch st {
-		case entryLive:
-			ids = append(ids, id)
-		case entryPending:
-			pending = append(pending, id)
-		case entryStale:
-			// Only this version of it: one written since is a claim
-			// of its own. Cleaning up is best effort: a stale entry is
-			// never taken anyway (and a read-only store refuses).
-			_ = x.store.Delete(ctx, key, erev)
-		}
-		return nil
+func (x indexer) lookup(ctx context.Context, sagaName string, spec indexSpec, value string) (ids, pending []string, err error) {
+	name := spec.name
+	cands, err := x.candidates(ctx, sagaName, name, value, spec.unique)
+	if err != nil {
+		return nil, nil, err
 	}
+	for _, c := range cands {
+		switch st, err := x.settle(ctx, sagaName, name, value, c); {
+		case err != nil:
+			return nil, nil, err
+		case st == entryLive:
+			ids = append(ids, c.id)
+		case st == entryPending:
+			pending = append(pending, c.id)
+		}
+	}
+	return slices.Compact(ids), slices.Compact(pending), nil
+}
+
+// candidate is an instance an entry names, not checked yet.
+type candidate struct {
+	id, key string
+	e       *indexEntry // the entry, if read (a unique index's is)
+	erev    uint64
+}
+
+// candidates returns the instances the entries for value of index name
+// name, in ID order, without reading their records: the one a unique
+// index's entry names (read), and those of the entries listed under the
+// value's prefix (not read), unless the index is known to be unique.
+func (x indexer) candidates(ctx context.Context, sagaName, name, value string, unique bool) ([]candidate, error) {
+	var cands []candidate
 	ukey := uniqueKey(sagaName, name, value)
 	e, erev, err := x.loadEntry(ctx, ukey)
 	switch {
 	case errors.Is(err, ErrNotFound):
 	case err != nil:
-		return nil, nil, err
+		return nil, err
 	default:
-		if err := take(ukey, e.ID, e, erev); err != nil {
-			return nil, nil, err
-		}
+		cands = append(cands, candidate{id: e.ID, key: ukey, e: &e, erev: erev})
 	}
 	ls, ok := x.store.(ListingStore)
-	if !ok {
-		return ids, pending, nil // a unique index needs no listing
+	if !ok || unique {
+		return cands, nil // a unique index needs no listing
 	}
 	prefix := entriesPrefix(sagaName, name, value)
-	var keys []string
 	for k, err := range ls.ListKeys(ctx, prefix) {
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		keys = append(keys, k)
-	}
-	for _, k := range keys {
 		raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(k, prefix))
 		if err != nil || strings.Contains(k[len(prefix):], ".") {
 			continue
 		}
-		e, erev, err := x.loadEntry(ctx, k)
+		cands = append(cands, candidate{id: string(raw), key: k})
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int { return strings.Compare(a.id, b.id) })
+	return cands, nil
+}
+
+// settle checks candidate c's entry against its record: live, pending,
+// or stale (deleted), or 0 if the entry is gone.
+func (x indexer) settle(ctx context.Context, sagaName, name, value string, c candidate) (entryState, error) {
+	e, erev := c.e, c.erev
+	if e == nil {
+		le, lrev, err := x.loadEntry(ctx, c.key)
 		if errors.Is(err, ErrNotFound) {
-			continue
+			return 0, nil
 		}
 		if err != nil {
-			return nil, nil, err
+			return 0, err
 		}
-		if err := take(k, string(raw), e, erev); err != nil {
-			return nil, nil, err
-		}
+		e, erev = &le, lrev
 	}
-	slices.Sort(ids)
-	slices.Sort(pending)
-	return slices.Compact(ids), slices.Compact(pending), nil
+	st, err := x.check(ctx, sagaName, name, value, c.id, *e)
+	if err != nil {
+		return 0, err
+	}
+	if st == entryStale {
+		// Only this version of it: one written since is a claim of its
+		// own. Cleaning up is best effort: a stale entry is never taken
+		// anyway (and a read-only store refuses).
+		_ = x.store.Delete(ctx, c.key, erev)
+	}
+	return st, nil
 }
 
 // indexedRecords are records whose commits write the index entries of
@@ -495,6 +536,9 @@ type indexedRecords struct {
 	ix     indexer
 	byName map[string]sagaRuntime
 	units  bool // steps commit in a unit of the store (UnitStore)
+	// created, in a dispatcher whose steps commit in units, picks the
+	// steps that create their entries unread.
+	created *createdEntries
 }
 
 func (r indexedRecords) commit(ctx context.Context, key string, rec *record, rev uint64) (uint64, error) {
@@ -505,7 +549,7 @@ func (r indexedRecords) commit(ctx context.Context, key string, rec *record, rev
 		return r.records.commit(ctx, key, rec, rev)
 	}
 	if !r.units {
-		if err := r.writeEntries(ctx, key, rec, rev, false); err != nil {
+		if err := r.writeEntries(ctx, key, rec, rev, entriesFirst); err != nil {
 			return 0, err
 		}
 	}
@@ -517,8 +561,12 @@ func (r indexedRecords) commit(ctx context.Context, key string, rec *record, rev
 		// A step's commit in its unit: the record and the entries
 		// commit together, and the record's write goes first, so that
 		// the store may hold it for the unit's commit (saga/pgstore
-		// does).
-		if err := r.writeEntries(ctx, key, rec, rev, true); err != nil {
+		// does, and the entries' creates with it: no round trip).
+		mode := entriesInUnit
+		if r.created != nil && r.created.try(key, rev) {
+			mode = entriesCreated
+		}
+		if err := r.writeEntries(ctx, key, rec, rev, mode); err != nil {
 			return 0, err
 		}
 	}
@@ -526,8 +574,18 @@ func (r indexedRecords) commit(ctx context.Context, key string, rec *record, rev
 	return n, nil
 }
 
+// entriesMode is how a commit writes the entries of the values its
+// record adds.
+type entriesMode int
+
+const (
+	entriesFirst   entriesMode = iota // before the record, each on its own (indexer.write)
+	entriesInUnit                     // in the step's unit, each read first (indexer.write)
+	entriesCreated                    // in the step's unit, created unread (indexer.create)
+)
+
 // writeEntries writes the entries of the values rec adds.
-func (r indexedRecords) writeEntries(ctx context.Context, key string, rec *record, rev uint64, inUnit bool) error {
+func (r indexedRecords) writeEntries(ctx context.Context, key string, rec *record, rev uint64, mode entriesMode) error {
 	sagaName, encID, _ := strings.Cut(key, ".")
 	id, err := base64.RawURLEncoding.DecodeString(encID)
 	rt := r.byName[sagaName]
@@ -540,12 +598,79 @@ func (r indexedRecords) writeEntries(ctx context.Context, key string, rec *recor
 			continue
 		}
 		for _, v := range rec.IndexNew[name] {
-			if err := r.ix.write(ctx, sagaName, spec, v, string(id), rev, inUnit); err != nil {
+			if mode == entriesCreated {
+				err = r.ix.create(ctx, sagaName, spec, v, string(id), rev)
+			} else {
+				err = r.ix.write(ctx, sagaName, spec, v, string(id), rev, mode == entriesInUnit)
+			}
+			if err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// createdEntries decides which steps in a unit create their entries
+// without reading them (indexer.create): most values a step adds have no
+// entry yet, and creates that a store holds for the unit's commit (as
+// saga/pgstore does) cost no round trip. A create that finds an entry
+// (a value taken again, a stale entry, a claim, another holder) fails
+// the unit's commit with a conflict, and the step runs again from the
+// same revision of its record: that run reads the entries first
+// (indexer.write), which tells a stale entry from a live holder. It notes
+// the record's key and revision of each step that created, and forgets
+// the oldest notes beyond maxCreatedNotes.
+type createdEntries struct {
+	mu    sync.Mutex
+	at    map[string]uint64
+	order []string
+}
+
+const maxCreatedNotes = 4096
+
+func newCreatedEntries() *createdEntries {
+	return &createdEntries{at: make(map[string]uint64)}
+}
+
+// try reports whether the commit of key at rev may create its entries
+// unread: not if a commit created them at the same revision before (it
+// did not commit, or the record would have moved on).
+func (c *createdEntries) try(key string, rev uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at, ok := c.at[key]; ok {
+		if at == rev {
+			delete(c.at, key)
+			return false
+		}
+		c.at[key] = rev
+		return true
+	}
+	for len(c.at) >= maxCreatedNotes && len(c.order) > 0 {
+		delete(c.at, c.order[0])
+		c.order = c.order[1:]
+	}
+	if len(c.order) >= 2*maxCreatedNotes {
+		c.order = slices.DeleteFunc(c.order, func(k string) bool { _, ok := c.at[k]; return !ok })
+	}
+	c.at[key] = rev
+	c.order = append(c.order, key)
+	return true
+}
+
+// readFirst notes that the commit of key at rev must read its entries
+// first: a claim (ByIndex) wrote one already.
+func (c *createdEntries) readFirst(key string, rev uint64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.at[key]; !ok {
+		c.order = append(c.order, key)
+	}
+	c.at[key] = rev
 }
 
 // Query selects instances by an index value: Where makes one.
@@ -588,41 +713,62 @@ func Find(ctx context.Context, d *Dispatcher, s Saga, q Query) iter.Seq2[*Instan
 // query's value, in index order (by instance ID for one value), from
 // after the query's After, up to its Limit. Completed instances have left
 // their indexes (their tombstones are not found). An entry is taken only
-// if the instance's record holds the value, and stale entries it reads
+// if the instance's record holds the value, and stale entries it meets
 // are deleted. A query with an invalid name or value yields an error
 // matching ErrInvalidIndex or ErrInvalidIndexValue; while the index is
 // being rebuilt (Reindex), the instances found are followed by an error
 // matching ErrIndexBuilding.
 //
-// It reads the entries of the value (one key for a unique index, a key
-// listing otherwise) and then each instance's record, one at a time.
+// It lists the entries of the value (one key for a unique index, a key
+// listing otherwise) and reads the record of each instance they name, one
+// at a time, from after the query's After until it has yielded Limit: a
+// page costs the listing and a read per instance of the page.
 func (d *Dispatcher) Find(ctx context.Context, sagaName string, q Query) iter.Seq2[*Instance, error] {
 	return func(yield func(*Instance, error) bool) {
-		ids, err := Lookup(ctx, d.store, sagaName, q)
-		building := errors.Is(err, ErrIndexBuilding)
-		if err != nil && !building {
+		if err := q.validate(); err != nil {
 			yield(nil, err)
 			return
 		}
-		for _, id := range ids {
-			inst, rec, err := d.instance(ctx, sagaName, id)
-			if errors.Is(err, ErrNotFound) {
+		x := d.indexer()
+		spec, _ := specOf(d.byName[sagaName], q.index)
+		cands, err := x.candidates(ctx, sagaName, q.index, q.value, spec.unique)
+		if err != nil {
+			yield(nil, fmt.Errorf("saga: finding %s by %s: %w", sagaName, q.index, err))
+			return
+		}
+		n := 0
+		for i, c := range cands {
+			id := c.id
+			if i > 0 && cands[i-1].id == id || q.after != "" && id <= q.after {
 				continue
 			}
-			if err != nil {
+			if q.limit > 0 && n == q.limit {
+				break
+			}
+			inst, rec, err := d.instance(ctx, sagaName, id)
+			if err != nil && !errors.Is(err, ErrNotFound) {
 				if !yield(nil, err) {
 					return
 				}
 				continue
 			}
-			if rec.Completed || !slices.Contains(rec.Index[q.index], q.value) {
-				continue // changed since the lookup
+			if err != nil || rec.Completed || !slices.Contains(rec.Index[q.index], q.value) {
+				// A stale entry, or a step's not committed yet: the
+				// check tells, and deletes a stale one.
+				if _, err := x.settle(ctx, sagaName, q.index, q.value, c); err != nil && !yield(nil, err) {
+					return
+				}
+				continue
 			}
+			n++
 			if !yield(inst, nil) {
 				return
 			}
 		}
-		if building {
+		if b, err := x.building(ctx, sagaName, q.index); err != nil || b {
+			if err == nil {
+				err = fmt.Errorf("%w: saga %s: index %s", ErrIndexBuilding, sagaName, q.index)
+			}
 			yield(nil, err)
 		}
 	}
@@ -640,19 +786,22 @@ func Lookup(ctx context.Context, store Store, sagaName string, q Query) ([]strin
 		return nil, err
 	}
 	x := indexer{store: store, now: time.Now}
-	ids, _, err := x.lookup(ctx, sagaName, q.index, q.value)
+	cands, err := x.candidates(ctx, sagaName, q.index, q.value, false)
+	var ids []string
+	for _, c := range cands {
+		if err != nil || q.limit > 0 && len(ids) == q.limit {
+			break
+		}
+		if q.after != "" && c.id <= q.after || len(ids) > 0 && ids[len(ids)-1] == c.id {
+			continue
+		}
+		var st entryState
+		if st, err = x.settle(ctx, sagaName, q.index, q.value, c); st == entryLive {
+			ids = append(ids, c.id)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("saga: finding %s by %s: %w", sagaName, q.index, err)
-	}
-	if q.after != "" {
-		i, found := slices.BinarySearch(ids, q.after)
-		if found {
-			i++
-		}
-		ids = ids[i:]
-	}
-	if q.limit > 0 && len(ids) > q.limit {
-		ids = ids[:q.limit]
 	}
 	b, err := x.building(ctx, sagaName, q.index)
 	if err != nil {
@@ -682,8 +831,12 @@ func (d *Dispatcher) indexer() indexer {
 // declare, fails it with a Permanent error matching ErrInvalidIndexValue
 // or ErrInvalidIndex.
 //
-// It costs one read of the entry and one of the record per message (a
-// listing and a read per entry on an index that is not unique).
+// On a unique index, a handled message costs one read of the entry: the
+// step checks, on the record it loads (cached or not), that the instance
+// holds the value, and commits on that revision; if it does not, the
+// message is looked up in full. A starting message, and any message on an
+// index that is not unique, is looked up in full: the entry (or a listing
+// and a read per entry) and the record of each instance named.
 func ByIndex[S, M any](d *Definition[S], name string, value func(m M) string) Finder[M] {
 	return func(ctx context.Context, m M) (string, error) {
 		in, _ := ctx.(*incomingCtx)
@@ -703,7 +856,19 @@ func ByIndex[S, M any](d *Definition[S], name string, value func(m M) string) Fi
 		}
 		ix := in.d.indexer()
 		start := in.kind == routeStart
-		ids, pending, err := ix.lookup(in.Context, d.name, name, v)
+		if spec.unique && !start && !in.lookUp {
+			// The entry names the instance; the step checks, on the
+			// record it loads, that it holds the value (indexCheck).
+			e, _, err := ix.loadEntry(in.Context, uniqueKey(d.name, name, v))
+			if err == nil && validateID(e.ID) == nil {
+				in.check = &indexCheck{name: name, value: v}
+				return e.ID, nil
+			}
+			if !errors.Is(err, ErrNotFound) && err != nil {
+				return "", err
+			}
+		}
+		ids, pending, err := ix.lookup(in.Context, d.name, spec, v)
 		if err != nil {
 			return "", err
 		}
@@ -726,8 +891,30 @@ func ByIndex[S, M any](d *Definition[S], name string, value func(m M) string) Fi
 		case !spec.unique:
 			return rand.Text(), nil
 		}
-		return ix.claim(in.Context, d.name, name, v)
+		id, err := ix.claim(in.Context, d.name, name, v)
+		if r, ok := in.d.records.(indexedRecords); ok && err == nil {
+			r.created.readFirst(storeKey(d.name, id), 0) // its entry is written
+		}
+		return id, err
 	}
+}
+
+// indexCheck is the index value an instance correlated by its entry
+// alone (ByIndex on a unique index) must hold: the step checks it on the
+// record it loads, and commits on that record's revision, so that the
+// message reaches the instance only if it held the value when the step
+// committed. One that does not hold it fails the attempt with
+// errIndexMoved, and the message is correlated again by a full lookup.
+type indexCheck struct{ name, value string }
+
+// errIndexMoved: the instance an index entry named does not hold the
+// value (see indexCheck).
+var errIndexMoved = errors.New("saga: the instance an index entry names does not hold the value")
+
+// heldBy reports whether rec, live, holds the value; a nil check holds
+// for any record.
+func (c *indexCheck) heldBy(rec *record) bool {
+	return c == nil || !rec.Completed && slices.Contains(rec.Index[c.name], c.value)
 }
 
 func callValue[M any](value func(M) string, m M) (v string, err error) {
@@ -798,7 +985,11 @@ func (d *Dispatcher) indexRecords(next records) records {
 	for _, rt := range d.byName {
 		if ix, ok := rt.(indexed); ok && len(ix.indexSpecs()) > 0 {
 			_, units := d.store.(UnitStore)
-			return indexedRecords{records: next, ix: d.indexer(), byName: d.byName, units: units}
+			r := indexedRecords{records: next, ix: d.indexer(), byName: d.byName, units: units}
+			if units {
+				r.created = newCreatedEntries()
+			}
+			return r
 		}
 	}
 	return next

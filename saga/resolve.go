@@ -25,6 +25,10 @@ type target struct {
 	done, doneID string // doneKey, and the id it was made for
 
 	in incomingCtx // the Finder's context: see IncomingMessage
+
+	// lookUp: correlate by a full index lookup (ByIndex), never by an
+	// entry alone: the instance an entry named did not hold its value.
+	lookUp bool
 }
 
 // resolve finds the sagas a message goes to, decodes it and correlates it
@@ -79,7 +83,7 @@ func (d *Dispatcher) correlate(ctx context.Context, del *transport.Delivery, t *
 	if err != nil {
 		t.err = Permanent(fmt.Errorf("%w: %s: %w", ErrMalformed, typ, err))
 	} else if t.kind != routeTimeout {
-		t.in = incomingCtx{ctx, del.Message, d, t.kind}
+		t.in = incomingCtx{Context: ctx, m: del.Message, d: d, kind: t.kind, lookUp: t.lookUp}
 		id, t.err = t.rt.find(&t.in, typ, m)
 	}
 	if verr := validateID(id); verr != nil {
@@ -102,6 +106,11 @@ type incomingCtx struct {
 	m    *transport.Message
 	d    *Dispatcher // for ByIndex
 	kind routeKind
+
+	// check, set by ByIndex from an entry alone, is the index value the
+	// instance must hold when the step loads it (see indexCheck).
+	check  *indexCheck
+	lookUp bool // ByIndex: look the value up in full (target.lookUp)
 }
 
 func (c *incomingCtx) Value(key any) any {

@@ -112,6 +112,14 @@ func (d *Dispatcher) stepTarget(ctx context.Context, del *transport.Delivery, t 
 			var n int
 			o, n, err = d.step(ctx, t, del, identity)
 			conflicts += n
+			if errors.Is(err, errIndexMoved) && !t.lookUp {
+				// Correlated by an entry whose instance does not hold
+				// the value: look it up in full, not counted as a try.
+				t.lookUp, tries = true, tries-1
+				d.correlate(ctx, del, t)
+				info.ID = t.id
+				continue
+			}
 		}
 		if err == nil || o == EffectsPending || errors.Is(err, ErrPermanent) || errors.Is(err, ErrDataVersionAhead) ||
 			unavailable(err) || tries > d.cfg.retry.Immediate {
@@ -221,6 +229,9 @@ func (d *Dispatcher) attempt(ctx context.Context, u *stepUnit, t *target, key, i
 		if rec.Seen(identity) {
 			return fresh(stale, Duplicate, nil)
 		}
+		if !t.in.check.heldBy(rec) {
+			return fresh(stale, "", errIndexMoved)
+		}
 		if rec.Completed {
 			if stale {
 				return fresh(stale, "", nil)
@@ -232,6 +243,9 @@ func (d *Dispatcher) attempt(ctx context.Context, u *stepUnit, t *target, key, i
 			return fresh(stale, "", fmt.Errorf("%w: saga %s/%s: version %d, this worker's definition knows %d",
 				ErrDataVersionAhead, t.rt.Name(), t.id, v, t.rt.dataVersion()))
 		}
+	}
+	if rec == nil && t.in.check != nil {
+		return "", errIndexMoved // a claim, a stale entry: look it up
 	}
 	isNew := rec == nil || rec.Started.IsZero()
 	if isNew && stale {

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -151,8 +152,8 @@ func (r *rides) leave(x *rider) bool {
 }
 
 // take takes up to maxRiders riders for a commit, one per key, none for
-// own (the key the committing step writes).
-func (r *rides) take(own string) []*rider {
+// own (the keys the committing step writes).
+func (r *rides) take(own ...string) []*rider {
 	now := time.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -170,7 +171,7 @@ func (r *rides) take(own string) []*rider {
 	var took []*rider
 	rest := r.waiting[:0]
 	for _, x := range r.waiting {
-		if len(took) < maxRiders && x.key != own && !hasKey(took, x.key) {
+		if len(took) < maxRiders && !slices.Contains(own, x.key) && !hasKey(took, x.key) {
 			took = append(took, x)
 		} else {
 			rest = append(rest, x)

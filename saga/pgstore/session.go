@@ -24,22 +24,28 @@ var _ saga.UnitStore = (*Store)(nil)
 // session is a step's transaction, as the context Begin returns carries
 // it. A step's statements take three round trips beside the handler's:
 //
-//	BEGIN, the load of the record, a revision drawn for its write   (one batch)
+//	BEGIN, the load of the record, revisions drawn for its writes   (one batch)
 //	the handler's statements
-//	the write of the record at that revision, COMMIT                (one batch)
+//	the writes of the record (and its index entries), COMMIT       (one batch)
 //
-// The write is conditional on the revision loaded, as outside a session;
-// one that matches no row fails the transaction (see statements), and
-// Commit reports saga.ErrConflict.
+// Each write is conditional on the revision it was given, as outside a
+// session; one that matches no row fails the transaction (see
+// statements), and Commit reports saga.ErrConflict.
 type session struct {
-	store *Store
-	conn  *pgxpool.Conn // from the first statement to the end
-	tx    pgx.Tx        // on conn, begun with the first statement
-	next  int64         // a revision drawn with the load, for the write (0: none left)
-	write *write        // the record's write, sent with the COMMIT
-	mu    sync.Mutex
-	ended bool // guarded by mu
+	store  *Store
+	conn   *pgxpool.Conn // from the first statement to the end
+	tx     pgx.Tx        // on conn, begun with the first statement
+	next   []int64       // revisions drawn with the load, for the writes
+	writes []*write      // writes left for the COMMIT, in order
+	mu     sync.Mutex
+	ended  bool // guarded by mu
 }
+
+// drawnRevisions is how many revisions a step's load draws for the
+// writes that go out with its COMMIT: the record's and up to three index
+// entries' (saga.Index), which a step that starts an instance of a saga
+// with indexes writes in its transaction. Further writes go out at once.
+const drawnRevisions = 4
 
 // write is a write of the record that a session sends with its COMMIT.
 type write struct {
@@ -68,8 +74,8 @@ func (s *Store) Begin(ctx context.Context) (context.Context, saga.Unit, error) {
 	return context.WithValue(ctx, sessionKey{}, ss), ss, nil
 }
 
-// Commit sends the record's write, if a Put left one, with the COMMIT,
-// and the updates waiting to ride it (see rides).
+// Commit sends the writes Puts left, if any, with the COMMIT, and the
+// updates waiting to ride it (see rides).
 func (ss *session) Commit(ctx context.Context) error {
 	if !ss.end() {
 		return pgx.ErrTxClosed
@@ -80,14 +86,14 @@ func (ss *session) Commit(ctx context.Context) error {
 	// A connection left in a transaction (a failure) is closed, not
 	// reused.
 	defer ss.release()
-	w := ss.write
-	ss.write = nil
-	own := ""
-	if w != nil {
-		own = w.key
+	ws := ss.writes
+	ss.writes = nil
+	own := make([]string, len(ws))
+	for i, w := range ws {
+		own[i] = w.key
 	}
-	riders := ss.store.rides.take(own)
-	if w == nil && len(riders) == 0 {
+	riders := ss.store.rides.take(own...)
+	if len(ws) == 0 && len(riders) == 0 {
 		if err := ss.tx.Commit(ctx); err != nil {
 			return storeErr("commit", "", err)
 		}
@@ -96,7 +102,7 @@ func (ss *session) Commit(ctx context.Context) error {
 	var written map[string]int64
 	defer func() { answer(riders, written) }()
 	b := &pgx.Batch{}
-	if w != nil {
+	for _, w := range ws {
 		b.Queue(w.sql, w.args...)
 	}
 	for _, x := range riders {
@@ -105,10 +111,11 @@ func (ss *session) Commit(ctx context.Context) error {
 	b.Queue("commit")
 	br := ss.conn.SendBatch(ctx, b)
 	var err error
-	if w != nil {
+	for _, w := range ws {
 		var n int64
 		if err = br.QueryRow().Scan(&n); err != nil {
 			err = writeError(w, err)
+			break
 		}
 	}
 	var rode map[string]int64
@@ -198,8 +205,24 @@ func (ss *session) open() bool {
 }
 
 // ready makes the transaction ready for a statement: begun (by itself, if
-// no load began it), and the record's write sent if a Put left one.
+// no load began it), and the writes Puts left sent.
 func (ss *session) ready(ctx context.Context) error {
+	if err := ss.begin(ctx); err != nil {
+		return err
+	}
+	ws := ss.writes
+	ss.writes = nil
+	for _, w := range ws {
+		var n int64
+		if err := ss.tx.QueryRow(ctx, w.sql, w.args...).Scan(&n); err != nil {
+			return writeError(w, err)
+		}
+	}
+	return nil
+}
+
+// begin begins the transaction by itself, if no load began it.
+func (ss *session) begin(ctx context.Context) error {
 	if ss.conn == nil {
 		conn, err := ss.store.rides.acquire(ctx, ss.store.pool)
 		if err != nil {
@@ -213,19 +236,12 @@ func (ss *session) ready(ctx context.Context) error {
 		ss.conn, ss.tx = conn, tx
 		ss.store.rides.begun()
 	}
-	if w := ss.write; w != nil {
-		ss.write = nil
-		var n int64
-		if err := ss.tx.QueryRow(ctx, w.sql, w.args...).Scan(&n); err != nil {
-			return writeError(w, err)
-		}
-	}
 	return nil
 }
 
-// load loads the record with stmt: with the transaction's BEGIN, and a
-// revision drawn for the record's write, in one round trip if it is the
-// first statement.
+// load loads the record with stmt: with the transaction's BEGIN, and
+// revisions drawn for the writes, in one round trip if it is the first
+// statement.
 func (ss *session) load(ctx context.Context, stmt, key string, value *[]byte, rev *int64) error {
 	if ss.conn != nil {
 		if err := ss.ready(ctx); err != nil {
@@ -244,37 +260,46 @@ func (ss *session) load(ctx context.Context, stmt, key string, value *[]byte, re
 		loadErr = r.Scan(value, rev)
 		return nil
 	})
-	b.Queue(ss.store.sql.next).QueryRow(func(r pgx.Row) error { return r.Scan(&ss.next) })
+	b.Queue(ss.store.sql.next, drawnRevisions).Query(func(rows pgx.Rows) error {
+		next, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		ss.next = next
+		return err
+	})
 	br := conn.SendBatch(ctx, b)
 	// From here the transaction holds the connection until it ends, also
 	// if the batch failed: Rollback releases it.
 	ss.conn, ss.tx = conn, br.Tx()
 	ss.store.rides.begun()
 	if err := br.Close(); err != nil {
-		ss.next = 0
+		ss.next = nil
 		return err
 	}
 	return loadErr
 }
 
 // put is Store.put in the transaction: after a load, it leaves the write
-// for Commit to send (deferred), at the revision drawn with the load.
+// for Commit to send (deferred), at a revision drawn with the load, while
+// there are some left.
 func (ss *session) put(ctx context.Context, key string, value []byte, rev uint64, ttlMicros *int64) (n uint64, deferred bool, err error) {
-	if err := ss.ready(ctx); err != nil {
-		return 0, false, storeErr("put", key, err)
-	}
-	if ss.next == 0 {
+	if len(ss.next) == 0 {
+		// Written at once, after the writes left before it.
+		if err := ss.ready(ctx); err != nil {
+			return 0, false, storeErr("put", key, err)
+		}
 		return 0, false, nil
 	}
-	next := ss.next
-	ss.next = 0
+	if err := ss.begin(ctx); err != nil {
+		return 0, false, storeErr("put", key, err)
+	}
+	next := ss.next[0]
+	ss.next = ss.next[1:]
 	w := &write{key: key, rev: rev}
 	if rev == 0 {
 		w.sql, w.args = ss.store.sql.createAt, []any{key, value, ttlMicros, next}
 	} else {
 		w.sql, w.args = ss.store.sql.updateAt, []any{key, value, ttlMicros, int64(rev), next}
 	}
-	ss.write = w
+	ss.writes = append(ss.writes, w)
 	return uint64(next), true, nil
 }
 

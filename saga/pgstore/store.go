@@ -76,7 +76,7 @@ func statementsFor(n names) statements {
 		// live row was there tells ErrConflict from ErrNotFound.
 		delete: "WITH d AS (DELETE FROM " + n.table + " WHERE key = $1 AND rev = $2 AND " + live + " RETURNING 1) " +
 			"SELECT EXISTS (SELECT 1 FROM d), EXISTS (SELECT 1 FROM " + n.table + " WHERE key = $1 AND " + live + ")",
-		next: "SELECT nextval('" + n.seq + "')",
+		next: "SELECT nextval('" + n.seq + "') FROM generate_series(1, $1)",
 		createAt: "WITH w AS (INSERT INTO " + n.table + " AS r (key, value, rev, expires_at) " +
 			"VALUES ($1, $2, $4, now() + $3::bigint * interval '1 microsecond') " +
 			"ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, rev = EXCLUDED.rev, expires_at = EXCLUDED.expires_at " +

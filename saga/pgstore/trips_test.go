@@ -37,6 +37,82 @@ func (c *tripCounter) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatch
 }
 func (*tripCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
+// countedStore returns a Store on a database of its own whose pool, of
+// one connection (its statement cache warms with the first step), counts
+// what it sends PostgreSQL, and a broker on an embedded nats-server.
+func countedStore(t *testing.T) (*tripCounter, *pgxpool.Pool, *pgstore.Store, *transport.Broker) {
+	t.Helper()
+	ctx := t.Context()
+	count := new(tripCounter)
+	pc, err := pgxpool.ParseConfig(pg.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConns = 1
+	pc.ConnConfig.Tracer = count
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if err := pgstore.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgstore.New(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testutil.StartServer(t, embedded.Options{})
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	broker, err := transport.NewJetStream(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return count, pool, store, broker
+}
+
+// stepper returns a dispatcher of def on queue and a function that
+// hands it the next message of the queue, as a receive loop would, and
+// returns its step's result.
+func stepper(t *testing.T, broker *transport.Broker, store saga.Store, queue string, def saga.Saga) (*saga.Dispatcher, func() saga.StepResult) {
+	t.Helper()
+	ctx := t.Context()
+	var last saga.StepResult // Handle runs the hook before it returns
+	hooks := saga.Hooks{StepDone: func(_ context.Context, _ saga.StepInfo, res saga.StepResult) { last = res }}
+	d, err := saga.NewDispatcher(broker, store, queue, saga.WithSagas(def), saga.WithHooks(hooks), saga.WithLogger(testutil.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q, err := broker.Queue(ctx, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, func() saga.StepResult {
+		t.Helper()
+		var del *transport.Delivery
+		testutil.Await(t, 10*time.Second, func() string {
+			ds, err := q.Receive(ctx, 1)
+			if err != nil {
+				return err.Error()
+			}
+			if len(ds) == 0 {
+				return "no message"
+			}
+			del = ds[0]
+			return ""
+		})
+		d.Handle(ctx, del)
+		return last
+	}
+}
+
 // The two-step workflow of the peers benchmark (workload e): step one
 // inserts an order in the step's transaction and sends the message of
 // step two (or requests a timeout), step two confirms the order and
@@ -76,36 +152,8 @@ func TestStepRoundTrips(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			count := new(tripCounter)
-			pc, err := pgxpool.ParseConfig(pg.NewDatabase(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			pc.MaxConns = 1 // one connection: its statement cache warms with the first instance
-			pc.ConnConfig.Tracer = count
-			pool, err := pgxpool.NewWithConfig(ctx, pc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
+			count, pool, store, broker := countedStore(t)
 			if _, err := pool.Exec(ctx, "CREATE TABLE trip_orders (id int PRIMARY KEY, state text NOT NULL)"); err != nil {
-				t.Fatal(err)
-			}
-			if err := pgstore.Migrate(ctx, pool); err != nil {
-				t.Fatal(err)
-			}
-			store, err := pgstore.New(ctx, pool)
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := testutil.StartServer(t, embedded.Options{})
-			nc, err := srv.Connect()
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			broker, err := transport.NewJetStream(nc)
-			if err != nil {
 				t.Fatal(err)
 			}
 			const queue = "trips"
@@ -139,39 +187,13 @@ func TestStepRoundTrips(t *testing.T) {
 					return nil
 				})
 			saga.OnTimeout(def, func(context.Context, *saga.Context[tripData], tripDue) error { return nil })
-			var last saga.StepResult // Handle runs the hook before it returns
-			hooks := saga.Hooks{StepDone: func(_ context.Context, _ saga.StepInfo, res saga.StepResult) { last = res }}
-			d, err := saga.NewDispatcher(broker, store, queue, saga.WithSagas(def), saga.WithHooks(hooks), saga.WithLogger(testutil.Logger()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := d.Open(ctx); err != nil {
-				t.Fatal(err)
-			}
-			q, err := broker.Queue(ctx, queue)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// next hands the next message of the queue to the dispatcher,
-			// as a receive loop would, and returns what its step sent
-			// PostgreSQL.
+			d, handleNext := stepper(t, broker, store, queue, def)
+			// next hands the next message of the queue to the dispatcher
+			// and returns what its step sent PostgreSQL.
 			next := func() (stmts, trips int64) {
 				t.Helper()
-				var del *transport.Delivery
-				testutil.Await(t, 10*time.Second, func() string {
-					ds, err := q.Receive(ctx, 1)
-					if err != nil {
-						return err.Error()
-					}
-					if len(ds) == 0 {
-						return "no message"
-					}
-					del = ds[0]
-					return ""
-				})
 				s0, t0 := count.stmts.Load(), count.trips.Load()
-				d.Handle(ctx, del)
-				if res := last; res.Outcome != saga.Handled {
+				if res := handleNext(); res.Outcome != saga.Handled {
 					t.Fatalf("step: %s, %v", res.Outcome, res.Err)
 				}
 				return count.stmts.Load() - s0, count.trips.Load() - t0

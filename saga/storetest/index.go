@@ -304,6 +304,31 @@ func testByIndex(t *testing.T, s saga.Store, _ Features) {
 	e.want("cust-1", ixByCustomer{Customer: "c-1"}, saga.DeadLettered, saga.ErrAmbiguousIndex)
 }
 
+// testByIndexMoved: a message correlated by a unique index whose entry
+// still names an instance that dropped the value (the entry is stale:
+// no read has deleted it yet) or that completed never reaches that
+// instance; once another instance takes the value, it reaches that one.
+// (ByIndex takes the instance the entry names and checks its record
+// when the step loads it: a check that passed a record without the
+// value would be caught here.)
+func testByIndexMoved(t *testing.T, s saga.Store, _ Features) {
+	e := newIxEnv(t, s, "storetestixmoved", 1)
+	e.want("place-o1", ixPlaced{"o1", "c-1", "p-1"}, saga.Handled, nil)
+	e.want("place-o2", ixPlaced{"o2", "c-2", "p-2"}, saga.Handled, nil)
+	e.want("drop-o1", ixChanged{ID: "o1", Customer: "c-1", Payment: "p-9"}, saga.Handled, nil)
+	e.want("paid-1", ixPaid{Payment: "p-1"}, saga.DeadLettered, saga.ErrSagaNotFound)
+	e.want("take-o2", ixChanged{ID: "o2", Customer: "c-2", Payment: "p-1"}, saga.Handled, nil)
+	e.want("paid-2", ixPaid{Payment: "p-1"}, saga.Handled, nil)
+	if got := e.paid("o2"); got != 1 {
+		t.Fatalf("o2 was reached %d times, want 1", got)
+	}
+	e.want("close-o2", ixClosed{ID: "o2"}, saga.Handled, nil)
+	e.want("paid-3", ixPaid{Payment: "p-1"}, saga.DeadLettered, saga.ErrSagaNotFound)
+	if got := e.paid("o1"); got != 0 {
+		t.Fatalf("o1 was reached %d times by a value it had dropped", got)
+	}
+}
+
 // createGate holds the first writes of entries of the payment index (Put
 // with revision 0) until n of them wait (or a few seconds have passed):
 // the first starts all look the value up before any of them writes.

@@ -22,9 +22,10 @@
 // not one). They check that entries change with the record or not at
 // all — a step killed between its entries and its record never makes Find
 // or ByIndex return an instance whose record lacks the value, nor miss
-// one whose record has it — that a unique index keeps one instance per
-// value under concurrent starts from three dispatchers, and that bad
-// index values are refused.
+// one whose record has it — that a message correlated by a value its
+// instance dropped, or completed with, never reaches that instance, that
+// a unique index keeps one instance per value under concurrent starts
+// from three dispatchers, and that bad index values are refused.
 package storetest
 
 import (
@@ -79,6 +80,7 @@ func Run(t *testing.T, newStore func(t *testing.T) saga.Store, f Features) {
 		{"PutKeepsForGood", testPutClearsTTL},
 		{"IndexFind", indexCase(testIndexFind)},
 		{"IndexByIndex", indexCase(testByIndex)},
+		{"IndexByIndexMoved", indexCase(testByIndexMoved)},
 		{"IndexUniqueStarts", indexCase(testIndexUniqueStarts)},
 		{"IndexUniqueTaken", indexCase(testIndexUniqueTaken)},
 		{"IndexBadInput", indexCase(testIndexBadInput)},
