@@ -88,7 +88,12 @@ type Layout struct {
 	// created). 1 is the default layout.
 	Partitions int
 	// KeyLimit is how many steps of one tenant run at once; 0: no limit.
+	// It is a cap: a tenant alone still runs no more than that many.
 	KeyLimit int
+	// Concurrency is how many steps run at once (saga.WithConcurrency);
+	// 0: the dispatcher's default, 8. With a key limit, the key limit
+	// plus the slots the other tenants need.
+	Concurrency int
 }
 
 // Fair is the layout of the project's noisy-neighbour benchmark: 11
@@ -99,14 +104,18 @@ type Layout struct {
 var Fair = Layout{Partitions: 11, KeyLimit: 4}
 
 // Options are the dispatcher options of layout l for queue: the queue's
-// partitions and the key limit (1 and 3 of the package documentation).
+// partitions, the key limit and the concurrency (1 and 3 of the package
+// documentation).
 func Options(queue string, l Layout) ([]saga.Option, error) {
-	if l.Partitions < 1 || l.KeyLimit < 0 {
-		return nil, fmt.Errorf("tenants: layout %+v: want at least 1 partition and a key limit not negative", l)
+	if l.Partitions < 1 || l.KeyLimit < 0 || l.Concurrency < 0 {
+		return nil, fmt.Errorf("tenants: layout %+v: want at least 1 partition, a key limit and a concurrency not negative", l)
 	}
 	opts := []saga.Option{saga.WithQueueConfig(transport.QueueConfig{Name: queue, Partitions: l.Partitions})}
 	if l.KeyLimit > 0 {
 		opts = append(opts, saga.WithKeyLimit(l.KeyLimit))
+	}
+	if l.Concurrency > 0 {
+		opts = append(opts, saga.WithConcurrency(l.Concurrency))
 	}
 	return opts, nil
 }

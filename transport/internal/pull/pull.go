@@ -62,6 +62,45 @@ type Puller struct {
 	wake     chan struct{}                   // closed (and replaced) when held grows or a pull ends
 	renew    *time.Timer                     // keeps held messages locked while any are held
 	closed   bool                            // its session closed: release what arrives
+	// empty: the consumer's last answer said it had nothing more to
+	// give (see Empty).
+	empty bool
+	bell  *Bell // rung with wake, if set (see SetBell)
+}
+
+// Bell tells one who waits on several pullers that one of them has news:
+// a message arrived, or a pull ended. A receive over several consumers
+// waits on it rather than on each puller.
+type Bell struct {
+	mu sync.Mutex
+	ch chan struct{} // closed by ring; nil while no one waits
+}
+
+// C returns a channel closed at the next ring.
+func (b *Bell) C() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *Bell) ring() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+}
+
+// SetBell has p ring b whenever what it holds grows or a pull ends (as
+// Wait wakes).
+func (p *Puller) SetBell(b *Bell) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bell = b
 }
 
 // Request is one pull request.
@@ -135,9 +174,38 @@ const pullerIn = 512
 // for the first, or answered at once with what there is (noWait).
 func (p *Puller) Request(batch int, expires time.Duration, noWait bool) (*Request, error) {
 	p.mu.Lock()
-	if p.closed {
+	pl, body, err := p.newLocked(batch, expires, noWait)
+	p.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return pl, p.send(pl, body)
+}
+
+// Watch returns a live pull for one message that waits up to expires (see
+// Live), and whether it made one: there was none. Receivers of a consumer
+// that has nothing to give (see Empty) share it rather than ask the
+// server again and again: the server hands it the next message as soon
+// as there is one.
+func (p *Puller) Watch(expires time.Duration) (pl *Request, made bool, err error) {
+	p.mu.Lock()
+	if pl := p.liveLocked(time.Now()); pl != nil {
 		p.mu.Unlock()
-		return nil, ErrClosed
+		return pl, false, nil
+	}
+	pl, body, err := p.newLocked(1, expires, false)
+	p.mu.Unlock()
+	if err != nil {
+		return nil, false, err
+	}
+	return pl, true, p.send(pl, body)
+}
+
+// newLocked makes a pull request and its inbox, and returns it and the
+// request's body for send.
+func (p *Puller) newLocked(batch int, expires time.Duration, noWait bool) (*Request, []byte, error) {
+	if p.closed {
+		return nil, nil, ErrClosed
 	}
 	batch = max(min(batch, p.roomLocked()-1), 1)
 	body, err := json.Marshal(struct {
@@ -146,8 +214,7 @@ func (p *Puller) Request(batch int, expires time.Duration, noWait bool) (*Reques
 		NoWait  bool          `json:"no_wait,omitempty"`
 	}{expires, batch, noWait})
 	if err != nil {
-		p.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	pl := &Request{batch: batch, sent: time.Now(), expiry: expires, ended: make(chan struct{})}
 	// An inbox of its own: the messages a pull brings carry their stream
@@ -155,8 +222,7 @@ func (p *Puller) Request(batch int, expires time.Duration, noWait bool) (*Reques
 	reply := p.c.NC.NewInbox()
 	sub, err := p.c.NC.ChanSubscribe(reply, p.in)
 	if err != nil {
-		p.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	pl.sub = sub
 	pl.forget = time.AfterFunc(expires+forgetAfter, func() {
@@ -169,14 +235,31 @@ func (p *Puller) Request(batch int, expires time.Duration, noWait bool) (*Reques
 		p.draining = true
 		go p.drain()
 	}
-	p.mu.Unlock()
-	if err := p.c.NC.PublishRequest(p.subject, reply, body); err != nil {
+	return pl, body, nil
+}
+
+// send sends pl's request; a pull whose request could not be sent ends.
+func (p *Puller) send(pl *Request, body []byte) error {
+	if err := p.c.NC.PublishRequest(p.subject, pl.sub.Subject, body); err != nil {
 		p.mu.Lock()
 		p.endLocked(pl, nil)
 		p.mu.Unlock()
-		return nil, err
+		return err
 	}
-	return pl, nil
+	return nil
+}
+
+// Empty reports whether the consumer's last answer said it had nothing
+// more to give: a pull ended with "no messages" or its expiry, or the
+// last message it brought was a first delivery with none pending after
+// it. A receiver asks an empty consumer no more (see Watch); the first
+// message a pull brings from it, or any status else, ends that. It is a
+// hint, for the cost of receiving: a message that arrives meanwhile goes
+// to a watching pull (see Watch), never missed.
+func (p *Puller) Empty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.empty
 }
 
 // roomLocked returns how many messages and statuses the live pulls may
@@ -221,10 +304,18 @@ func (p *Puller) arrive(m *nats.Msg) {
 	}
 	if status := m.Header.Get("Status"); status != "" && len(m.Data) == 0 {
 		if status != "100" { // not a heartbeat
+			// No messages, or the pull's expiry: the consumer had none to
+			// give; any other end (a leader change, say) tells nothing.
+			p.empty = status == "404" || status == "408"
 			p.endLocked(pl, pullStatusErr(status, m.Header.Get("Description")))
 		}
 		return
 	}
+	// A first delivery with none pending after it: the consumer has
+	// nothing more to give, unless a redelivery is due (one that comes
+	// says so: it may not be the last).
+	md, err := m.Metadata()
+	p.empty = err == nil && md.NumPending == 0 && md.NumDelivered == 1
 	msg := &Msg{c: p.c, msg: m}
 	if p.closed || pl.release || p.c.Check() != nil {
 		_ = msg.Nak()
@@ -274,6 +365,9 @@ func (p *Puller) endLocked(pl *Request, err error) {
 func (p *Puller) signalLocked() {
 	close(p.wake)
 	p.wake = make(chan struct{})
+	if p.bell != nil {
+		p.bell.ring()
+	}
 }
 
 // renewLocked makes sure held messages are being kept locked.
@@ -374,6 +468,15 @@ func (p *Puller) Ready() bool {
 	return ready
 }
 
+// ReadyBy reports whether Take would return a message now, and else the
+// earliest time before until at which a held-back message may be taken
+// (until if none).
+func (p *Puller) ReadyBy(until time.Time) (bool, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.readyLocked(time.Now(), until)
+}
+
 // readyLocked reports whether Take would return a message at now, and
 // else the earliest time before until at which a held-back message may
 // be taken (until if none).
@@ -453,7 +556,10 @@ func (p *Puller) Cancelled(pl *Request) {
 func (p *Puller) Live() *Request {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
+	return p.liveLocked(time.Now())
+}
+
+func (p *Puller) liveLocked(now time.Time) *Request {
 	for _, pl := range p.pulls {
 		if pl.expiry > 0 && pl.batch == 1 && !pl.release && now.Before(pl.sent.Add(pl.expiry+Slack)) {
 			return pl
