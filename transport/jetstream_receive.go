@@ -227,10 +227,34 @@ func (g *answerGrace) stop() {
 // waiting for another). full reports whether it took max messages (the
 // partition may have more), counting those it settled itself or held
 // back (see collect).
+//
+// A partition that this broker sent a message to since its consumer last
+// said it had nothing (see pull.Puller.Expecting) is not asked with a
+// pull that does not wait: on a replicated consumer its "no messages"
+// can overtake the message, which a pull that waits there got first (see
+// watched) and which the server sends only once its replicas recorded
+// the delivery; and the message reaches the queue stream a moment after
+// its send returned (it is sourced from the schedule stream). take waits
+// for it instead, with a pull that waits, for up to pull.Slack.
 func (q *jsQueue) take(ctx, ended context.Context, part *jsPartition, max int) (ds []*Delivery, full bool, err error) {
 	p := q.puller(part)
+	expected := false
+	if p.Expecting() && !p.Ready() {
+		if expires := watchFor(ctx); expires > 0 {
+			if err := p.Expect(ctx, expires, time.Now().Add(pull.Slack)); err != nil {
+				return nil, false, q.d.mapErr(err)
+			}
+			expected = true
+		}
+	}
 	hs := p.Take(max)
 	if ds := q.collect(ctx, part, p, hs); len(ds) > 0 {
+		if expected && len(hs) < max && !p.Empty() {
+			// The pull that waited brought one; the rest without waiting
+			// (it ended: what a later pull brings comes after it).
+			more, n, _ := q.pullNow(ctx, ended, part, max-len(hs))
+			return append(ds, more...), len(hs)+n == max, nil
+		}
 		return ds, len(hs) == max, nil
 	}
 	ds, n, err := q.pullNow(ctx, ended, part, max)
@@ -246,11 +270,13 @@ func (q *jsQueue) take(ctx, ended context.Context, part *jsPartition, max int) (
 // A pull for one message waits there instead (pull.Puller.Watch), shared
 // by the queue's receivers, and brings the next message as soon as the
 // server has one; a later sweep takes what it brought. A partition whose
-// watching pull this call starts stays in: what came since its last
-// answer is on the server already, and the request that does not wait,
-// sent after the watching pull, answers after that pull's message (a
-// consumer answers in order). So nothing is left on a partition thought
-// empty: either a pull waits there, or a receive asks.
+// watching pull this call starts stays in, and is asked as well (on one
+// server the consumer answers that request after the watching pull's
+// message; on a replicated consumer the answer can come first, and the
+// message goes to the next receive). A partition this broker sent to
+// since it said it had nothing stays in too: take waits there for what
+// was sent (see pull.Puller.Expecting), so a receive brings every message
+// sent through its broker before it started.
 func (q *jsQueue) watched(ctx context.Context, parts []*jsPartition) []*jsPartition {
 	expires := watchFor(ctx)
 	if expires == 0 {
@@ -259,7 +285,7 @@ func (q *jsQueue) watched(ctx context.Context, parts []*jsPartition) []*jsPartit
 	out := parts[:0]
 	for _, part := range parts {
 		p := q.puller(part)
-		if p.Empty() && !p.Ready() {
+		if p.Empty() && !p.Ready() && !p.Expecting() {
 			if _, made, err := p.Watch(expires); err == nil && !made {
 				continue
 			}
@@ -294,6 +320,7 @@ func (q *jsQueue) puller(part *jsPartition) *pull.Puller {
 	if p == nil {
 		p = pull.New(q.d.pullConn(), part.cons, q.cfg.LockDuration)
 		p.SetBell(&q.bell)
+		p.SetSends(&part.sends)
 		q.pullers[part] = p
 	}
 	return p
