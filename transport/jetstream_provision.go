@@ -464,9 +464,9 @@ type partKeep struct {
 	// The receivers' cancel record lookups, shared (see lookup.Group).
 	lookups lookup.Group
 
-	// sends counts the messages this broker sent to the partition (see
-	// pull.Puller.Expecting).
-	sends atomic.Uint64
+	// sent is the highest schedule-stream sequence of a message this
+	// broker sent to the partition (see pull.Puller.Expecting).
+	sent atomic.Uint64
 
 	// Housekeeping's, touched by the housekeeper's methods alone.
 	keep keepState

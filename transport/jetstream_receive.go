@@ -235,13 +235,22 @@ func (g *answerGrace) stop() {
 // watched) and which the server sends only once its replicas recorded
 // the delivery; and the message reaches the queue stream a moment after
 // its send returned (it is sourced from the schedule stream). take waits
-// for it instead, with a pull that waits, for up to pull.Slack.
+// for it instead, with a pull that waits, for up to pull.Slack, or until
+// ended ends (sweepGrace after another partition gave deliveries): a
+// message later than that goes to the next receive.
 func (q *jsQueue) take(ctx, ended context.Context, part *jsPartition, max int) (ds []*Delivery, full bool, err error) {
 	p := q.puller(part)
 	expected := false
 	if p.Expecting() && !p.Ready() {
 		if expires := watchFor(ctx); expires > 0 {
-			if err := p.Expect(ctx, expires, time.Now().Add(pull.Slack)); err != nil {
+			wait := ctx
+			if ended != nil {
+				var cancel context.CancelFunc
+				wait, cancel = context.WithCancel(ctx)
+				stop := context.AfterFunc(ended, cancel)
+				defer func() { stop(); cancel() }()
+			}
+			if err := p.Expect(wait, expires, time.Now().Add(pull.Slack)); err != nil {
 				return nil, false, q.d.mapErr(err)
 			}
 			expected = true
@@ -320,7 +329,7 @@ func (q *jsQueue) puller(part *jsPartition) *pull.Puller {
 	if p == nil {
 		p = pull.New(q.d.pullConn(), part.cons, q.cfg.LockDuration)
 		p.SetBell(&q.bell)
-		p.SetSends(&part.sends)
+		p.SetSent(&part.sent, sourceSeq)
 		q.pullers[part] = p
 	}
 	return p

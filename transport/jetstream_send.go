@@ -82,7 +82,7 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 		return duplicateOf(ctx, q.d, part, key), nil
 	}
 	// The next receive brings it (see pull.Puller.Expecting).
-	part.sends.Add(1)
+	raise(&part.sent, seq)
 	return SendResult{}, nil
 }
 

@@ -64,12 +64,15 @@ type Puller struct {
 	renew    *time.Timer                     // keeps held messages locked while any are held
 	closed   bool                            // its session closed: release what arrives
 	// empty: the consumer's last answer said it had nothing more to
-	// give (see Empty); emptyAt: the count of sends (see SetSends) when
-	// the request of that answer was made.
-	empty   bool
-	emptyAt uint64
-	sends   *atomic.Uint64 // sends to the consumer's stream, if set (see SetSends)
-	bell    *Bell          // rung with wake, if set (see SetBell)
+	// give (see Empty).
+	empty bool
+	// sent and seqOf, if set (see SetSent); seen: the highest of seqOf
+	// over what arrived, or sent when a pull made then expired with
+	// nothing.
+	sent  *atomic.Uint64
+	seqOf func(nats.Header) uint64
+	seen  uint64
+	bell  *Bell // rung with wake, if set (see SetBell)
 }
 
 // Bell tells one who waits on several pullers that one of them has news:
@@ -107,14 +110,15 @@ func (p *Puller) SetBell(b *Bell) {
 	p.bell = b
 }
 
-// SetSends has p read sends, a count of the messages sent to its
-// consumer's stream (bumped by the sender once the stream accepted one),
-// to tell whether one was sent since the consumer last said it had
-// nothing (see Expecting).
-func (p *Puller) SetSends(sends *atomic.Uint64) {
+// SetSent has p tell whether a message sent to its consumer's stream
+// has not come yet (see Expecting): sent is the highest sequence number
+// of a message sent (the sender raises it once the message is stored),
+// and seqOf returns that number of a message the consumer delivers (0 if
+// it has none). Sequence numbers are in the order the consumer delivers.
+func (p *Puller) SetSent(sent *atomic.Uint64, seqOf func(nats.Header) uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.sends = sends
+	p.sent, p.seqOf = sent, seqOf
 }
 
 // Request is one pull request.
@@ -124,7 +128,7 @@ type Request struct {
 	batch  int
 	got    int
 	sent   time.Time
-	sends  uint64 // the count of sends when it was made (see SetSends)
+	sentUp uint64 // the puller's sent when it was made (see SetSent)
 	expiry time.Duration
 	ended  chan struct{} // closed when the server ended it (or it was forgotten)
 	done   bool          // ended is closed (read under the puller's mu)
@@ -232,8 +236,8 @@ func (p *Puller) newLocked(batch int, expires time.Duration, noWait bool) (*Requ
 		return nil, nil, err
 	}
 	pl := &Request{batch: batch, sent: time.Now(), expiry: expires, ended: make(chan struct{})}
-	if p.sends != nil {
-		pl.sends = p.sends.Load()
+	if p.sent != nil {
+		pl.sentUp = p.sent.Load()
 	}
 	// An inbox of its own: the messages a pull brings carry their stream
 	// subjects, only its statuses the reply subject.
@@ -281,25 +285,27 @@ func (p *Puller) Empty() bool {
 }
 
 // Expecting reports whether the consumer said it had nothing (see Empty)
-// before a message was sent to its stream (see SetSends): that message is
-// on its way to the consumer, and may be in flight to a pull already. On a
-// replicated consumer the server hands a message to a waiting pull and
-// sends it only once its replicas have recorded the delivery, while it
-// answers a request that does not wait at once: "no messages" may come
-// before the message the earlier pull got. So a receive that must bring
-// what was sent before it waits for a pull (see Expect) rather than ask
-// without waiting.
+// while a message sent to its stream (see SetSent) has not come: no
+// message from at or after it arrived, and no pull made after it expired
+// empty. That message is on its way to the consumer, and may be in
+// flight to a pull already: on a replicated consumer the server hands a
+// message to a waiting pull and sends it only once its replicas recorded
+// the delivery, while it answers a request that does not wait at once, so
+// "no messages" can come before the message an earlier pull got. A
+// receive that is to bring what was sent before it waits for a pull
+// instead (see Expect). If another receiver of the consumer (another
+// process) took the message, the expectation lasts until a later message
+// arrives or a pull expires empty.
 func (p *Puller) Expecting() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.empty && p.sends != nil && p.sends.Load() > p.emptyAt
+	return p.empty && p.sent != nil && p.sent.Load() > p.seen
 }
 
 // Expect waits, until ctx ends, the broker closes, or until passes, for
-// the message a send brought while the consumer had nothing (see
-// Expecting), with a pull for one message (or the one live already, see
-// Watch) that waits up to expires. It returns once that pull ended: its
-// message, if any, is left to take.
+// the message that Expecting says is on its way, with a pull for one
+// message (or the one live already, see Watch) that waits up to expires.
+// It returns once that pull ended: its message, if any, is left to take.
 func (p *Puller) Expect(ctx context.Context, expires time.Duration, until time.Time) error {
 	pl, _, err := p.Watch(expires)
 	if err != nil {
@@ -307,15 +313,6 @@ func (p *Puller) Expect(ctx context.Context, expires time.Duration, until time.T
 	}
 	p.WaitEnd(ctx, pl, until)
 	return nil
-}
-
-// setEmptyLocked records what pl's answer said: the consumer had nothing
-// more to give, or not.
-func (p *Puller) setEmptyLocked(pl *Request, empty bool) {
-	p.empty = empty
-	if empty {
-		p.emptyAt = pl.sends
-	}
 }
 
 // roomLocked returns how many messages and statuses the live pulls may
@@ -362,7 +359,12 @@ func (p *Puller) arrive(m *nats.Msg) {
 		if status != "100" { // not a heartbeat
 			// No messages, or the pull's expiry: the consumer had none to
 			// give; any other end (a leader change, say) tells nothing.
-			p.setEmptyLocked(pl, status == "404" || status == "408")
+			p.empty = status == "404" || status == "408"
+			if status == "408" && pl.sentUp > p.seen {
+				// A pull that waited its whole life with nothing: what was
+				// sent before it was made came, to it or to another.
+				p.seen = pl.sentUp
+			}
 			p.endLocked(pl, pullStatusErr(status, m.Header.Get("Description")))
 		}
 		return
@@ -371,7 +373,10 @@ func (p *Puller) arrive(m *nats.Msg) {
 	// nothing more to give, unless a redelivery is due (one that comes
 	// says so: it may not be the last).
 	md, err := m.Metadata()
-	p.setEmptyLocked(pl, err == nil && md.NumPending == 0 && md.NumDelivered == 1)
+	p.empty = err == nil && md.NumPending == 0 && md.NumDelivered == 1
+	if p.seqOf != nil {
+		p.seen = max(p.seen, p.seqOf(m.Header))
+	}
 	msg := &Msg{c: p.c, msg: m}
 	if p.closed || pl.release || p.c.Check() != nil {
 		_ = msg.Nak()
