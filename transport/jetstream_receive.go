@@ -284,8 +284,9 @@ func (q *jsQueue) take(ctx, ended context.Context, part *jsPartition, max int) (
 // message; on a replicated consumer the answer can come first, and the
 // message goes to the next receive). A partition this broker sent to
 // since it said it had nothing stays in too: take waits there for what
-// was sent (see pull.Puller.Expecting), so a receive brings every message
-// sent through its broker before it started.
+// was sent (see pull.Puller.Expecting), so a receive brings a message
+// sent through its broker, before it started, to a partition that had
+// nothing.
 func (q *jsQueue) watched(ctx context.Context, parts []*jsPartition) []*jsPartition {
 	expires := watchFor(ctx)
 	if expires == 0 {
@@ -329,7 +330,11 @@ func (q *jsQueue) puller(part *jsPartition) *pull.Puller {
 	if p == nil {
 		p = pull.New(q.d.pullConn(), part.cons, q.cfg.LockDuration)
 		p.SetBell(&q.bell)
-		p.SetSent(&part.sent, sourceSeq)
+		if q.topic == nil {
+			// Not a subscription's: its consumer's filter may pass over
+			// what was sent.
+			p.SetSent(&part.sent, sourceSeq)
+		}
 		q.pullers[part] = p
 	}
 	return p
