@@ -182,7 +182,9 @@ func keyInPartition(prefix string, p, n int, not bool) string {
 // backlog is full holds back only its own partition: the workers go on
 // receiving from the others, so keys there are handled while the hot
 // key's steps all wait; once they end, the hot key's burst is handled,
-// each message once.
+// each message once. (Another key's message follows each of the hot
+// key's in its partition, so that every batch with a hot message has
+// another key's waiting behind it: the limit applies.)
 func TestKeyLimitPartitioned(t *testing.T) {
 	t.Parallel()
 	const (
@@ -193,6 +195,7 @@ func TestKeyLimitPartitioned(t *testing.T) {
 	)
 	p := newKLProbe()
 	hotKey := keyInPartition("hot", 0, parts, false)
+	behind := keyInPartition("behind", 0, parts, false)
 	p.gated[hotKey] = true
 	qcfg := transport.QueueConfig{Name: "keylimit-parts", Partitions: parts}
 	n, _ := queueOnNewServer(t, qcfg)
@@ -201,6 +204,9 @@ func TestKeyLimitPartitioned(t *testing.T) {
 		saga.WithHooks(p.countHooks()))
 	for i := range hot {
 		if _, err := disp.Send(ctxFor(t), klStep{Key: hotKey, ID: fmt.Sprint("hot-", i)}, saga.WithPartitionKey(hotKey)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := disp.Send(ctxFor(t), klStep{Key: behind, ID: fmt.Sprint("behind-", i)}, saga.WithPartitionKey(behind)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -238,7 +244,7 @@ func TestKeyLimitPartitioned(t *testing.T) {
 		defer p.mu.Unlock()
 		done := 0
 		for k, c := range p.done {
-			if k != hotKey {
+			if k != hotKey && k != behind {
 				done += c
 			}
 		}
@@ -249,8 +255,8 @@ func TestKeyLimitPartitioned(t *testing.T) {
 	})
 	close(p.gate)
 	testutil.Await(t, 30*time.Second, func() string {
-		if n := p.get(func() int { return p.done[hotKey] }); n != hot {
-			return fmt.Sprintf("%d of %d hot steps done", n, hot)
+		if n, b := p.get(func() int { return p.done[hotKey] }), p.get(func() int { return p.done[behind] }); n != hot || b != hot {
+			return fmt.Sprintf("%d of %d hot steps done, %d of %d behind them", n, hot, b, hot)
 		}
 		return ""
 	})
@@ -271,11 +277,13 @@ func TestKeyLimitPartitioned(t *testing.T) {
 // Deliveries set aside for a key at its limit keep their locks: with a
 // one-second lock, a burst of one key handled one step at a time, each
 // step half the lock long, waits set aside for more than three locks,
-// and no message is delivered twice.
+// and no message is delivered twice. (Each batch of the two workers ends
+// with another key's message, waiting behind the hot ones: the limit
+// applies.)
 func TestKeyLimitKeepsLocks(t *testing.T) {
 	t.Parallel()
 	const (
-		burst = 8
+		burst = 8 // two batches of 4 and another key's message each
 		lock  = time.Second
 	)
 	p := newKLProbe()
@@ -283,18 +291,24 @@ func TestKeyLimitKeepsLocks(t *testing.T) {
 	qcfg := transport.QueueConfig{Name: "keylimit-lock", LockDuration: lock}
 	n, _ := queueOnNewServer(t, qcfg)
 	disp := n.dispatcher(t, nil, qcfg.Name, saga.WithSagas(klSaga("keylimit-lock", p)), saga.WithQueueConfig(qcfg),
-		saga.WithKeyLimit(1), saga.WithConcurrency(4), saga.WithReceiveBatch(burst),
+		saga.WithKeyLimit(1), saga.WithConcurrency(2), saga.WithReceiveBatch(burst/2+1),
 		saga.WithHooks(p.countHooks()))
 	for i := range burst {
 		if _, err := disp.Send(ctxFor(t), klStep{Key: "hot", ID: fmt.Sprint("hot-", i)}, saga.WithPartitionKey("hot")); err != nil {
 			t.Fatal(err)
 		}
+		if i%(burst/2) == burst/2-1 {
+			key := fmt.Sprint("other-", i)
+			if _, err := disp.Send(ctxFor(t), klStep{Key: key, ID: key}, saga.WithPartitionKey(key)); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	start := time.Now()
 	run(t, disp)
 	testutil.Await(t, 30*time.Second, func() string {
-		if n := p.get(func() int { return len(p.counts) }); n < burst {
-			return fmt.Sprintf("%d of %d steps done", n, burst)
+		if n := p.get(func() int { return len(p.counts) }); n < burst+2 {
+			return fmt.Sprintf("%d of %d steps done", n, burst+2)
 		}
 		return ""
 	})
@@ -306,8 +320,8 @@ func TestKeyLimitKeepsLocks(t *testing.T) {
 	if p.most["hot"] != 1 {
 		t.Errorf("up to %d steps in flight, want 1", p.most["hot"])
 	}
-	if p.done["hot"] != burst || !slices.Equal(p.counts, slices.Repeat([]int{1}, burst)) {
-		t.Errorf("%d steps done with delivery counts %v, want %d, each delivered once", p.done["hot"], p.counts, burst)
+	if p.done["hot"] != burst || !slices.Equal(p.counts, slices.Repeat([]int{1}, burst+2)) {
+		t.Errorf("%d hot steps done, delivery counts %v; want %d, and each of the %d messages delivered once", p.done["hot"], p.counts, burst, burst+2)
 	}
 }
 

@@ -12,7 +12,9 @@
 //     the definition): its timeouts and messages go to the tenant's
 //     partition;
 //  3. a key limit (saga.WithKeyLimit): at most that many steps of one
-//     tenant run at once, so a burst cannot take every concurrency slot.
+//     tenant run at once while another tenant's message waits for a
+//     slot, so a burst cannot keep the others out (alone, it takes every
+//     slot).
 //
 // go run ./examples/tenants/demo plays one noisy tenant and ten quiet
 // ones on both layouts and prints how late each tenant's reminders were.
@@ -87,12 +89,12 @@ type Layout struct {
 	// Partitions of the dispatcher's queue (fixed when the queue is
 	// created). 1 is the default layout.
 	Partitions int
-	// KeyLimit is how many steps of one tenant run at once; 0: no limit.
-	// It is a cap: a tenant alone still runs no more than that many.
+	// KeyLimit is how many steps of one tenant run at once while another
+	// tenant's message waits for a slot; 0: no limit. A tenant alone runs
+	// up to Concurrency (see saga.WithKeyLimit).
 	KeyLimit int
 	// Concurrency is how many steps run at once (saga.WithConcurrency);
-	// 0: the dispatcher's default, 8. With a key limit, the key limit
-	// plus the slots the other tenants need.
+	// 0: the dispatcher's default, 8.
 	Concurrency int
 }
 
