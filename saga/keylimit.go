@@ -9,26 +9,35 @@ import (
 	"github.com/jetsaga/jetsaga/transport"
 )
 
-// WithKeyLimit allows at most n steps in flight at once, on this
-// dispatcher, for the messages of one PartitionKey (a tenant's, see
-// PartitionKeyBy): a tenant whose work floods the queue takes at most n
-// of the concurrency slots (WithConcurrency), and the other tenants'
-// messages take the rest. Messages without a key are not limited.
-// Default: 0, no limit.
+// WithKeyLimit limits, on this dispatcher, the steps in flight at once
+// for the messages of one PartitionKey (a tenant's, see PartitionKeyBy)
+// to n while other keys' messages wait for a concurrency slot: a tenant
+// whose work floods the queue then takes at most n of the slots
+// (WithConcurrency), and the other tenants' messages take the rest.
+// The limit is work-conserving: while no other key's message waits for a
+// slot, a key may run more than n steps at once (a tenant alone uses
+// every slot, as without the option), and as soon as another key's
+// message waits, the limit applies again to the key's new steps (those
+// already running finish; none is stopped). A message waits for a slot
+// from when a worker received it (it may sit behind others in the
+// worker's batch) until its step starts. Messages without a key are not
+// limited, and count as another key's. Default: 0, no limit.
 //
 // A worker never waits for a key at its limit: it sets the delivery
 // aside, keeping its lock (renewed as a step's would be), and handles
 // the next one; the delivery is handled, in the order it was received
-// among its key's, as soon as one of its key's steps ends. When
+// among its key's, when one of its key's steps ends and the key is below
+// its limit or no other key's message waits. When
 // KeyLimitBacklog(concurrency, batch) deliveries of one partition of the
 // queue are set aside, the workers stop receiving from that partition
-// (transport.Queue.ReceiveFrom) until one is taken, and go on receiving
-// from the others: a tenant's burst holds back its own partition, not the
-// queue; on a queue of one partition they stop receiving. So no more than
-// that many per partition are buffered (the batches the workers hold
-// already may add one batch per worker, and timeouts held until their
-// due time up to the 4096 Run holds at once). Set-aside deliveries that
-// Run's end finds are abandoned, for redelivery at once.
+// (transport.Queue.ReceiveFrom) until half of them have been taken, and
+// go on receiving from the others: a tenant's burst holds back its own
+// partition, not the queue; on a queue of one partition they stop
+// receiving. So no more than that many per partition are buffered (the
+// batches the workers hold already may add one batch per worker, and
+// timeouts held until their due time up to the 4096 Run holds at once).
+// Set-aside deliveries that Run's end finds are abandoned, for
+// redelivery at once.
 //
 // The limit is per dispatcher: n in flight on each of several
 // dispatchers of one queue. The key is the delivered message's
@@ -46,7 +55,8 @@ func WithKeyLimit(n int) Option {
 
 // KeyLimitBacklog is how many deliveries of one partition a dispatcher
 // with WithKeyLimit sets aside at most before its workers stop receiving
-// from that partition: two batches per worker.
+// from that partition (they receive from it again once half of them
+// have been taken): two batches per worker.
 func KeyLimitBacklog(concurrency, batch int) int { return 2 * concurrency * batch }
 
 // keyLimiter counts the steps in flight per key and keeps the deliveries
@@ -58,8 +68,14 @@ type keyLimiter struct {
 	inFlight map[string]int
 	aside    map[string][]asideDelivery // per key, in the order received
 	byPart   map[int]int                // set aside, per partition of the delivery's sequence number
-	room     chan struct{}              // closed when a partition's count drops below backlog
+	heldBack map[int]bool               // partitions not received from: their backlog filled, and has not halved since
+	room     chan struct{}              // closed when a partition held back has room again
 	closed   bool                       // Run ended: set aside nothing more
+	// Admitted deliveries waiting for a concurrency slot, per key and in
+	// all (see waitSlot): while another key's wait, a key is held to its
+	// limit.
+	waiting  map[string]int
+	waitings int
 }
 
 type asideDelivery struct {
@@ -72,20 +88,64 @@ func newKeyLimiter(limit, backlog int) *keyLimiter {
 	if limit <= 0 {
 		return nil
 	}
-	return &keyLimiter{limit: limit, backlog: backlog, inFlight: make(map[string]int), aside: make(map[string][]asideDelivery), byPart: make(map[int]int)}
+	return &keyLimiter{limit: limit, backlog: backlog, inFlight: make(map[string]int), aside: make(map[string][]asideDelivery),
+		byPart: make(map[int]int), heldBack: make(map[int]bool), waiting: make(map[string]int)}
+}
+
+// resume is how many set aside, of a partition held back, let the
+// workers receive from it again: half the backlog. Resuming at the first
+// one taken had them receive a batch or two, fill the backlog again and
+// stop, over and over.
+func (l *keyLimiter) resume() int { return l.backlog / 2 }
+
+// waitSlot counts a delivery of key admitted (see admit) and waiting for
+// a concurrency slot; gotSlot counts it out once it has one (or gave up).
+func (l *keyLimiter) waitSlot(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waiting[key]++
+	l.waitings++
+}
+
+func (l *keyLimiter) gotSlot(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waiting[key]--; l.waiting[key] <= 0 {
+		delete(l.waiting, key)
+	}
+	l.waitings--
+}
+
+// othersWaitLocked reports whether a message of a key other than key
+// waits for a slot: admitted ones (see waitSlot), and those of rest, the
+// rest of the batch a worker handles in order.
+func (l *keyLimiter) othersWaitLocked(key string, rest []*transport.Delivery) bool {
+	if l.waitings > l.waiting[key] {
+		return true
+	}
+	for _, d := range rest {
+		if d.PartitionKey != key {
+			return true
+		}
+	}
+	return false
 }
 
 // admit reports whether del, of key, may be handled now, counting it in
 // flight; if not, it is set aside (or, once Run ended, abandon is
-// true: the caller abandons it).
-func (l *keyLimiter) admit(del *transport.Delivery, h holdPlan) (ok, abandon bool) {
+// true: the caller abandons it). rest is the rest of del's batch, which
+// waits behind it in its worker. A key below its limit is admitted; one
+// at it or over it too while no other key's message waits for a slot
+// (see WithKeyLimit), unless some of its deliveries are set aside already
+// (they go first).
+func (l *keyLimiter) admit(del *transport.Delivery, h holdPlan, rest []*transport.Delivery) (ok, abandon bool) {
 	key := del.PartitionKey
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if key == "" {
 		return true, false
 	}
-	if l.inFlight[key] < l.limit {
+	if len(l.aside[key]) == 0 && (l.inFlight[key] < l.limit || !l.othersWaitLocked(key, rest)) {
 		l.inFlight[key]++
 		return true, false
 	}
@@ -93,7 +153,10 @@ func (l *keyLimiter) admit(del *transport.Delivery, h holdPlan) (ok, abandon boo
 		return false, true
 	}
 	l.aside[key] = append(l.aside[key], asideDelivery{del: del, h: h, lock: time.Until(del.LockedUntil())})
-	l.byPart[transport.Partition(del.Seq)]++
+	p := transport.Partition(del.Seq)
+	if l.byPart[p]++; l.byPart[p] >= l.backlog {
+		l.heldBack[p] = true
+	}
 	return false, false
 }
 
@@ -106,7 +169,8 @@ func (l *keyLimiter) release(key string) (asideDelivery, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	q := l.aside[key]
-	if len(q) == 0 || l.closed {
+	if len(q) == 0 || l.closed || (l.inFlight[key] > l.limit && l.othersWaitLocked(key, nil)) {
+		// Over its limit while others wait: the step is not replaced.
 		if l.inFlight[key]--; l.inFlight[key] <= 0 {
 			delete(l.inFlight, key) // a million keys seen once cost nothing after
 		}
@@ -120,20 +184,23 @@ func (l *keyLimiter) release(key string) (asideDelivery, bool) {
 		l.aside[key] = q
 	}
 	p := transport.Partition(next.del.Seq)
-	full := l.byPart[p] >= l.backlog
 	if l.byPart[p]--; l.byPart[p] <= 0 {
 		delete(l.byPart, p)
 	}
-	if full && l.byPart[p] < l.backlog && l.room != nil {
-		close(l.room) // a partition held back has room again
-		l.room = nil
+	if l.heldBack[p] && l.byPart[p] <= l.resume() {
+		delete(l.heldBack, p)
+		if l.room != nil {
+			close(l.room) // a partition held back has room again
+			l.room = nil
+		}
 	}
 	return next, true
 }
 
 // waitRoom waits, before a worker receives from a queue or subscription
-// of parts partitions, until fewer than the backlog of one of them are
-// set aside, and returns those partitions (nil: all of them; see
+// of parts partitions, until one of them is not held back (a partition
+// is held back once the backlog of its deliveries is set aside, until
+// half of them have been taken), and returns those partitions (nil: all of them; see
 // WithKeyLimit) and, if it left some out, a channel closed when one of
 // those has room again; false if ctx ended first. Partitions are told
 // apart by number only, so a subscription's partition is held back with
@@ -161,12 +228,12 @@ func (l *keyLimiter) waitRoom(ctx context.Context, parts int) (from []int, wake 
 	}
 }
 
-// roomLocked returns the partitions, of parts, with fewer than the
-// backlog set aside: nil if that is all of them.
+// roomLocked returns the partitions, of parts, not held back: nil if
+// that is all of them.
 func (l *keyLimiter) roomLocked(parts int) []int {
 	full := 0
-	for p, n := range l.byPart {
-		if p < parts && n >= l.backlog {
+	for p := range l.heldBack {
+		if p < parts {
 			full++
 		}
 	}
@@ -175,7 +242,7 @@ func (l *keyLimiter) roomLocked(parts int) []int {
 	}
 	from := make([]int, 0, parts-full)
 	for p := range parts {
-		if l.byPart[p] < l.backlog {
+		if !l.heldBack[p] {
 			from = append(from, p)
 		}
 	}
@@ -228,6 +295,7 @@ func (l *keyLimiter) close() []*transport.Delivery {
 		delete(l.aside, key)
 	}
 	clear(l.byPart)
+	clear(l.heldBack)
 	if l.room != nil {
 		close(l.room)
 		l.room = nil
@@ -249,15 +317,20 @@ func renewEvery(lock time.Duration) time.Duration {
 // waits); if ctx ends first, del is abandoned.
 func (r *runner) dispatch(ctx context.Context, slots chan struct{}, del *transport.Delivery, h holdPlan, rest []*transport.Delivery, lock time.Duration) {
 	if r.keys != nil {
-		ok, abandon := r.keys.admit(del, h)
+		ok, abandon := r.keys.admit(del, h, rest)
 		if abandon {
 			r.d.abandonUnstarted(r.work, del)
 		}
 		if !ok {
 			return
 		}
+		r.keys.waitSlot(del.PartitionKey)
 	}
-	if !r.takeRenewing(ctx, slots, del, rest, lock) {
+	took := r.takeRenewing(ctx, slots, del, rest, lock)
+	if r.keys != nil {
+		r.keys.gotSlot(del.PartitionKey)
+	}
+	if !took {
 		r.d.abandonUnstarted(r.work, del) // Run stops
 		if r.keys != nil {
 			r.next(slots, del.PartitionKey)
@@ -278,7 +351,9 @@ func (r *runner) next(slots chan struct{}, key string) {
 				// A step starts with most of a lock, as it would from a batch.
 				_ = a.del.RenewLock(r.work)
 			}
+			r.keys.waitSlot(key)
 			r.take(slots)
+			r.keys.gotSlot(key)
 			r.handle(slots, a.del, a.h, nil)
 			r.next(slots, key)
 		})

@@ -192,6 +192,7 @@ type jsQueue struct {
 	mu       sync.Mutex
 	sessions map[string]jetstream.Consumer
 	pullers  map[*jsPartition]*pull.Puller // see pull.Puller
+	bell     pull.Bell                     // rung by every puller (see waitAny)
 	rr       atomic.Uint32                 // turns of receives over the partitions (see gather)
 
 	lastPullWarn   atomic.Int64 // unix nanos of the last "pull failed" log

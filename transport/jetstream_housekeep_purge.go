@@ -5,8 +5,10 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -54,18 +56,8 @@ func (h *housekeeper) peekSourced(ctx context.Context, q *jsQueue, part *jsParti
 // and the time it was enqueued there. Sourcing is in order, so every copy
 // below it has reached the queue too.
 func (h *housekeeper) noteSourced(part *jsPartition, src string, enqueued time.Time) {
-	// The second field, without splitting the header (one allocation per
-	// delivered message otherwise).
-	_, rest, ok := strings.Cut(strings.TrimLeft(src, " "), " ")
-	if !ok {
-		return
-	}
-	rest = strings.TrimLeft(rest, " ")
-	if i := strings.IndexByte(rest, ' '); i >= 0 {
-		rest = rest[:i]
-	}
-	seq, err := strconv.ParseUint(rest, 10, 64)
-	if err != nil {
+	seq := sourcedSeq(src)
+	if seq == 0 {
 		return
 	}
 	k := &part.keep
@@ -125,4 +117,38 @@ func (h *housekeeper) maybePurge(ctx context.Context, q *jsQueue, part *jsPartit
 type checkpoint struct {
 	seq uint64
 	at  time.Time
+}
+
+// sourcedSeq returns the schedule-stream sequence in a Nats-Stream-Source
+// header ("<stream> <seq> ..."), or 0.
+func sourcedSeq(src string) uint64 {
+	// The second field, without splitting the header (one allocation per
+	// delivered message otherwise).
+	_, rest, ok := strings.Cut(strings.TrimLeft(src, " "), " ")
+	if !ok {
+		return 0
+	}
+	rest = strings.TrimLeft(rest, " ")
+	if i := strings.IndexByte(rest, ' '); i >= 0 {
+		rest = rest[:i]
+	}
+	seq, err := strconv.ParseUint(rest, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return seq
+}
+
+// sourceSeq returns the schedule-stream sequence of a delivered message,
+// from its header (see sourcedSeq).
+func sourceSeq(h nats.Header) uint64 { return sourcedSeq(h.Get(natsStreamSource)) }
+
+// raise sets v to n if n is higher.
+func raise(v *atomic.Uint64, n uint64) {
+	for {
+		cur := v.Load()
+		if n <= cur || v.CompareAndSwap(cur, n) {
+			return
+		}
+	}
 }

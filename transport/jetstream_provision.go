@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -462,6 +463,10 @@ type partKeep struct {
 
 	// The receivers' cancel record lookups, shared (see lookup.Group).
 	lookups lookup.Group
+
+	// sent is the highest schedule-stream sequence of a message this
+	// broker sent to the partition (see pull.Puller.Expecting).
+	sent atomic.Uint64
 
 	// Housekeeping's, touched by the housekeeper's methods alone.
 	keep keepState

@@ -134,6 +134,7 @@ func (q *jsQueue) sweep(ctx context.Context, max int, all []*jsPartition, start 
 	for i := range all {
 		parts = append(parts, all[(start+i)%len(all)])
 	}
+	parts = q.watched(ctx, parts)
 	type taken struct {
 		ds   []*Delivery
 		full bool
@@ -226,14 +227,96 @@ func (g *answerGrace) stop() {
 // waiting for another). full reports whether it took max messages (the
 // partition may have more), counting those it settled itself or held
 // back (see collect).
+//
+// A partition that this broker sent a message to since its consumer last
+// said it had nothing (see pull.Puller.Expecting) is not asked with a
+// pull that does not wait: on a replicated consumer its "no messages"
+// can overtake the message, which a pull that waits there got first (see
+// watched) and which the server sends only once its replicas recorded
+// the delivery; and the message reaches the queue stream a moment after
+// its send returned (it is sourced from the schedule stream). take waits
+// for it instead, with a pull that waits, for up to pull.Slack, or until
+// ended ends (sweepGrace after another partition gave deliveries): a
+// message later than that goes to the next receive.
 func (q *jsQueue) take(ctx, ended context.Context, part *jsPartition, max int) (ds []*Delivery, full bool, err error) {
 	p := q.puller(part)
+	expected := false
+	if p.Expecting() && !p.Ready() {
+		if expires := watchFor(ctx); expires > 0 {
+			wait := ctx
+			if ended != nil {
+				var cancel context.CancelFunc
+				wait, cancel = context.WithCancel(ctx)
+				stop := context.AfterFunc(ended, cancel)
+				defer func() { stop(); cancel() }()
+			}
+			if err := p.Expect(wait, expires, time.Now().Add(pull.Slack)); err != nil {
+				return nil, false, q.d.mapErr(err)
+			}
+			expected = true
+		}
+	}
 	hs := p.Take(max)
 	if ds := q.collect(ctx, part, p, hs); len(ds) > 0 {
+		if expected && len(hs) < max && !p.Empty() {
+			// The pull that waited brought one; the rest without waiting
+			// (it ended: what a later pull brings comes after it).
+			more, n, _ := q.pullNow(ctx, ended, part, max-len(hs))
+			return append(ds, more...), len(hs)+n == max, nil
+		}
 		return ds, len(hs) == max, nil
 	}
 	ds, n, err := q.pullNow(ctx, ended, part, max)
 	return ds, n == max, err
+}
+
+// watched returns parts less those that a receive over several
+// partitions need not ask now: a partition whose consumer said it has
+// nothing (see pull.Puller.Empty) and whose puller holds nothing for it
+// is not asked again on every sweep, which on a queue of many quiet
+// partitions was a request per partition per receive (and a share of the
+// receive's batch each, which the busy partitions then asked for again).
+// A pull for one message waits there instead (pull.Puller.Watch), shared
+// by the queue's receivers, and brings the next message as soon as the
+// server has one; a later sweep takes what it brought. A partition whose
+// watching pull this call starts stays in, and is asked as well (on one
+// server the consumer answers that request after the watching pull's
+// message; on a replicated consumer the answer can come first, and the
+// message goes to the next receive). A partition this broker sent to
+// since it said it had nothing stays in too: take waits there for what
+// was sent (see pull.Puller.Expecting), so a receive brings a message
+// sent through its broker, before it started, to a partition that had
+// nothing.
+func (q *jsQueue) watched(ctx context.Context, parts []*jsPartition) []*jsPartition {
+	expires := watchFor(ctx)
+	if expires == 0 {
+		return parts
+	}
+	out := parts[:0]
+	for _, part := range parts {
+		p := q.puller(part)
+		if p.Empty() && !p.Ready() && !p.Expecting() {
+			if _, made, err := p.Watch(expires); err == nil && !made {
+				continue
+			}
+		}
+		out = append(out, part)
+	}
+	return out
+}
+
+// watchFor returns how long a pull that waits on a partition may wait in
+// a receive of ctx (pullWait, less near ctx's deadline), or 0 if too
+// short to be worth a request.
+func watchFor(ctx context.Context) time.Duration {
+	expires := pullWait
+	if dl, ok := ctx.Deadline(); ok {
+		expires = min(expires, time.Until(dl)-pullGuard)
+	}
+	if expires < minPull {
+		return 0
+	}
+	return expires
 }
 
 // puller returns the puller of part's consumer (see pull.Puller).
@@ -246,6 +329,12 @@ func (q *jsQueue) puller(part *jsPartition) *pull.Puller {
 	p := q.pullers[part]
 	if p == nil {
 		p = pull.New(q.d.pullConn(), part.cons, q.cfg.LockDuration)
+		p.SetBell(&q.bell)
+		if q.topic == nil {
+			// Not a subscription's: its consumer's filter may pass over
+			// what was sent.
+			p.SetSent(&part.sent, sourceSeq)
+		}
 		q.pullers[part] = p
 	}
 	return p
@@ -362,14 +451,12 @@ func (q *jsQueue) pullOne(ctx context.Context, p *pull.Puller, wait time.Duratio
 // receiver is stopping, and what they bring is released at once. After a
 // deadline waitAny waits for the pulls' ends as pullOne does.
 func (q *jsQueue) waitAny(ctx context.Context, parts []*jsPartition) error {
-	expires := pullWait
-	if dl, ok := ctx.Deadline(); ok {
-		expires = min(expires, time.Until(dl)-pullGuard)
-	}
-	if expires < minPull {
+	expires := watchFor(ctx)
+	if expires == 0 {
 		// Too short a pull to be worth a request: wait out the rest.
 		p := q.puller(parts[0])
-		p.Wait(ctx, nil, time.Now().Add(max(expires+pullGuard, 0)))
+		dl, _ := ctx.Deadline()
+		p.Wait(ctx, nil, dl)
 		return nil
 	}
 	type live struct {
@@ -379,38 +466,54 @@ func (q *jsQueue) waitAny(ctx context.Context, parts []*jsPartition) error {
 	pulls := make([]live, 0, len(parts))
 	for _, part := range parts {
 		p := q.puller(part)
-		pl := p.Live()
-		if pl == nil {
-			var err error
-			if pl, err = p.Request(1, expires, false); err != nil {
-				if ctx.Err() != nil || q.d.check() != nil {
-					break // the caller reports why it stopped
-				}
-				for _, l := range pulls {
-					l.p.Cancelled(l.pl)
-				}
-				return q.d.mapErr(err)
+		pl, _, err := p.Watch(expires)
+		if err != nil {
+			if ctx.Err() != nil || q.d.check() != nil {
+				break // the caller reports why it stopped
 			}
+			for _, l := range pulls {
+				l.p.Cancelled(l.pl)
+			}
+			return q.d.mapErr(err)
 		}
 		pulls = append(pulls, live{p, pl})
 	}
 	// The first wait to end with a message, or with its pull's expiry,
 	// ends the others (a pull that failed at once does not: the others
-	// may still bring one): a context of their own, whose end releases
-	// nothing.
-	any, stop := context.WithCancel(context.WithoutCancel(ctx))
-	defer stop()
-	defer context.AfterFunc(ctx, stop)()
-	var wg sync.WaitGroup
-	for _, l := range pulls {
-		wg.Go(func() {
-			l.p.Wait(any, l.pl, l.pl.Expires().Add(pull.Slack))
-			if ended, err := l.pl.Ended(); !ended || err == nil || l.p.Ready() {
-				stop()
+	// may still bring one). One wait on the queue's bell, which every
+	// puller rings, rather than a goroutine per partition: the receivers
+	// of a quiet queue all wait here, and each message wakes them.
+	done := q.d.pullConn().Done
+	for ctx.Err() == nil && q.d.check() == nil {
+		bell := q.bell.C()
+		stop, failed := false, true
+		next := time.Time{}
+		for _, l := range pulls {
+			until := l.pl.Expires().Add(pull.Slack)
+			ready, at := l.p.ReadyBy(until)
+			ended, err := l.pl.Ended()
+			if ready || (ended && err == nil) || !time.Now().Before(until) {
+				stop = true
 			}
-		})
+			if !ended || err == nil {
+				failed = false
+			}
+			if next.IsZero() || at.Before(next) {
+				next = at
+			}
+		}
+		if stop || failed {
+			break
+		}
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-bell:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-done:
+		}
+		t.Stop()
 	}
-	wg.Wait()
 	switch {
 	case stopping(ctx):
 		for _, l := range pulls {

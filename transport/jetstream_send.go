@@ -81,6 +81,8 @@ func (q *jsQueue) send(ctx context.Context, m *Message, p int) (SendResult, erro
 	if dup {
 		return duplicateOf(ctx, q.d, part, key), nil
 	}
+	// The next receive brings it (see pull.Puller.Expecting).
+	raise(&part.sent, seq)
 	return SendResult{}, nil
 }
 

@@ -270,8 +270,18 @@ func (q *Queue) Browse(ctx context.Context, from uint64) iter.Seq2[*Message, err
 // messages, starting at the partition after the one the previous Receive
 // on the Queue started at: a partition with a burst gives its share and
 // no more while others have messages, the others' shares go to it when
-// they have none. On a session queue it returns ErrSessionRequired: use
-// AcceptSession.
+// they have none. On JetStream a partition whose consumer last said it
+// had nothing is not asked again on each Receive: one pull waits there,
+// shared by the Queue's receivers and renewed every second, and brings
+// its next message (a send, an activated schedule or a redelivery) as
+// soon as the server has it, for the next Receive to take — a quiet
+// partition costs about two requests a second, not one per Receive. A
+// message sent through the same Broker to such a partition before the
+// Receive is waited for there (on a replicated stream it reaches the
+// consumer a moment after Send returns), up to 100 ms once another
+// partition gave messages, else up to a second; one sent by another
+// process comes with the pull that waits there, by the next Receive. On a
+// session queue it returns ErrSessionRequired: use AcceptSession.
 func (q *Queue) Receive(ctx context.Context, max int) ([]*Delivery, error) {
 	return q.receive(ctx, max, nil)
 }

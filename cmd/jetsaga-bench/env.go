@@ -39,10 +39,12 @@ type config struct {
 	burstProfile string
 	svgDir       string
 	// millionParts is the partition count of the million bench's queue.
-	millionParts  int
-	noisyParts    int
-	noisyKeyLimit int
-	noisyLevels   string
+	millionParts     int
+	noisyParts       int
+	noisyKeyLimit    int
+	noisyConcurrency int
+	noisyLevels      string
+	noisyQuiet       bool
 	// millionNoWait: the million bench's receivers complete with
 	// CompleteNoWait instead of Complete.
 	millionNoWait bool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -124,6 +125,7 @@ type firings struct {
 	broker  []time.Duration // enqueued - due
 	e2e     []time.Duration // received - due
 	lag     []time.Duration // received - enqueued
+	dues    []time.Time     // due, in the order of e2e
 	lastAt  time.Time       // the latest received
 	pubLate atomic.Int64    // schedules whose publish returned after their due time
 }
@@ -144,6 +146,7 @@ func (f *firings) add(n int, id string, due, enqueued, received time.Time) bool 
 	f.broker = append(f.broker, enqueued.Sub(due))
 	f.e2e = append(f.e2e, received.Sub(due))
 	f.lag = append(f.lag, received.Sub(enqueued))
+	f.dues = append(f.dues, due)
 	if received.After(f.lastAt) {
 		f.lastAt = received
 	}
@@ -155,6 +158,28 @@ func (f *firings) last() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.lastAt
+}
+
+// bySecond returns the p99 of received − due of the firings due in each
+// second from t0 (the first due in [t0, t0+1s), and so on), up to the
+// last second with any.
+func (f *firings) bySecond(t0 time.Time) []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var secs [][]time.Duration
+	for i, due := range f.dues {
+		s := max(0, int(due.Sub(t0)/time.Second))
+		for len(secs) <= s {
+			secs = append(secs, nil)
+		}
+		secs[s] = append(secs[s], f.e2e[i])
+	}
+	out := make([]time.Duration, len(secs))
+	for i, ds := range secs {
+		slices.Sort(ds)
+		out[i] = percentile(ds, 99)
+	}
+	return out
 }
 
 func (f *firings) summary(n int, ds []time.Duration) *Latency {

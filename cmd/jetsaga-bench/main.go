@@ -54,7 +54,7 @@ var benches = []bench{
 var optInBenches = []bench{
 	{"million", "1M × -n pending timeouts due within -spread, each side in its own process: schedule rate, RSS, cancel latency, burst drain (P4, P7)", benchMillion},
 	{"counts", "Queue.Counts with 100k × -n schedules pending vs StreamInfo with a subject filter", benchCounts},
-	{"noisy", "the noisy neighbour (issue 36): tenant A's 100k × -n timeouts due at one instant, ten tenants' 100 each due over the next second, on one queue: each group's lateness", benchNoisy},
+	{"noisy", "the noisy neighbour (issues 36, 47): tenant A's 100k × -n timeouts due at one instant, ten tenants' 1,000 one every 10 ms from then, on one queue, on the default and the fair layout: each group's lateness, the others' p99 by second; and the quiet hour (-noisy-quiet)", benchNoisy},
 	{"shards", "the million bench's burst on schedule shards (-shards K: K schedule streams sourced into one queue stream) beside raw with 1 and K streams and jetsaga, each side in its own process, -shards-rounds rounds (issue 25)", benchShards},
 }
 
@@ -90,6 +90,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&cfg.svgDir, "svg", "", "write SVG charts (lateness.svg: lateness distribution; burst.svg: the million bench's drain) to this directory")
 	fs.IntVar(&cfg.noisyKeyLimit, "noisy-key-limit", 4, "noisy bench, saga level: the fair run's saga.WithKeyLimit (0: none)")
 	fs.StringVar(&cfg.noisyLevels, "noisy-levels", "saga,transport", "noisy bench: the levels to run, comma-separated: saga (handler lateness through a dispatcher, the issue's target), transport (receipt lateness, no early activation)")
+	fs.IntVar(&cfg.noisyConcurrency, "noisy-concurrency", 0, "noisy bench, saga level: the fair run's saga.WithConcurrency (0: the default, 8)")
+	fs.BoolVar(&cfg.noisyQuiet, "noisy-quiet", true, "noisy bench: also the quiet hour (3,000 timeouts over 30 s, no burst) on the default and the fair layout: CPU and handler lateness")
 	fs.IntVar(&cfg.noisyParts, "noisy-partitions", 11, "noisy bench: partitions of the fair run's queue, tenant A alone in one; 1: no fair run (see noisy.go)")
 	fs.IntVar(&cfg.millionParts, "million-partitions", 1, "partitions of the million bench's jetsaga queue")
 	fs.DurationVar(&cfg.millionLead, "million-lead", 0, "million bench: time from the estimated end of the scheduling to the first due time (default 20s × -n, at least 5s); schedules older than 10s when they fire meet nats-server's cache expiry (BENCHMARKS.md)")

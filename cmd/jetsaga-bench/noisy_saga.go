@@ -71,22 +71,19 @@ func noisySagaDef(burst, others *firings, nA, nOthers int, handled *atomic.Int64
 }
 
 // noisySagaRun runs the noisy neighbour once through a dispatcher on a
-// queue of parts partitions, with key limit keyLimit (0: none); without
-// others, A's burst alone.
-func noisySagaRun(ctx context.Context, e *env, parts, keyLimit int, withOthers bool) (noisyOutcome, error) {
+// queue of parts partitions, with key limit keyLimit (0: none): tenant
+// A's nA timeouts due at one instant, the other tenants' nOthers one
+// every noisyEvery from then (see noisyOtherDue); concurrency is the
+// dispatcher's WithConcurrency (0: its default).
+func noisySagaRun(ctx context.Context, e *env, parts, keyLimit, concurrency, nA, nOthers int) (noisyOutcome, error) {
 	b, store, dropRound, err := e.sagaRound(ctx, "jetsaga-bench-noisy-saga", noisySagaQueue, noisySagaBucket)
 	if err != nil {
 		return noisyOutcome{}, err
 	}
 	defer dropRound()
-	nA, nEach := e.scaled(noisyBurst), max(10, e.scaled(noisyEach))
-	nOthers := noisyTenants * nEach
-	if !withOthers {
-		nOthers = 0
-	}
-	e.progress("  saga, %s, key limit %d: tenant A: %d timeouts due at one instant; %d others due over the next second",
-		noisyFairness(parts, withOthers), keyLimit, nA, nOthers)
-	burst, others := newFirings(nA), newFirings(max(nOthers, 1))
+	e.progress("  saga, %s, key limit %d, concurrency %d: tenant A: %d timeouts due at one instant; %d others, one every %v from then",
+		noisyFairness(parts, nOthers > 0 && nA > 0), keyLimit, concurrency, nA, nOthers, noisyEvery)
+	burst, others := newFirings(max(nA, 1)), newFirings(max(nOthers, 1))
 	var handled atomic.Int64
 	done := make(chan struct{})
 	qc := e.queueConfig(noisySagaQueue)
@@ -97,6 +94,9 @@ func noisySagaRun(ctx context.Context, e *env, parts, keyLimit int, withOthers b
 	}
 	if keyLimit > 0 {
 		opts = append(opts, saga.WithKeyLimit(keyLimit))
+	}
+	if concurrency > 0 {
+		opts = append(opts, saga.WithConcurrency(concurrency))
 	}
 	d, err := saga.NewDispatcher(b, store, noisySagaQueue, opts...)
 	if err != nil {
@@ -119,9 +119,8 @@ func noisySagaRun(ctx context.Context, e *env, parts, keyLimit int, withOthers b
 		part := 0
 		if i >= nA {
 			j := i - nA
-			t := j / nEach
-			m = noisyStart{ID: fmt.Sprintf("%c-%d", 'B'+t, j), Tenant: string(rune('B' + t)),
-				Due: t0.Add(time.Duration(j%nEach) * time.Second / time.Duration(nEach))}
+			t, due := noisyOtherDue(j, t0)
+			m = noisyStart{ID: fmt.Sprintf("%c-%d", 'B'+t, j), Tenant: string(rune('B' + t)), Due: due}
 			part = min(parts-1, 1+t%max(1, parts-1))
 		}
 		_, err := d.Send(ctx, m, saga.WithPartitionKey(keys[part]))
@@ -133,6 +132,13 @@ func noisySagaRun(ctx context.Context, e *env, parts, keyLimit int, withOthers b
 	if left := time.Until(t0); left < time.Second {
 		return noisyOutcome{}, fmt.Errorf("the starts were sent %v before the due time: too late to measure lateness", left)
 	}
+	var cpu0 time.Duration
+	select {
+	case <-time.After(time.Until(t0)):
+		cpu0 = e.cpu()
+	case <-ctx.Done():
+		return noisyOutcome{}, context.Cause(ctx)
+	}
 	select {
 	case <-done:
 	case <-ctx.Done():
@@ -140,6 +146,7 @@ func noisySagaRun(ctx context.Context, e *env, parts, keyLimit int, withOthers b
 	case <-time.After(time.Until(t0) + 10*time.Minute):
 		return noisyOutcome{}, fmt.Errorf("%d of %d timeouts handled 10 min after the due time", handled.Load(), n)
 	}
+	cpu := e.cpu() - cpu0
 	stop()
 	select {
 	case err := <-ran:
@@ -149,10 +156,11 @@ func noisySagaRun(ctx context.Context, e *env, parts, keyLimit int, withOthers b
 	case <-time.After(30 * time.Second):
 		return noisyOutcome{}, errors.New("dispatcher Run did not return within 30s of its context's end")
 	}
-	out := noisyOutcome{a: burst.summary(nA, burst.e2e), drained: burst.last().Sub(t0)}
-	if withOthers {
+	out := noisyOutcome{a: burst.summary(nA, burst.e2e), drained: burst.last().Sub(t0), cpu: cpu}
+	if nOthers > 0 {
 		out.others = others.summary(nOthers, others.e2e)
 		out.othersActivated, out.othersTaken = summarize(others.broker), summarize(others.lag)
+		out.othersBySecond = others.bySecond(t0)
 	}
 	return out, nil
 }

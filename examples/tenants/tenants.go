@@ -12,7 +12,9 @@
 //     the definition): its timeouts and messages go to the tenant's
 //     partition;
 //  3. a key limit (saga.WithKeyLimit): at most that many steps of one
-//     tenant run at once, so a burst cannot take every concurrency slot.
+//     tenant run at once while another tenant's message waits for a
+//     slot, so a burst cannot keep the others out (alone, it takes every
+//     slot).
 //
 // go run ./examples/tenants/demo plays one noisy tenant and ten quiet
 // ones on both layouts and prints how late each tenant's reminders were.
@@ -87,8 +89,13 @@ type Layout struct {
 	// Partitions of the dispatcher's queue (fixed when the queue is
 	// created). 1 is the default layout.
 	Partitions int
-	// KeyLimit is how many steps of one tenant run at once; 0: no limit.
+	// KeyLimit is how many steps of one tenant run at once while another
+	// tenant's message waits for a slot; 0: no limit. A tenant alone runs
+	// up to Concurrency (see saga.WithKeyLimit).
 	KeyLimit int
+	// Concurrency is how many steps run at once (saga.WithConcurrency);
+	// 0: the dispatcher's default, 8.
+	Concurrency int
 }
 
 // Fair is the layout of the project's noisy-neighbour benchmark: 11
@@ -99,14 +106,18 @@ type Layout struct {
 var Fair = Layout{Partitions: 11, KeyLimit: 4}
 
 // Options are the dispatcher options of layout l for queue: the queue's
-// partitions and the key limit (1 and 3 of the package documentation).
+// partitions, the key limit and the concurrency (1 and 3 of the package
+// documentation).
 func Options(queue string, l Layout) ([]saga.Option, error) {
-	if l.Partitions < 1 || l.KeyLimit < 0 {
-		return nil, fmt.Errorf("tenants: layout %+v: want at least 1 partition and a key limit not negative", l)
+	if l.Partitions < 1 || l.KeyLimit < 0 || l.Concurrency < 0 {
+		return nil, fmt.Errorf("tenants: layout %+v: want at least 1 partition, a key limit and a concurrency not negative", l)
 	}
 	opts := []saga.Option{saga.WithQueueConfig(transport.QueueConfig{Name: queue, Partitions: l.Partitions})}
 	if l.KeyLimit > 0 {
 		opts = append(opts, saga.WithKeyLimit(l.KeyLimit))
+	}
+	if l.Concurrency > 0 {
+		opts = append(opts, saga.WithConcurrency(l.Concurrency))
 	}
 	return opts, nil
 }

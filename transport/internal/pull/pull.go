@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -62,6 +63,62 @@ type Puller struct {
 	wake     chan struct{}                   // closed (and replaced) when held grows or a pull ends
 	renew    *time.Timer                     // keeps held messages locked while any are held
 	closed   bool                            // its session closed: release what arrives
+	// empty: the consumer's last answer said it had nothing more to
+	// give (see Empty).
+	empty bool
+	// sent and seqOf, if set (see SetSent); seen: the highest of seqOf
+	// over what arrived, or sent when a pull made then expired with
+	// nothing.
+	sent  *atomic.Uint64
+	seqOf func(nats.Header) uint64
+	seen  uint64
+	bell  *Bell // rung with wake, if set (see SetBell)
+}
+
+// Bell tells one who waits on several pullers that one of them has news:
+// a message arrived, or a pull ended. A receive over several consumers
+// waits on it rather than on each puller.
+type Bell struct {
+	mu sync.Mutex
+	ch chan struct{} // closed by ring; nil while no one waits
+}
+
+// C returns a channel closed at the next ring.
+func (b *Bell) C() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *Bell) ring() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+}
+
+// SetBell has p ring b whenever what it holds grows or a pull ends (as
+// Wait wakes).
+func (p *Puller) SetBell(b *Bell) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bell = b
+}
+
+// SetSent has p tell whether a message sent to its consumer's stream
+// has not come yet (see Expecting): sent is the highest sequence number
+// of a message sent (the sender raises it once the message is stored),
+// and seqOf returns that number of a message the consumer delivers (0 if
+// it has none). Sequence numbers are in the order the consumer delivers.
+func (p *Puller) SetSent(sent *atomic.Uint64, seqOf func(nats.Header) uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sent, p.seqOf = sent, seqOf
 }
 
 // Request is one pull request.
@@ -71,6 +128,7 @@ type Request struct {
 	batch  int
 	got    int
 	sent   time.Time
+	sentUp uint64 // the puller's sent when it was made (see SetSent)
 	expiry time.Duration
 	ended  chan struct{} // closed when the server ended it (or it was forgotten)
 	done   bool          // ended is closed (read under the puller's mu)
@@ -135,9 +193,38 @@ const pullerIn = 512
 // for the first, or answered at once with what there is (noWait).
 func (p *Puller) Request(batch int, expires time.Duration, noWait bool) (*Request, error) {
 	p.mu.Lock()
-	if p.closed {
+	pl, body, err := p.newLocked(batch, expires, noWait)
+	p.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return pl, p.send(pl, body)
+}
+
+// Watch returns a live pull for one message that waits up to expires (see
+// Live), and whether it made one: there was none. Receivers of a consumer
+// that has nothing to give (see Empty) share it rather than ask the
+// server again and again: the server hands it the next message as soon
+// as there is one.
+func (p *Puller) Watch(expires time.Duration) (pl *Request, made bool, err error) {
+	p.mu.Lock()
+	if pl := p.liveLocked(time.Now()); pl != nil {
 		p.mu.Unlock()
-		return nil, ErrClosed
+		return pl, false, nil
+	}
+	pl, body, err := p.newLocked(1, expires, false)
+	p.mu.Unlock()
+	if err != nil {
+		return nil, false, err
+	}
+	return pl, true, p.send(pl, body)
+}
+
+// newLocked makes a pull request and its inbox, and returns it and the
+// request's body for send.
+func (p *Puller) newLocked(batch int, expires time.Duration, noWait bool) (*Request, []byte, error) {
+	if p.closed {
+		return nil, nil, ErrClosed
 	}
 	batch = max(min(batch, p.roomLocked()-1), 1)
 	body, err := json.Marshal(struct {
@@ -146,17 +233,18 @@ func (p *Puller) Request(batch int, expires time.Duration, noWait bool) (*Reques
 		NoWait  bool          `json:"no_wait,omitempty"`
 	}{expires, batch, noWait})
 	if err != nil {
-		p.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	pl := &Request{batch: batch, sent: time.Now(), expiry: expires, ended: make(chan struct{})}
+	if p.sent != nil {
+		pl.sentUp = p.sent.Load()
+	}
 	// An inbox of its own: the messages a pull brings carry their stream
 	// subjects, only its statuses the reply subject.
 	reply := p.c.NC.NewInbox()
 	sub, err := p.c.NC.ChanSubscribe(reply, p.in)
 	if err != nil {
-		p.mu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
 	pl.sub = sub
 	pl.forget = time.AfterFunc(expires+forgetAfter, func() {
@@ -169,14 +257,62 @@ func (p *Puller) Request(batch int, expires time.Duration, noWait bool) (*Reques
 		p.draining = true
 		go p.drain()
 	}
-	p.mu.Unlock()
-	if err := p.c.NC.PublishRequest(p.subject, reply, body); err != nil {
+	return pl, body, nil
+}
+
+// send sends pl's request; a pull whose request could not be sent ends.
+func (p *Puller) send(pl *Request, body []byte) error {
+	if err := p.c.NC.PublishRequest(p.subject, pl.sub.Subject, body); err != nil {
 		p.mu.Lock()
 		p.endLocked(pl, nil)
 		p.mu.Unlock()
-		return nil, err
+		return err
 	}
-	return pl, nil
+	return nil
+}
+
+// Empty reports whether the consumer's last answer said it had nothing
+// more to give: a pull ended with "no messages" or its expiry, or the
+// last message it brought was a first delivery with none pending after
+// it. A receiver asks an empty consumer no more (see Watch); the first
+// message a pull brings from it, or any status else, ends that. It is a
+// hint, for the cost of receiving: a message that arrives meanwhile goes
+// to a watching pull (see Watch), never missed.
+func (p *Puller) Empty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.empty
+}
+
+// Expecting reports whether the consumer said it had nothing (see Empty)
+// while a message sent to its stream (see SetSent) has not come: no
+// message from at or after it arrived, and no pull made after it expired
+// empty. That message is on its way to the consumer, and may be in
+// flight to a pull already: on a replicated consumer the server hands a
+// message to a waiting pull and sends it only once its replicas recorded
+// the delivery, while it answers a request that does not wait at once, so
+// "no messages" can come before the message an earlier pull got. A
+// receive that is to bring what was sent before it waits for a pull
+// instead (see Expect). If another receiver of the consumer (another
+// process) took the message, the expectation lasts until a later message
+// arrives or a pull expires empty.
+func (p *Puller) Expecting() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.empty && p.sent != nil && p.sent.Load() > p.seen
+}
+
+// Expect waits, until ctx ends, the broker closes, or until passes, for
+// the message that Expecting says is on its way, with a pull for one
+// message (or the one live already, see Watch) that waits up to expires.
+// It returns once that pull ended: its message, if any, is left to take.
+func (p *Puller) Expect(ctx context.Context, expires time.Duration, until time.Time) error {
+	pl, _, err := p.Watch(expires)
+	if err != nil {
+		return err
+	}
+	p.WaitEnd(ctx, pl, until)
+	return nil
 }
 
 // roomLocked returns how many messages and statuses the live pulls may
@@ -221,9 +357,25 @@ func (p *Puller) arrive(m *nats.Msg) {
 	}
 	if status := m.Header.Get("Status"); status != "" && len(m.Data) == 0 {
 		if status != "100" { // not a heartbeat
+			// No messages, or the pull's expiry: the consumer had none to
+			// give; any other end (a leader change, say) tells nothing.
+			p.empty = status == "404" || status == "408"
+			if status == "408" && pl.sentUp > p.seen {
+				// A pull that waited its whole life with nothing: what was
+				// sent before it was made came, to it or to another.
+				p.seen = pl.sentUp
+			}
 			p.endLocked(pl, pullStatusErr(status, m.Header.Get("Description")))
 		}
 		return
+	}
+	// A first delivery with none pending after it: the consumer has
+	// nothing more to give, unless a redelivery is due (one that comes
+	// says so: it may not be the last).
+	md, err := m.Metadata()
+	p.empty = err == nil && md.NumPending == 0 && md.NumDelivered == 1
+	if p.seqOf != nil {
+		p.seen = max(p.seen, p.seqOf(m.Header))
 	}
 	msg := &Msg{c: p.c, msg: m}
 	if p.closed || pl.release || p.c.Check() != nil {
@@ -274,6 +426,9 @@ func (p *Puller) endLocked(pl *Request, err error) {
 func (p *Puller) signalLocked() {
 	close(p.wake)
 	p.wake = make(chan struct{})
+	if p.bell != nil {
+		p.bell.ring()
+	}
 }
 
 // renewLocked makes sure held messages are being kept locked.
@@ -374,6 +529,15 @@ func (p *Puller) Ready() bool {
 	return ready
 }
 
+// ReadyBy reports whether Take would return a message now, and else the
+// earliest time before until at which a held-back message may be taken
+// (until if none).
+func (p *Puller) ReadyBy(until time.Time) (bool, time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.readyLocked(time.Now(), until)
+}
+
 // readyLocked reports whether Take would return a message at now, and
 // else the earliest time before until at which a held-back message may
 // be taken (until if none).
@@ -453,7 +617,10 @@ func (p *Puller) Cancelled(pl *Request) {
 func (p *Puller) Live() *Request {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	now := time.Now()
+	return p.liveLocked(time.Now())
+}
+
+func (p *Puller) liveLocked(now time.Time) *Request {
 	for _, pl := range p.pulls {
 		if pl.expiry > 0 && pl.batch == 1 && !pl.release && now.Before(pl.sent.Add(pl.expiry+Slack)) {
 			return pl
