@@ -54,7 +54,7 @@ func ExamplePartitionKeyBy() {
 	steps := make(chan struct{}, 1)
 	d, err := saga.NewDispatcher(broker, memstore.New(), "invoices", saga.WithSagas(AccountInvoices),
 		saga.WithQueueConfig(transport.QueueConfig{Partitions: 4}),
-		saga.WithKeyLimit(2), // at most two steps of one account at once
+		saga.WithKeyLimit(2), // at most two steps of one account at once while others wait
 		saga.WithHooks(saga.Hooks{StepDone: func(context.Context, saga.StepInfo, saga.StepResult) { steps <- struct{}{} }}),
 	)
 	if err != nil {
