@@ -1,43 +1,26 @@
-package embedded
+package embedded_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetsaga/jetsaga/internal/testutil"
+	"github.com/jetsaga/jetsaga/transport/embedded"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A stream whose store cannot be created fails with JetStream's generic
 // "error creating store for stream" (10049); the server says why only in
 // its log, which Options.Logger receives.
 func TestLoggerGetsWarnings(t *testing.T) {
-	var logs lockedBuffer
-	srv, err := Start(Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	var logs testutil.Buffer
+	srv, err := embedded.Start(embedded.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
