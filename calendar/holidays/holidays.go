@@ -19,7 +19,8 @@
 // holidays (not the religious or other observances it also lists), on the
 // day they fall and on the day they are observed when they fall on a
 // weekend (the United States' federal rule, the United Kingdom's
-// substitute days), and the country's weekend. Corrections holds what this
+// substitute days), and the country's weekend — Saturday and Sunday for
+// every country and region offered here. Corrections holds what this
 // package adds where the library's release lags a country's law (Poland's
 // Christmas Eve, a public holiday from 2025).
 package holidays
