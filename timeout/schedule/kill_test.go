@@ -78,6 +78,7 @@ func kill(t *testing.T, cmd *exec.Cmd) {
 func sleepUntil(t time.Time) { time.Sleep(time.Until(t)) }
 
 func TestRunnerKilled(t *testing.T) {
+	t.Parallel() // waits on real time: overlaps the package's other long waits
 	if testing.Short() {
 		t.Skip("40 s on a real server; run without -short")
 	}
@@ -147,6 +148,7 @@ func TestRunnerKilled(t *testing.T) {
 // messages on the target, so no kill delays one — none is skipped, none
 // sent twice, none early, and the record counts them all as sent.
 func TestRunnerKilledEveryFiveSeconds(t *testing.T) {
+	t.Parallel() // waits on real time: overlaps the package's other long waits
 	if testing.Short() {
 		t.Skip("90 s on a real server; run without -short")
 	}

@@ -373,6 +373,7 @@ func TestTargetReportsCancelledIDs(t *testing.T) {
 // definitely — nothing of it arrives after the change plus the server's
 // cancel margin, and the record counts as sent exactly what arrived.
 func TestReplanCancelsThePlanOnNATS(t *testing.T) {
+	t.Parallel() // waits on real time: overlaps the package's other long waits
 	if testing.Short() {
 		t.Skip("up to 90 s on a real server; run without -short")
 	}

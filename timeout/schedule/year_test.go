@@ -162,6 +162,7 @@ func TestYearOfOccurrences(t *testing.T) {
 	for _, zone := range []string{"Europe/Warsaw", "America/New_York", "Australia/Lord_Howe"} {
 		for _, c := range yearCases {
 			t.Run(zone+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
 				synctest.Test(t, func(t *testing.T) { runYear(t, zone, c) })
 			})
 		}

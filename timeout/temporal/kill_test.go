@@ -65,6 +65,7 @@ func runChildWorker() int {
 // message is delivered exactly once, and the workflow records the
 // duplicate.
 func TestWorkerKilledMidDelivery(t *testing.T) {
+	t.Parallel() // waits on real time: overlaps the package's other long waits
 	srv, ns := servers(t)
 	c := srv.Client(t)
 	b := broker(t, ns)

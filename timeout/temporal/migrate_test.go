@@ -357,6 +357,7 @@ func (m *migration) check() {
 // JetStream to Temporal and back while they fire: each is handled once,
 // none before its due time, none lost.
 func TestMigrateTimeoutsThereAndBack(t *testing.T) {
+	t.Parallel() // waits on real time: overlaps the package's other long waits
 	n := migrateCount
 	m := startMigration(t, "migtb", n, 3*time.Second, 20*time.Second, migrateLate, time.Minute)
 	before := m.handled.Load()
@@ -382,6 +383,7 @@ func TestMigrateTimeoutsThereAndBack(t *testing.T) {
 // runs, none is left on JetStream, and each is handled once, none early,
 // none lost.
 func TestMigrateKilled(t *testing.T) {
+	t.Parallel() // waits on real time: overlaps the package's other long waits
 	n := migrateKilledCount
 	m := startMigration(t, "migkill", n, 5*time.Second, 25*time.Second, 0, 0)
 	srv, _ := servers(t)

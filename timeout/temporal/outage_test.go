@@ -29,6 +29,7 @@ type (
 // comes due meanwhile is routed to the queue's engine when it is carried
 // out, as timeout.Router routes by the time left.)
 func TestSagasWaitForTemporal(t *testing.T) {
+	t.Parallel() // waits on real time: overlaps the package's other long waits
 	_, ns := servers(t)
 	srv := temporaltest.New(t, temporaltest.Options{DBFile: temporaltest.TempDB(t), SQLitePragmas: []string{"journal_mode=wal", "synchronous=normal"}})
 	c := srv.Client(t)

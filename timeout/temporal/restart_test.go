@@ -20,6 +20,7 @@ import (
 // restart. The worker and the engine keep their client across the
 // restart.
 func TestServerKilledAndRestarted(t *testing.T) {
+	t.Parallel() // waits on real time: overlaps the package's other long waits
 	_, ns := servers(t)
 	srv := temporaltest.New(t, temporaltest.Options{DBFile: temporaltest.TempDB(t), SQLitePragmas: []string{"journal_mode=wal", "synchronous=normal"}})
 	c := srv.Client(t)

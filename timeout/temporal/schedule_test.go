@@ -24,6 +24,7 @@ import (
 // from the first occurrence after it, the ones in between counted as
 // skipped. Every tick's workflow has then fired or been cancelled.
 func TestScheduleOnTemporal(t *testing.T) {
+	t.Parallel() // waits on real time: overlaps the package's other long waits
 	srv, ns := servers(t)
 	c := srv.Client(t)
 	b := broker(t, ns)
