@@ -16,6 +16,7 @@ import (
 // on a real Temporal dev server, with workers delivering to JetStream,
 // and with listings filtered by search attributes.
 func TestConformance(t *testing.T) {
+	t.Parallel() // its cases wait on Temporal: beside the package's other long waits
 	srv, ns := servers(t)
 	timeouttest.Run(t, func(t *testing.T) timeouttest.Env {
 		c := srv.Client(t)
@@ -35,6 +36,7 @@ func TestConformance(t *testing.T) {
 // route is the Temporal engine (without search attributes: listings
 // filtered in the client), so that both engines' paths are covered.
 func TestConformanceRouter(t *testing.T) {
+	t.Parallel() // its cases wait on Temporal: beside the package's other long waits
 	srv, ns := servers(t)
 	timeouttest.Run(t, func(t *testing.T) timeouttest.Env {
 		c := srv.Client(t)
