@@ -36,7 +36,10 @@ func TestCancelRecordLookupFailureKeepsActivations(t *testing.T) {
 	}
 }
 
-func testLookupFailure(t *testing.T, srv *embedded.Server, replicated bool) {
+// connectBroker returns a connection to srv and a broker over it, both
+// closed when the test ends.
+func connectBroker(t *testing.T, srv *embedded.Server) (*nats.Conn, *Broker) {
+	t.Helper()
 	nc, err := srv.Connect()
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -47,6 +50,11 @@ func testLookupFailure(t *testing.T, srv *embedded.Server, replicated bool) {
 		t.Fatalf("NewJetStream: %v", err)
 	}
 	t.Cleanup(func() { b.Close() })
+	return nc, b
+}
+
+func testLookupFailure(t *testing.T, srv *embedded.Server, replicated bool) {
+	nc, b := connectBroker(t, srv)
 	ctx := t.Context()
 	name := "lookup" + strconv.FormatBool(replicated)
 	q, err := b.OpenQueue(ctx, QueueConfig{Name: name, MaxDeliveryCount: 2})
@@ -164,16 +172,7 @@ func TestReplicatedLookupsAtOnce(t *testing.T) {
 		t.Fatalf("start nats-server: %v", err)
 	}
 	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	b, err := NewJetStream(nc)
-	if err != nil {
-		t.Fatalf("NewJetStream: %v", err)
-	}
-	t.Cleanup(func() { b.Close() })
+	nc, b := connectBroker(t, srv)
 	ctx := t.Context()
 	q, err := b.OpenQueue(ctx, QueueConfig{Name: "lookups"})
 	if err != nil {
