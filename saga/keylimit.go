@@ -23,6 +23,12 @@ import (
 // worker's batch) until its step starts. Messages without a key are not
 // limited, and count as another key's. Default: 0, no limit.
 //
+// With a key limit a worker runs the messages of its batch
+// (WithReceiveBatch) at once, each in a concurrency slot as it gets one,
+// rather than one after the other, and receives again once they have all
+// been handled: on a queue of several partitions a batch holds several
+// tenants' messages, and each would otherwise wait for the steps before it.
+//
 // A worker never waits for a key at its limit: it sets the delivery
 // aside, keeping its lock (renewed as a step's would be), and handles
 // the next one; the delivery is handled, in the order it was received
@@ -316,6 +322,17 @@ func renewEvery(lock time.Duration) time.Duration {
 // renewing the locks of del and rest, the rest of its batch, while it
 // waits); if ctx ends first, del is abandoned.
 func (r *runner) dispatch(ctx context.Context, slots chan struct{}, del *transport.Delivery, h holdPlan, rest []*transport.Delivery, lock time.Duration) {
+	r.dispatchIn(ctx, nil, slots, del, h, rest, lock)
+}
+
+// dispatchIn is dispatch for a worker's batch: with a key limit, once del
+// has its slot its step runs in a goroutine of steps, and dispatchIn
+// returns, so that the batch's next delivery takes the next slot. A
+// partitioned queue's batch holds several keys' messages, one or two of
+// each partition; run one after the other, the last of a batch of eight
+// waited for seven steps although slots were free. Without a key limit
+// (or with steps nil) the step runs before dispatchIn returns.
+func (r *runner) dispatchIn(ctx context.Context, steps *sync.WaitGroup, slots chan struct{}, del *transport.Delivery, h holdPlan, rest []*transport.Delivery, lock time.Duration) {
 	if r.keys != nil {
 		ok, abandon := r.keys.admit(del, h, rest)
 		if abandon {
@@ -337,10 +354,19 @@ func (r *runner) dispatch(ctx context.Context, slots chan struct{}, del *transpo
 		}
 		return
 	}
-	r.handle(slots, del, h, rest)
-	if r.keys != nil {
+	if r.keys == nil {
+		r.handle(slots, del, h, rest)
+		return
+	}
+	step := func() {
+		r.handle(slots, del, h, nil) // the rest renew their own locks
 		r.next(slots, del.PartitionKey)
 	}
+	if steps == nil {
+		step()
+		return
+	}
+	steps.Go(step)
 }
 
 // next ends a step of key and starts the next delivery set aside for it.

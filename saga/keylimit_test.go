@@ -313,3 +313,75 @@ func TestKeyLimitOption(t *testing.T) {
 		t.Errorf("WithKeyLimit(-1): %v, want ErrInvalidOption about the key limit", err)
 	}
 }
+
+// batchStep is a step of batchSaga: it waits, up to a few seconds, until
+// every step sent has started.
+type batchStep struct{ ID string }
+
+// With a key limit, the messages of one worker's batch run at once, each
+// in a concurrency slot: on a partitioned queue a batch holds several
+// tenants' messages, and one after the other the last of a batch waited
+// for every step before it while slots were free (issue 47: 0.3–0.4 s on
+// a replicated cluster). Two workers, two messages of two keys sent
+// before Run: the first worker to receive takes both in one batch; each
+// step waits for the other to start.
+func TestKeyLimitBatchAtOnce(t *testing.T) {
+	t.Parallel()
+	const n = 2
+	var (
+		mu      sync.Mutex
+		started int
+		all     = make(chan struct{})
+		alone   []string // steps that gave up waiting for the others
+	)
+	def := saga.Define[struct{}]("batch-at-once")
+	saga.StartedBy(def, saga.By(func(m batchStep) string { return m.ID }),
+		func(ctx context.Context, c *saga.Context[struct{}], m batchStep) error {
+			mu.Lock()
+			if started++; started == n {
+				close(all)
+			}
+			mu.Unlock()
+			select {
+			case <-all:
+			case <-time.After(3 * time.Second):
+				mu.Lock()
+				alone = append(alone, m.ID)
+				mu.Unlock()
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			c.MarkComplete()
+			return nil
+		})
+	b, err := transport.NewMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	d, err := saga.NewDispatcher(b, memstore.New(), "batch-at-once", saga.WithSagas(def), saga.WithLogger(testutil.Logger()),
+		saga.WithKeyLimit(1), saga.WithConcurrency(n), saga.WithReceiveBatch(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		key := fmt.Sprint("tenant-", i)
+		if _, err := d.Send(ctxFor(t), batchStep{ID: key}, saga.WithPartitionKey(key)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.RunUntilCleanup(t, d.Run)
+	testutil.Await(t, 20*time.Second, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		if started < n {
+			return fmt.Sprintf("%d of %d steps started", started, n)
+		}
+		return ""
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(alone) > 0 {
+		t.Errorf("steps %v waited 3s for the other step of their batch to start: the batch ran one step after the other", alone)
+	}
+}

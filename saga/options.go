@@ -227,7 +227,8 @@ func WithRecordCache(n int) Option {
 }
 
 // WithReceiveBatch sets how many messages each of the dispatcher's workers
-// receives at once. It handles them one after the other; before each step
+// receives at once. It handles them one after the other (with
+// WithKeyLimit, at once, each in a concurrency slot); before each step
 // it renews the locks of the batch's waiting messages that have less than
 // half their LockDuration left, so a step that takes longer than half the
 // LockDuration can still make the next one's lock expire (it is then

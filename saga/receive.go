@@ -159,6 +159,9 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 		}
 		failing.Worked(ctx)
 		backoff = 10 * time.Millisecond
+		// With a key limit the batch's steps run at once (see dispatch);
+		// the worker receives again once they have all ended.
+		var steps sync.WaitGroup
 		for i, del := range ds {
 			if i > 0 && ctx.Err() != nil {
 				d.abandonUnstarted(work, del)
@@ -182,8 +185,9 @@ func (d *Dispatcher) worker(ctx context.Context, r *runner, slots chan struct{},
 					renewHalfGone(work, next, lock)
 				}
 			}
-			r.dispatch(ctx, slots, del, h, ds[i+1:], lock)
+			r.dispatchIn(ctx, &steps, slots, del, h, ds[i+1:], lock)
 		}
+		steps.Wait()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,7 +36,10 @@ func TestCancelRecordLookupFailureKeepsActivations(t *testing.T) {
 	}
 }
 
-func testLookupFailure(t *testing.T, srv *embedded.Server, replicated bool) {
+// connectBroker returns a connection to srv and a broker over it, both
+// closed when the test ends.
+func connectBroker(t *testing.T, srv *embedded.Server) (*nats.Conn, *Broker) {
+	t.Helper()
 	nc, err := srv.Connect()
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -46,6 +50,11 @@ func testLookupFailure(t *testing.T, srv *embedded.Server, replicated bool) {
 		t.Fatalf("NewJetStream: %v", err)
 	}
 	t.Cleanup(func() { b.Close() })
+	return nc, b
+}
+
+func testLookupFailure(t *testing.T, srv *embedded.Server, replicated bool) {
+	nc, b := connectBroker(t, srv)
 	ctx := t.Context()
 	name := "lookup" + strconv.FormatBool(replicated)
 	q, err := b.OpenQueue(ctx, QueueConfig{Name: name, MaxDeliveryCount: 2})
@@ -149,6 +158,88 @@ func testLookupFailure(t *testing.T, srv *embedded.Server, replicated bool) {
 		info, err := queue.Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	})
+}
+
+// On a replicated partition the cancel record lookups of one pull's
+// activations (a get from the leader each) run at once: one after the
+// other, a pull of eight on a busy 3-node cluster took up to 160 ms, and
+// a receive over several partitions held the others' messages for them
+// (issue 47). lookupFault stands for the lookup here: each waits, up to a
+// second, for another to be in flight.
+func TestReplicatedLookupsAtOnce(t *testing.T) {
+	srv, err := embedded.Start(embedded.Options{})
+	if err != nil {
+		t.Fatalf("start nats-server: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc, b := connectBroker(t, srv)
+	ctx := t.Context()
+	q, err := b.OpenQueue(ctx, QueueConfig{Name: "lookups"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jq := q.d.(*jsQueue)
+	jq.parts[0].replicated = true // the per-activation lookup from the leader
+	const n = 4
+	var (
+		mu             sync.Mutex
+		inFlight, most int
+		two            = make(chan struct{}) // closed once two were in flight
+	)
+	jq.lookupFault = func() error {
+		mu.Lock()
+		if inFlight++; inFlight > most {
+			if most = inFlight; most == 2 {
+				close(two)
+			}
+		}
+		mu.Unlock()
+		select {
+		case <-two:
+		case <-time.After(time.Second):
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	}
+	due := time.Now().Add(200 * time.Millisecond)
+	for i := range n {
+		if _, err := q.Schedule(ctx, &Message{Body: []byte(strconv.Itoa(i))}, due); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue, err := js.Stream(ctx, "JETSAGA_Q_lookups_0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	await(t, 10*time.Second, "the activations in the queue stream", func() bool {
+		info, err := queue.Info(ctx)
+		return err == nil && info.State.Msgs == n
+	})
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ds, err := q.Receive(rctx, n)
+	if err != nil {
+		t.Fatalf("Receive: %v", err)
+	}
+	if len(ds) < 2 {
+		t.Fatalf("received %d activations in one receive, want at least 2 for this test", len(ds))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most < 2 {
+		t.Errorf("the lookups of %d activations of one pull ran one at a time (at most %d at once)", len(ds), most)
+	}
+	for _, d := range ds {
+		if err := d.Complete(ctx); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+	}
 }
 
 // await polls cond every 10 ms until it holds, failing the test after

@@ -665,7 +665,8 @@ func (q *jsQueue) delivery(ctx context.Context, part *jsPartition, h *pull.Held,
 // million activations meant a million JetStream API requests queued
 // behind the scheduler's store lock. On replicated streams any replica may
 // answer a direct get, and a follower may not have stored the record yet,
-// so there it asks the leader once per activation, as before.
+// so there it asks the leader once per activation, those of a pull at
+// once (up to leaderLookups).
 func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, hs []*pull.Held) (cancelled, unknown map[string]bool) {
 	if q.isDLQ {
 		return nil, nil
@@ -681,13 +682,32 @@ func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, h
 	}
 	cancelled, unknown = map[string]bool{}, map[string]bool{}
 	if part.replicated {
-		// Direct gets are off there (see leaderReads).
-		for _, sched := range scheds {
-			found, err := q.dropCancelled(ctx, part, sched)
+		// Direct gets are off there (see leaderReads): a get per
+		// activation, up to leaderLookups at once. One after the other, a
+		// pull of eight activations in a burst took eight round trips to
+		// the leader (up to 160 ms on a busy 3-node cluster), and a
+		// receive over several partitions waited for them with the other
+		// partitions' messages in hand.
+		type looked struct {
+			found bool
+			err   error
+		}
+		res := make([]looked, len(scheds))
+		slots := make(chan struct{}, leaderLookups)
+		var wg sync.WaitGroup
+		for i, sched := range scheds {
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				res[i].found, res[i].err = q.dropCancelled(ctx, part, sched)
+			})
+		}
+		wg.Wait()
+		for i, sched := range scheds {
 			switch {
-			case err != nil:
+			case res[i].err != nil:
 				unknown[sched] = true
-			case found:
+			case res[i].found:
 				cancelled[sched] = true
 			}
 		}
@@ -723,6 +743,10 @@ func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, h
 	}
 	return cancelled, unknown
 }
+
+// leaderLookups bounds the cancel record lookups of one pull that run at
+// once on a replicated partition (see cancelledActivations).
+const leaderLookups = 16
 
 // lookupCancelRecords returns the subjects of the last cancel records on
 // filters in part's schedule stream (see lastBySubjects), in a lookup it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,14 +46,21 @@ type noisyData struct {
 }
 
 // noisySagaDef records each handled timeout in burst (tenant A) or
-// others, and closes done when all n are handled.
-func noisySagaDef(burst, others *firings, nA, nOthers int, handled *atomic.Int64, done chan<- struct{}) *saga.Definition[noisyData] {
+// others, and closes done when all n are handled; started holds the IDs
+// of the instances whose start step requested their timeout, and
+// nStarted counts them.
+func noisySagaDef(burst, others *firings, nA, nOthers int, started *sync.Map, nStarted, handled *atomic.Int64, done chan<- struct{}) *saga.Definition[noisyData] {
 	def := saga.Define[noisyData]("noisy")
 	saga.StartedBy(def, saga.By(func(m noisyStart) string { return m.ID }),
 		func(_ context.Context, c *saga.Context[noisyData], m noisyStart) error {
 			c.Data.Tenant = m.Tenant
-			_, err := c.RequestTimeoutAt(m.Due, noisyDue{})
-			return err
+			if _, err := c.RequestTimeoutAt(m.Due, noisyDue{}); err != nil {
+				return err
+			}
+			if _, again := started.LoadOrStore(m.ID, true); !again { // a step may run again
+				nStarted.Add(1)
+			}
+			return nil
 		})
 	saga.OnTimeout(def, func(_ context.Context, c *saga.Context[noisyData], _ noisyDue) error {
 		now := time.Now()
@@ -84,12 +92,15 @@ func noisySagaRun(ctx context.Context, e *env, parts, keyLimit, concurrency, nA,
 	e.progress("  saga, %s, key limit %d, concurrency %d: tenant A: %d timeouts due at one instant; %d others, one every %v from then",
 		noisyFairness(parts, nOthers > 0 && nA > 0), keyLimit, concurrency, nA, nOthers, noisyEvery)
 	burst, others := newFirings(max(nA, 1)), newFirings(max(nOthers, 1))
-	var handled atomic.Int64
+	var (
+		started           sync.Map
+		nStarted, handled atomic.Int64
+	)
 	done := make(chan struct{})
 	qc := e.queueConfig(noisySagaQueue)
 	qc.Partitions = parts
 	opts := []saga.Option{
-		saga.WithSagas(noisySagaDef(burst, others, nA, nOthers, &handled, done)),
+		saga.WithSagas(noisySagaDef(burst, others, nA, nOthers, &started, &nStarted, &handled, done)),
 		saga.WithLogger(sagaLogger()), saga.WithQueueConfig(qc),
 	}
 	if keyLimit > 0 {
@@ -131,6 +142,19 @@ func noisySagaRun(ctx context.Context, e *env, parts, keyLimit, concurrency, nA,
 	}
 	if left := time.Until(t0); left < time.Second {
 		return noisyOutcome{}, fmt.Errorf("the starts were sent %v before the due time: too late to measure lateness", left)
+	}
+	// The starts' steps must be done too: on a loaded 3-node cluster they
+	// ran past the due time, and the first second of the drain measured
+	// the rest of the setup.
+	for nStarted.Load() < int64(n) {
+		if left := time.Until(t0); left < time.Second {
+			return noisyOutcome{}, fmt.Errorf("%d of %d instances started %v before the due time: too late to measure lateness", nStarted.Load(), n, left)
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return noisyOutcome{}, context.Cause(ctx)
+		}
 	}
 	var cpu0 time.Duration
 	select {
