@@ -688,26 +688,15 @@ func (q *jsQueue) cancelledActivations(ctx context.Context, part *jsPartition, h
 		// the leader (up to 160 ms on a busy 3-node cluster), and a
 		// receive over several partitions waited for them with the other
 		// partitions' messages in hand.
-		type looked struct {
-			found bool
-			err   error
-		}
-		res := make([]looked, len(scheds))
-		slots := make(chan struct{}, leaderLookups)
-		var wg sync.WaitGroup
-		for i, sched := range scheds {
-			slots <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-slots }()
-				res[i].found, res[i].err = q.dropCancelled(ctx, part, sched)
-			})
-		}
-		wg.Wait()
+		found, errs := make([]bool, len(scheds)), make([]error, len(scheds))
+		atOnce(len(scheds), leaderLookups, func(i int) {
+			found[i], errs[i] = q.dropCancelled(ctx, part, scheds[i])
+		})
 		for i, sched := range scheds {
 			switch {
-			case res[i].err != nil:
+			case errs[i] != nil:
 				unknown[sched] = true
-			case res[i].found:
+			case found[i]:
 				cancelled[sched] = true
 			}
 		}

@@ -212,18 +212,28 @@ func (q *Queue) Cancel(ctx context.Context, seq uint64) error {
 // one outcome per sequence number, in order, each as Cancel reports it.
 func (q *Queue) CancelMany(ctx context.Context, seqs []uint64) []error {
 	errs := make([]error, len(seqs))
-	const workers = 64
-	sem := make(chan struct{}, workers)
+	atOnce(len(seqs), 64, func(i int) { errs[i] = q.Cancel(ctx, seqs[i]) })
+	return errs
+}
+
+// atOnce calls f(i) for each i in [0, n), up to limit calls at a time,
+// and returns once they have all returned; a single call runs in the
+// caller's goroutine.
+func atOnce(n, limit int, f func(i int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup
-	for i, s := range seqs {
+	for i := range n {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			errs[i] = q.Cancel(ctx, s)
+			f(i)
 		})
 	}
 	wg.Wait()
-	return errs
 }
 
 // Peek returns up to max messages, active and scheduled, with sequence

@@ -62,16 +62,7 @@ func countedStore(t *testing.T) (*tripCounter, *pgxpool.Pool, *pgstore.Store, *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := testutil.StartServer(t, embedded.Options{})
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	broker, err := transport.NewJetStream(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	broker := natsBroker(t, testutil.StartServer(t, embedded.Options{}).ClientURL())
 	return count, pool, store, broker
 }
 
